@@ -9,25 +9,42 @@ from esrepro.tasks.base import Score, Task
 _REGISTRY: dict[str, str] = {
     "countdown": "esrepro.tasks.countdown:CountdownTask",
     "gsm8k": "esrepro.tasks.gsm8k:GSM8KTask",
-    "math500": "esrepro.tasks.math:MathTask",
-    "minerva": "esrepro.tasks.math:MathTask",
-    "olympiad_bench": "esrepro.tasks.math:MathTask",
-    "aime24": "esrepro.tasks.math:MathTask",
-    "amc23": "esrepro.tasks.math:MathTask",
+    "math500": "esrepro.tasks.math:Math500Task",
+    "minerva": "esrepro.tasks.math:MinervaTask",
+    "olympiad_bench": "esrepro.tasks.math:OlympiadBenchTask",
+    "aime24": "esrepro.tasks.math:Aime24Task",
+    "amc23": "esrepro.tasks.math:Amc23Task",
     "sudoku": "esrepro.tasks.sudoku:SudokuTask",
     "arc": "esrepro.tasks.arc:ArcTask",
     "conciseness": "esrepro.tasks.conciseness:ConcisenessTask",
 }
 
 
+# Data preparation per task: ``prepare(out_dir, source, seed) -> {split: {n, sha256}}``.
+_PREPARERS: dict[str, str] = {
+    "countdown": "esrepro.tasks.countdown:prepare",
+}
+
+
+def _resolve(spec: str) -> Any:
+    import importlib
+
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def prepare_task(name: str, out_dir: str, source: dict, seed: int) -> dict:
+    """Write ``out_dir/{split}.jsonl`` for task ``name`` from its configured ``source``."""
+    if name not in _PREPARERS:
+        raise KeyError(f"no data preparation for task {name!r}; known: {sorted(_PREPARERS)}")
+    return _resolve(_PREPARERS[name])(out_dir, source, seed)
+
+
 def get_task(name: str, **options: Any) -> Task:
     """Instantiate the task called ``name`` with ``options``."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown task {name!r}; known: {sorted(_REGISTRY)}")
-    import importlib
-
-    module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    return _resolve(_REGISTRY[name])(**options)
 
 
-__all__ = ["Score", "Task", "get_task"]
+__all__ = ["Score", "Task", "get_task", "prepare_task"]

@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine (see README):
+#   make reproduce   runs the embedded tiny default end to end
+#   make test        runs the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install reproduce test dry-run-paper benchmark clean
+
+$(BIN)/esrepro: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(BIN)/esrepro
+
+reproduce: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --profile workflow/profiles/default
+
+test: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra
+
+dry-run-paper: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/paper.yaml
+
+benchmark: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_iteration.py
+
+clean:
+	rm -rf results/models results/runs results/eval results/tables results/figures results/logs data/prepared .snakemake

@@ -1,0 +1,5 @@
+"""Generation backends: ``hf`` (transformers, CPU or GPU); ``vllm`` on GPU machines."""
+
+from esrepro.backends.base import Backend
+
+__all__ = ["Backend"]

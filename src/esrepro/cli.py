@@ -1,0 +1,285 @@
+"""The ``esrepro`` command: every Snakemake rule calls exactly one verb of it.
+
+Settings reach a verb as a JSON ``--spec`` (the config slice that matters), so the
+rule's params are what Snakemake tracks for reruns and what the manifest records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+
+
+def _set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    """Validate pipeline configs (and the registry they name)."""
+    from esrepro.config import check_config, load_yaml
+
+    for path in args.configs:
+        check_config(load_yaml(path), path)
+        print(f"{path}: ok")
+
+
+def cmd_prepare_data(args: argparse.Namespace) -> None:
+    """Write data/prepared/{task}/{split}.jsonl and its manifest."""
+    from esrepro.io import write_json
+    from esrepro.provenance import build_manifest, now
+    from esrepro.tasks import prepare_task
+
+    started = now()
+    spec = args.spec
+    splits = prepare_task(args.task, args.out, spec["source"], spec["seed"])
+    out = Path(args.out)
+    write_json(
+        out / "manifest.json",
+        build_manifest(
+            "prepare_data",
+            inputs={},
+            settings={"task": args.task, **spec},
+            started=started,
+            outputs={f"{s}.jsonl": out / f"{s}.jsonl" for s in splits},
+            extra={"splits": splits},
+        ),
+    )
+
+
+def cmd_build_tiny(args: argparse.Namespace) -> None:
+    """Build the tiny model of a registry entry (tokenizer, Qwen2 LM, warm-start SFT)."""
+    from esrepro.io import read_jsonl, write_json
+    from esrepro.models.tiny import build_tiny
+    from esrepro.provenance import build_manifest, now
+
+    _set_threads(args.threads)
+    started = now()
+    exclude = [row for p in args.exclude for row in read_jsonl(p)]
+    summary = build_tiny(args.spec["build"], exclude, args.out)
+    write_json(
+        Path(args.out) / "manifest.json",
+        build_manifest(
+            "build_tiny",
+            inputs={Path(p).name if i == 0 else f"{Path(p).name}#{i}": p for i, p in enumerate(args.exclude)},
+            settings={"model": args.model, **args.spec},
+            started=started,
+            extra={"summary": summary},
+        ),
+    )
+    print(json.dumps(summary, indent=2))
+
+
+def cmd_fetch_model(args: argparse.Namespace) -> None:
+    """Download a hub model at its registry revision into results/models/{model}/base."""
+    from huggingface_hub import snapshot_download
+
+    from esrepro.io import atomic_path, write_json
+    from esrepro.provenance import build_manifest, now
+
+    spec = args.spec
+    if "hub_id" not in spec:
+        raise SystemExit(f"model {args.model!r}: registry entry has no hub_id to fetch")
+    started = now()
+    with atomic_path(args.out, is_dir=True) as tmp:
+        try:
+            snapshot_download(spec["hub_id"], revision=spec["revision"], local_dir=tmp)
+        except Exception as exc:  # hub errors come in many types; name the model
+            raise SystemExit(f"model {args.model!r}: could not fetch {spec['hub_id']}@{spec['revision']}: {exc}")
+        write_json(tmp / "manifest.json", build_manifest("fetch_model", {}, {"model": args.model, **spec}, started))
+
+
+def _load_examples(task, data_dir: str, split: str, limit: int | None) -> list[dict]:
+    examples = task.load(split, data_dir)
+    return examples[:limit] if limit else examples
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    """Train one run (method x task x model x seed) into a run directory."""
+    from esrepro.backends.hf import HFBackend
+    from esrepro.es.loop import ESConfig, clear_state, run_es
+    from esrepro.io import atomic_path, write_json, write_jsonl
+    from esrepro.provenance import build_manifest, now
+    from esrepro.tasks import get_task
+
+    if args.method != "es":
+        raise SystemExit(f"method {args.method!r} is not implemented by `esrepro train` yet")
+    _set_threads(args.threads)
+    started = now()
+    spec = args.spec
+    task = get_task(args.task)
+    examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
+    backend = HFBackend(
+        args.model_dir, dtype=args.dtype, batch_size=spec["batch_size"], chat=args.chat
+    )
+    cfg = ESConfig.from_settings(spec, seed=args.seed)
+    run = Path(args.out)
+    prompts = [task.prompt(e) for e in examples]
+
+    def score(responses: list[str]) -> list[float]:
+        return [task.score(r, e).reward for r, e in zip(responses, examples, strict=True)]
+
+    log = run_es(backend, prompts, score, cfg, run / "resume")
+    with atomic_path(run / "checkpoint", is_dir=True) as tmp:
+        backend.save(tmp)
+    write_jsonl(run / "log.jsonl", log)
+    write_json(
+        run / "manifest.json",
+        build_manifest(
+            "train",
+            inputs={"base_model": args.model_dir, "train_data": Path(args.data_dir) / "train.jsonl"},
+            settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
+                      "chat": args.chat, **spec},
+            started=started,
+            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl"},
+            extra={"seed": args.seed, "train_examples": len(examples)},
+        ),
+    )
+    clear_state(run / "resume")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Greedy evaluation of a checkpoint on a task split: metrics.json and responses.jsonl."""
+    from esrepro.backends.hf import HFBackend
+    from esrepro.evaluate import evaluate
+    from esrepro.io import write_json, write_jsonl
+    from esrepro.provenance import build_manifest, now
+    from esrepro.tasks import get_task
+
+    _set_threads(args.threads)
+    started = now()
+    spec = args.spec
+    task = get_task(args.task)
+    examples = _load_examples(task, args.data_dir, spec["split"], spec["limit"])
+    backend = HFBackend(args.model_dir, dtype=args.dtype, batch_size=spec["batch_size"], chat=args.chat)
+    result = evaluate(backend, task, examples, spec["max_new_tokens"], spec["batch_size"])
+    out = Path(args.out)
+    labels = {"task": args.task, "split": spec["split"], "model": args.model, "method": args.method, "seed": args.seed}
+    write_jsonl(out / "responses.jsonl", result.responses)
+    write_json(out / "metrics.json", {**labels, **result.metrics})
+    write_json(
+        out / "manifest.json",
+        build_manifest(
+            "evaluate",
+            inputs={"model": args.model_dir, "data": Path(args.data_dir) / f"{spec['split']}.jsonl"},
+            settings={**labels, **spec, "dtype": args.dtype, "chat": args.chat},
+            started=started,
+            outputs={"metrics": out / "metrics.json", "responses": out / "responses.jsonl"},
+        ),
+    )
+    print(json.dumps({**labels, **result.metrics}))
+
+
+def cmd_table1(args: argparse.Namespace) -> None:
+    """Write Table 1 (Countdown accuracy, ours beside the paper's) as csv, md and tex."""
+    from esrepro.config import load_registry
+    from esrepro.report.tables import build_table1
+
+    registry = load_registry(args.registry)
+    models = {k: registry[k] for k in args.models}
+    build_table1(args.metrics, args.published, models, args.out, notes=args.note, task=args.task, split=args.split,
+                 include=args.models)
+
+
+def cmd_curves(args: argparse.Namespace) -> None:
+    """Plot training reward per iteration for each labelled log.jsonl (png and pdf)."""
+    from esrepro.report.figures import build_countdown_curves
+
+    logs = {}
+    for item in args.log:
+        label, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"--log expects LABEL=PATH, got {item!r}")
+        logs[label] = path
+    build_countdown_curves(logs, args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every verb."""
+    p = argparse.ArgumentParser(prog="esrepro", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    v = sub.add_parser("validate", help=cmd_validate.__doc__)
+    v.add_argument("configs", nargs="+")
+    v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("prepare-data", help=cmd_prepare_data.__doc__)
+    d.add_argument("--task", required=True)
+    d.add_argument("--spec", type=_json, required=True, help="the config's data.<task> block as JSON")
+    d.add_argument("--out", required=True)
+    d.set_defaults(func=cmd_prepare_data)
+
+    b = sub.add_parser("build-tiny", help=cmd_build_tiny.__doc__)
+    b.add_argument("--model", required=True)
+    b.add_argument("--spec", type=_json, required=True, help="the registry entry as JSON")
+    b.add_argument("--exclude", nargs="*", default=[], help="prepared jsonl files whose problems SFT must not see")
+    b.add_argument("--out", required=True)
+    b.add_argument("--threads", type=int, default=1)
+    b.set_defaults(func=cmd_build_tiny)
+
+    f = sub.add_parser("fetch-model", help=cmd_fetch_model.__doc__)
+    f.add_argument("--model", required=True)
+    f.add_argument("--spec", type=_json, required=True, help="the registry entry as JSON")
+    f.add_argument("--out", required=True)
+    f.set_defaults(func=cmd_fetch_model)
+
+    for name, func in (("train", cmd_train), ("evaluate", cmd_evaluate)):
+        t = sub.add_parser(name, help=func.__doc__)
+        t.add_argument("--task", required=True)
+        t.add_argument("--model", required=True, help="registry key (a label in outputs)")
+        t.add_argument("--model-dir", required=True)
+        t.add_argument("--dtype", default="float32")
+        t.add_argument("--data-dir", required=True)
+        t.add_argument("--spec", type=_json, required=True)
+        t.add_argument("--method", required=True)
+        t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--out", required=True)
+        t.add_argument("--threads", type=int, default=1)
+        t.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+        t.set_defaults(func=func)
+
+    r = sub.add_parser("table1", help=cmd_table1.__doc__)
+    r.add_argument("--metrics", nargs="+", required=True)
+    r.add_argument("--published", required=True)
+    r.add_argument("--registry", required=True)
+    r.add_argument("--models", nargs="+", required=True)
+    r.add_argument("--task", default="countdown")
+    r.add_argument("--split", default="test")
+    r.add_argument("--note", action="append", default=[])
+    r.add_argument("--out", required=True, help="output path without extension")
+    r.set_defaults(func=cmd_table1)
+
+    c = sub.add_parser("curves", help=cmd_curves.__doc__)
+    c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")
+    c.add_argument("--out", required=True, help="output path without extension")
+    c.set_defaults(func=cmd_curves)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``esrepro`` console script."""
+    from esrepro.config import ConfigError
+
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"esrepro {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

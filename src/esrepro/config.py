@@ -1,0 +1,103 @@
+"""Loading and validating configuration files against their JSON schemas.
+
+Errors name the file and the field (as a dotted path), so a typo in
+``config/paper.yaml`` is reported before any job starts, not hours into a run.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file and the field."""
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file, naming it in the error when it is missing or malformed."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def _field_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def validate(data: Any, schema_name: str, source: str | Path, schema_dir: Path = SCHEMA_DIR) -> None:
+    """Validate ``data`` against ``{schema_dir}/{schema_name}.schema.yaml``.
+
+    Raises ConfigError listing every violation as ``source: field.path: message``.
+    """
+    schema = load_yaml(schema_dir / f"{schema_name}.schema.yaml")
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = []
+        for err in errors:
+            # oneOf/anyOf failures: report the most specific sub-error
+            best = jsonschema.exceptions.best_match([err])
+            lines.append(f"{source}: {_field_path(best)}: {best.message}")
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(lines))
+
+
+def load_registry(path: str | Path) -> dict[str, dict]:
+    """Load and validate the model registry; returns ``{model_key: entry}``."""
+    data = load_yaml(path)
+    validate(data, "models", path)
+    return data["models"]
+
+
+def check_config(config: dict, source: str | Path, root: str | Path = ".") -> dict[str, dict]:
+    """Validate a pipeline config and its cross-references; return the registry it names.
+
+    Checks the schema (of the config, the registry and the published numbers it
+    names), that every listed model is in the registry, that every
+    trained or evaluated task has a dataset, and that every method has settings.
+    """
+    validate(config, "config", source)
+    root = Path(root)
+    registry = load_registry(root / config["registry"])
+    validate(load_yaml(root / config["published"]), "published", config["published"])
+    problems: list[str] = []
+    for i, key in enumerate(config["models"]):
+        if key not in registry:
+            problems.append(f"models.{i}: {key!r} is not in the registry {config['registry']}")
+    for task, spec in config["train"].items():
+        if task not in config["data"]:
+            problems.append(f"train.{task}: no data.{task} entry to train on")
+        for method in spec["methods"]:
+            if method not in spec:
+                problems.append(f"train.{task}.methods: {method!r} has no train.{task}.{method} settings")
+    for task in config["evaluate"]:
+        if task not in config["data"]:
+            problems.append(f"evaluate.{task}: no data.{task} entry to evaluate on")
+    if problems:
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}" for p in problems))
+    return registry
+
+
+def method_settings(config: dict, registry: dict, model: str, task: str, method: str) -> dict:
+    """The settings of ``method`` on ``task`` for ``model``: config defaults, registry overrides on top."""
+    settings = copy.deepcopy(config["train"][task][method])
+    settings.update(registry[model].get("methods", {}).get(method, {}))
+    return settings
+
+
+def rule_resources(entry: dict, rule: str) -> dict:
+    """Cluster resources of ``rule`` for a registry entry (the rule's own, else ``default``)."""
+    res = dict(entry["resources"]["default"])
+    res.update(entry["resources"].get(rule, {}))
+    return res

@@ -1,0 +1,2 @@
+"""Evolution strategies on full parameters: seed-based noise, in-place perturbation,
+decomposed update, resumable loop."""

@@ -1,0 +1,51 @@
+"""Seeds and noise: everything is a pure function of (run seed, iteration, member, tensor).
+
+Nothing random is stored: a member's noise is regenerated from its seed whenever it
+is needed (perturb, subtract-restore, update), tensor by tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+
+NoiseVariant = Literal["iid", "correlated"]
+
+
+def _hash_words(*words: int, n: int = 1) -> list[int]:
+    """Well-mixed 32-bit words from integers (numpy's SeedSequence hash)."""
+    return [int(w) for w in np.random.SeedSequence([int(w) for w in words]).generate_state(n, np.uint32)]
+
+
+def member_seed(run_seed: int, iteration: int, member: int) -> int:
+    """Seed of population member ``member`` at ``iteration`` of the run seeded ``run_seed``.
+
+    Kept below 2**30 like the authors' seeds, so either noise variant can use it as is.
+    """
+    return _hash_words(run_seed, iteration, member)[0] & ((1 << 30) - 1)
+
+
+def tensor_seed(seed: int, index: int, variant: NoiseVariant) -> int:
+    """Generator seed for tensor ``index`` under member seed ``seed``.
+
+    ``iid`` keys the generator on (seed, index), so tensors of the same shape get
+    independent noise. ``correlated`` reseeds every tensor with ``seed`` itself, as the
+    authors' released code does: same-shaped tensors then receive identical noise.
+    """
+    if variant == "iid":
+        hi, lo = _hash_words(seed, index, n=2)
+        return (hi << 32) | lo
+    if variant == "correlated":
+        return int(seed)
+    raise ValueError(f"unknown noise variant {variant!r}; expected 'iid' or 'correlated'")
+
+
+def tensor_noise(
+    param: torch.Tensor, seed: int, index: int, variant: NoiseVariant, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Standard normal float32 noise shaped like ``param``, on its device, for tensor ``index``."""
+    gen = generator if generator is not None else torch.Generator(device=param.device)
+    gen.manual_seed(tensor_seed(seed, index, variant))
+    return torch.randn(param.shape, generator=gen, dtype=torch.float32, device=param.device)

@@ -1,0 +1,77 @@
+"""In-place ES operations on a list of parameter tensors: perturb, restore, update.
+
+Each works tensor by tensor and regenerates noise from seeds, so peak extra memory is
+one tensor's noise (plus one float32 accumulator during the update), never a
+full-model noise buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from esrepro.es.noise import NoiseVariant, tensor_noise
+
+
+def perturb_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant) -> None:
+    """theta_k += sigma * eps_k(seed) for every tensor k, in place."""
+    gen = None
+    for k, p in enumerate(params):
+        gen = gen if gen is not None and gen.device == p.device else torch.Generator(device=p.device)
+        eps = tensor_noise(p, seed, k, variant, gen)
+        p.add_(eps.to(p.dtype), alpha=sigma)
+
+
+def restore_subtract_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant) -> None:
+    """theta_k -= sigma * eps_k(seed): the paper's restore; not exact in finite precision."""
+    perturb_(params, seed, -sigma, variant)
+
+
+def snapshot(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of the parameters, for exact restore."""
+    return [p.detach().clone() for p in params]
+
+
+def restore_exact_(params: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
+    """Copy saved values back (bit-exact); ``saved`` may be float32 masters of low-precision params."""
+    for p, s in zip(params, saved, strict=True):
+        p.copy_(s)
+
+
+def zscore(rewards: Sequence[float]) -> np.ndarray:
+    """(r - mean) / (std + 1e-8) in float32 with the population std, as the authors do."""
+    r = np.asarray(rewards, dtype=np.float32)
+    return (r - r.mean()) / (r.std() + np.float32(1e-8))
+
+
+def update_(
+    params: Sequence[torch.Tensor],
+    seeds: Sequence[int],
+    weights: Sequence[float],
+    alpha: float,
+    variant: NoiseVariant,
+    masters: Sequence[torch.Tensor] | None = None,
+) -> None:
+    """theta_k += alpha / N * sum_n w_n * eps_k(seed_n), tensor by tensor, seed by seed.
+
+    The sum is accumulated in float32. With ``masters`` (float32 copies of low-precision
+    parameters) the step is applied to the masters and the parameters are set from them,
+    so steps smaller than a bf16 ulp are not rounded away.
+    """
+    n = len(seeds)
+    if n != len(weights):
+        raise ValueError(f"{n} seeds but {len(weights)} weights")
+    scale = alpha / n
+    for k, p in enumerate(params):
+        gen = torch.Generator(device=p.device)
+        acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+        for seed, w in zip(seeds, weights):
+            acc.add_(tensor_noise(p, seed, k, variant, gen), alpha=float(w))
+        acc.mul_(scale)
+        if masters is not None:
+            masters[k].add_(acc)
+            p.copy_(masters[k])
+        else:
+            p.add_(acc.to(p.dtype))

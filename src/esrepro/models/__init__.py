@@ -1,0 +1,1 @@
+"""Models: loading registry entries and building the tiny default model."""

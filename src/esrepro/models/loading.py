@@ -1,0 +1,47 @@
+"""Loading a checkpoint directory (built or fetched) into a tokenizer and a causal LM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+FAST_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """Load the tokenizer saved in ``path``.
+
+    A tokenizer we built ourselves is saved by ``PreTrainedTokenizerFast`` (which
+    transformers 5 records as ``TokenizersBackend``) and is loaded through that
+    class explicitly:
+    ``AutoTokenizer`` next to a qwen2 ``config.json`` returns Qwen2's tokenizer
+    class, whose pre-tokenizer differs and silently changes token ids.
+    """
+    path = Path(path)
+    cfg_file = path / "tokenizer_config.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"no tokenizer in {path} (missing tokenizer_config.json)")
+    cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
+    if cls in FAST_TOKENIZER_CLASSES:
+        tok = PreTrainedTokenizerFast.from_pretrained(path)
+    else:
+        tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+    """Load the causal LM saved in ``path`` in ``dtype``, in eval mode, gradients off."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+    if not (Path(path) / "config.json").exists():
+        raise FileNotFoundError(f"no model in {path} (missing config.json)")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model

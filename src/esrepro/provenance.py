@@ -1,0 +1,101 @@
+"""Run manifests: what a result was computed from (inputs' hashes, settings, code, host)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from esrepro.fetch import sha256_file
+
+PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas")
+
+
+def sha256_tree(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a directory as the sorted (relative path, file sha256) list."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"cannot hash {path}: not found")
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def code_version(repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The git commit of the code and whether the work tree had uncommitted changes."""
+    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        return {"git_commit": commit, "dirty": bool(status.strip())}
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": None, "dirty": None}
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the packages that shape results."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def host_info() -> dict[str, Any]:
+    """Host, CPU threads, accelerator, and the SLURM job id when running under SLURM."""
+    import torch
+
+    acc = None
+    if torch.cuda.is_available():
+        acc = {"cuda": torch.version.cuda, "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch_threads": torch.get_num_threads(),
+        "accelerator": acc,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+
+
+def now() -> str:
+    """Current UTC time, ISO 8601."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_manifest(
+    kind: str,
+    inputs: dict[str, str | os.PathLike],
+    settings: dict[str, Any],
+    started: str,
+    outputs: dict[str, str | os.PathLike] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A manifest for one step: inputs and outputs with sha256, settings, code, packages, host, times."""
+    return {
+        "kind": kind,
+        "inputs": {k: {"path": str(v), "sha256": sha256_tree(v)} for k, v in inputs.items()},
+        "outputs": {k: {"path": str(v), "sha256": sha256_tree(v)} for k, v in (outputs or {}).items()},
+        "settings": settings,
+        "code": code_version(),
+        "packages": package_versions(),
+        "host": host_info(),
+        "started": started,
+        "ended": now(),
+        **(extra or {}),
+    }

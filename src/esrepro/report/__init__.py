@@ -1,0 +1,1 @@
+"""Reporting: result tables beside the paper's numbers, and training-curve figures."""

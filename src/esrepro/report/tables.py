@@ -1,0 +1,336 @@
+"""Result tables: our metrics next to the paper's published numbers.
+
+Numbers stay numeric in every DataFrame built here; formatting (one decimal,
+``mean ± std``, blanks for missing values) happens only in :func:`write_table`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from esrepro.io import read_json, write_text
+
+#: Method key -> column label, in table order.
+METHOD_COLUMNS: dict[str, str] = {
+    "base": "Original",
+    "ppo": "PPO",
+    "grpo8": "GRPO (8)",
+    "grpo30": "GRPO (30)",
+    "drgrpo": "Dr.GRPO",
+    "es": "ES",
+}
+
+#: Labels for method keys that are not table columns (e.g. in the paper's best-RL block).
+METHOD_LABELS: dict[str, str] = {**METHOD_COLUMNS, "grpo": "GRPO", "essa": "ESSA"}
+
+#: Fields every metrics file must have.
+REQUIRED_FIELDS: tuple[str, ...] = ("task", "split", "model", "method", "seed", "accuracy")
+
+#: Suffix of a column holding the standard deviation of the column it extends.
+STD_SUFFIX = " std"
+
+TABLE1_KEY = "table1_countdown"
+
+PathLike = str | os.PathLike
+
+
+def load_metrics(paths: Iterable[PathLike]) -> pd.DataFrame:
+    """Read evaluation-metrics JSON files into one DataFrame (one row per file).
+
+    A ``path`` column records where each row came from. Raises ``ValueError``
+    naming the file when a required field is missing or accuracy is not a
+    fraction in [0, 1].
+    """
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        record = read_json(path)
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: metrics file must hold a JSON object")
+        missing = [f for f in REQUIRED_FIELDS if f not in record]
+        if missing:
+            raise ValueError(f"{path}: metrics file is missing field(s) {', '.join(missing)}")
+        acc = record["accuracy"]
+        if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0.0 <= acc <= 1.0:
+            raise ValueError(f"{path}: accuracy must be a fraction in [0, 1], got {acc!r}")
+        rows.append({**record, "path": str(path)})
+    columns = list(REQUIRED_FIELDS) + ["path"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    df = pd.DataFrame(rows)
+    return df[columns + [c for c in df.columns if c not in columns]]
+
+
+def load_published(path: PathLike) -> dict[str, Any]:
+    """Load ``config/published.yaml``."""
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _table_block(published: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """Return one table's block from a whole published document (or the block itself)."""
+    if "tables" in published:
+        return published["tables"].get(key, {}) or {}
+    return published
+
+
+def _ours_col(label: str) -> str:
+    return f"{label} (ours)"
+
+
+def _paper_col(label: str) -> str:
+    return f"{label} (paper)"
+
+
+def table1(
+    metrics: pd.DataFrame,
+    published: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+    task: str = "countdown",
+    split: str = "test",
+    *,
+    include: Iterable[str] = (),
+    methods: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """Build Table 1: accuracy (%) per model, ours beside the paper's, per method.
+
+    Rows: models of the registry ``models`` (in its order) that have metrics for
+    ``task``/``split`` or are listed in ``include``; models with metrics but no
+    registry entry follow, sorted, labelled by their key. The index is the model
+    key; ``Model`` holds the display name. For each method of ``methods``
+    (default :data:`METHOD_COLUMNS`) there are the columns ``"{label} (ours)"``
+    (mean over seeds), ``"{label} (ours) std"`` (sample std, only with more
+    than one seed) and ``"{label} (paper)"``; then ``"Best RL (paper)"`` and
+    ``"Best RL method (paper)"``. Missing values are NaN, never 0.
+    ``published`` is the whole published document or its ``table1_countdown`` block.
+    """
+    methods = dict(METHOD_COLUMNS if methods is None else methods)
+    block = _table_block(published, TABLE1_KEY)
+    paper_models: Mapping[str, Mapping[str, Any]] = block.get("models", {}) or {}
+    best_rl: Mapping[str, Mapping[str, Any]] = (block.get("best_rl", {}) or {}).get("models", {}) or {}
+
+    sel = metrics
+    if len(sel):
+        sel = sel[(sel["task"] == task) & (sel["split"] == split)]
+        dup = sel.duplicated(subset=["model", "method", "seed"], keep=False)
+        if dup.any():
+            paths = ", ".join(sel.loc[dup, "path"].astype(str)) if "path" in sel else ""
+            raise ValueError(f"duplicate (model, method, seed) metrics for {task}/{split}: {paths}")
+    present = set(sel["model"]) if len(sel) else set()
+    wanted = present | set(include)
+    keys = [k for k in models if k in wanted] + sorted(wanted - set(models))
+
+    stats = pd.DataFrame(columns=["mean", "std"])
+    if len(sel):
+        pct = sel.assign(pct=pd.to_numeric(sel["accuracy"]) * 100.0)
+        stats = pct.groupby(["model", "method"])["pct"].agg(["mean", "std", "count"])
+
+    def ours(model: str, method: str) -> tuple[float, float]:
+        if (model, method) not in stats.index:
+            return math.nan, math.nan
+        row = stats.loc[(model, method)]
+        std = float(row["std"]) if row["count"] > 1 else math.nan
+        return float(row["mean"]), std
+
+    records = []
+    for key in keys:
+        rec: dict[str, Any] = {"Model": (models.get(key) or {}).get("display", key)}
+        for method, label in methods.items():
+            mean, std = ours(key, method)
+            rec[_ours_col(label)] = mean
+            rec[_ours_col(label) + STD_SUFFIX] = std
+            paper = (paper_models.get(key) or {}).get(method)
+            rec[_paper_col(label)] = math.nan if paper is None else float(paper)
+        best = best_rl.get(key) or {}
+        rec["Best RL (paper)"] = math.nan if best.get("value") is None else float(best["value"])
+        m = best.get("method")
+        rec["Best RL method (paper)"] = METHOD_LABELS.get(m, m) if m is not None else None
+        records.append(rec)
+
+    columns = ["Model"]
+    for label in methods.values():
+        columns += [_ours_col(label), _ours_col(label) + STD_SUFFIX, _paper_col(label)]
+    columns += ["Best RL (paper)", "Best RL method (paper)"]
+    df = pd.DataFrame(records, columns=columns, index=pd.Index(keys, name="model"))
+    numeric = [c for c in columns if c not in ("Model", "Best RL method (paper)")]
+    df[numeric] = df[numeric].astype("float64")
+    return df
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX special characters in plain text."""
+    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _fmt(value: Any) -> str:
+    if _is_missing(value):
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _display_frame(df: pd.DataFrame, pm: str) -> tuple[pd.DataFrame, list[bool]]:
+    """Format ``df`` as strings; fold ``"{col} std"`` columns into ``col`` as ``mean{pm}std``.
+
+    Returns the frame and, per column, whether it is numeric (for alignment).
+    """
+    out: dict[str, list[str]] = {}
+    numeric: list[bool] = []
+    for col in df.columns:
+        if str(col).endswith(STD_SUFFIX) and str(col)[: -len(STD_SUFFIX)] in df.columns:
+            continue
+        std_col = f"{col}{STD_SUFFIX}"
+        cells = []
+        for i in range(len(df)):
+            cell = _fmt(df[col].iloc[i])
+            if std_col in df.columns and cell and not _is_missing(df[std_col].iloc[i]):
+                cell = f"{cell}{pm}{_fmt(df[std_col].iloc[i])}"
+            cells.append(cell)
+        out[str(col)] = cells
+        numeric.append(pd.api.types.is_numeric_dtype(df[col]))
+    return pd.DataFrame(out, columns=list(out)), numeric
+
+
+def to_markdown(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = ()) -> str:
+    """Render ``df`` as a Markdown pipe table with the caption above and notes below."""
+    shown, numeric = _display_frame(df, " ± ")
+    align = ["right" if n else "left" for n in numeric]
+    # disable_numparse keeps "0.0" from turning into "0" and keeps blanks blank.
+    body = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
+    parts = [f"**{caption}**", ""] if caption else []
+    parts.append(body)
+    for note in notes:
+        parts += ["", note]
+    return "\n".join(parts) + "\n"
+
+
+_GROUPED = re.compile(r"^(?P<group>.+) \((?P<sub>[^()]+)\)$")
+
+
+def _latex_header(columns: list[str]) -> list[str]:
+    """Header rows; adjacent ``"G (a)"``, ``"G (b)"`` columns share a spanning ``G`` heading."""
+    parsed = [_GROUPED.match(c) for c in columns]
+    runs: list[tuple[str | None, list[int]]] = []
+    for i, m in enumerate(parsed):
+        group = m["group"] if m else None
+        if group is not None and runs and runs[-1][0] == group:
+            runs[-1][1].append(i)
+        else:
+            runs.append((group, [i]))
+    if not any(len(idx) > 1 for g, idx in runs if g is not None):
+        return [" & ".join(latex_escape(c) for c in columns) + r" \\"]
+    top, rules, bottom = [], [], []
+    for group, idx in runs:
+        if len(idx) > 1:
+            top.append(rf"\multicolumn{{{len(idx)}}}{{c}}{{{latex_escape(group)}}}")
+            rules.append(rf"\cmidrule(lr){{{idx[0] + 1}-{idx[-1] + 1}}}")
+            bottom += [latex_escape(parsed[i]["sub"]) for i in idx]
+        else:
+            top.append("")
+            bottom.append(latex_escape(columns[idx[0]]))
+    return [" & ".join(top) + r" \\", " ".join(rules), " & ".join(bottom) + r" \\"]
+
+
+def to_latex(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = ()) -> str:
+    """Render ``df`` as a booktabs ``tabular`` inside a ``table`` float (hand-built, no jinja2)."""
+    shown, numeric = _display_frame(df, " ± ")
+    spec = "".join("r" if n else "l" for n in numeric)
+    lines = [r"\begin{table}[t]", r"\centering"]
+    if caption:
+        lines.append(rf"\caption{{{latex_escape(caption)}}}")
+    lines += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    lines += _latex_header(list(shown.columns))
+    lines.append(r"\midrule")
+    for row in shown.itertuples(index=False):
+        lines.append(" & ".join(latex_escape(c) for c in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if notes:
+        lines.append(r"\par\smallskip")
+        lines.append(r"{\footnotesize " + r" \\ ".join(latex_escape(n) for n in notes) + "}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(
+    df: pd.DataFrame,
+    out_stem: PathLike,
+    caption: str,
+    notes: Sequence[str] = (),
+) -> list[Path]:
+    """Write ``{out_stem}.csv``, ``.md`` and ``.tex`` atomically; numbers to one decimal.
+
+    The CSV keeps every column (std columns separate, blanks for missing) and the
+    index when it is named; Markdown and LaTeX show ``mean ± std`` in one cell,
+    omit the index, and carry the caption and ``notes``. Returns the paths written.
+    """
+    stem = Path(out_stem)
+    paths = [stem.with_name(stem.name + ext) for ext in (".csv", ".md", ".tex")]
+    csv = df.to_csv(index=df.index.name is not None, float_format="%.1f", lineterminator="\n")
+    write_text(paths[0], csv)
+    write_text(paths[1], to_markdown(df, caption, notes))
+    write_text(paths[2], to_latex(df, caption, notes))
+    return paths
+
+
+def build_table1(
+    metrics_paths: Iterable[PathLike],
+    published_path: PathLike,
+    models: Mapping[str, Mapping[str, Any]],
+    out_stem: PathLike,
+    notes: Sequence[str] = (),
+    *,
+    task: str = "countdown",
+    split: str = "test",
+    include: Iterable[str] = (),
+) -> pd.DataFrame:
+    """Load metrics and published numbers, build Table 1 and write it; returns the table."""
+    published = load_published(published_path)
+    df = table1(load_metrics(metrics_paths), published, models, task, split, include=include)
+    block = _table_block(published, TABLE1_KEY)
+    prov = block.get("provenance", {}) or {}
+    best_prov = (block.get("best_rl", {}) or {}).get("provenance", {}) or {}
+    caption = f"{task.capitalize()} {split} accuracy (%): this reproduction (ours) and the paper"
+    default_notes = []
+    if prov:
+        default_notes.append(
+            f"Paper columns: arXiv {prov.get('arxiv', '?')}{prov.get('version', '')}, "
+            f"{prov.get('table', '?')}; best RL: {best_prov.get('version', '?')}."
+        )
+    default_notes.append("Ours: mean over seeds (± sample std with more than one seed); blank: no run or not reported.")
+    write_table(df, out_stem, caption, [*default_notes, *notes])
+    return df

@@ -1,0 +1,143 @@
+"""The plan of a pipeline run: which files exist for a config, and each rule's settings.
+
+The Snakefiles call this to wire paths; keeping it here makes the DAG's shape unit-testable
+without Snakemake. Method ``base`` is the untrained model: its "checkpoint" is the base
+model directory, and it is evaluated once (tag seed0), as greedy decoding makes the
+seed irrelevant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from esrepro.config import method_settings, rule_resources
+
+BASE = "base"
+CPU_ONLY_RULES = {"fetch"}
+
+
+class Plan:
+    """Paths and per-rule settings derived from a validated config and registry."""
+
+    def __init__(self, config: dict, registry: dict[str, dict]) -> None:
+        self.config = config
+        self.registry = registry
+        self.models: list[str] = list(config["models"])
+
+    # --- paths --------------------------------------------------------------
+    @staticmethod
+    def base_dir(model: str) -> str:
+        return f"results/models/{model}/base"
+
+    @staticmethod
+    def run_dir(task: str, model: str, method: str, seed: int | str) -> str:
+        return f"results/runs/{task}/{model}/{method}/seed{seed}"
+
+    @staticmethod
+    def eval_dir(task: str, model: str, method: str, seed: int | str, split: str) -> str:
+        return f"results/eval/{task}/{model}/{method}/seed{seed}/{split}"
+
+    def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """The weights evaluated for a (task, model, method, seed): base model or run checkpoint."""
+        if method == BASE:
+            return self.base_dir(model)
+        return f"{self.run_dir(task, model, method, seed)}/checkpoint"
+
+    def runs(self, task: str) -> list[tuple[str, str, int]]:
+        """(model, method, seed) of every evaluated run of ``task``, base models included."""
+        methods = self.config["train"].get(task, {}).get("methods", [])
+        out = [(m, BASE, 0) for m in self.models]
+        out += [(m, meth, s) for m in self.models for meth in methods for s in self.config["seeds"]]
+        return out
+
+    # --- settings as JSON for rules -----------------------------------------
+    def data_spec_json(self, task: str) -> str:
+        if task not in self.config["data"]:
+            raise KeyError(f"no data.{task} entry in the config")
+        return json.dumps(self.config["data"][task], sort_keys=True)
+
+    def model_spec_json(self, model: str) -> str:
+        return json.dumps(self.registry[model], sort_keys=True)
+
+    def method_spec_json(self, model: str, task: str, method: str) -> str:
+        return json.dumps(method_settings(self.config, self.registry, model, task, method), sort_keys=True)
+
+    def eval_spec_json(self, task: str, split: str) -> str:
+        spec = dict(self.config["evaluate"][task])
+        spec["split"] = split
+        return json.dumps(spec, sort_keys=True)
+
+    def uses_chat(self, model: str) -> bool:
+        return bool(self.registry[model]["chat_template"])
+
+    # --- models ---------------------------------------------------------------
+    def _regex(self, keys: list[str]) -> str:
+        return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
+
+    def built_models_regex(self) -> str:
+        return self._regex([k for k, e in self.registry.items() if "build" in e])
+
+    def hub_models_regex(self) -> str:
+        return self._regex([k for k, e in self.registry.items() if "hub_id" in e])
+
+    def build_inputs(self, model: str) -> list[str]:
+        """Prepared data a built model's warm start must stay disjoint from."""
+        task = self.registry[model]["build"]["sft"]["task"]
+        return [f"data/prepared/{task}"] if task in self.config["data"] else []
+
+    # --- resources ------------------------------------------------------------
+    def resources(self, model: str, rule: str) -> dict[str, Any]:
+        """A rule's resources for ``model``; downloads never hold a GPU."""
+        res = rule_resources(self.registry[model], rule)
+        if rule in CPU_ONLY_RULES:
+            res = {k: v for k, v in res.items() if k not in ("gpu_model", "cpus_per_gpu")}
+            res.update(gpu=0, cpus_per_task=1)
+        return res
+
+    def resource_keys(self, rule: str) -> list[str]:
+        """Resource names every configured model defines for ``rule``."""
+        keys = [set(self.resources(m, rule)) for m in self.models]
+        return sorted(set.intersection(*keys)) if keys else []
+
+    # --- report ---------------------------------------------------------------
+    def table1_metrics(self) -> list[str]:
+        t = self.config["report"]["table1"]
+        return [f"{self.eval_dir(t['task'], m, meth, s, t['split'])}/metrics.json" for m, meth, s in self.runs(t["task"])]
+
+    def table1_notes(self) -> str:
+        """``--note`` arguments for Table 1: data provenance and the ES settings."""
+        t = self.config["report"]["table1"]
+        task = t["task"]
+        src = self.config["data"][task]["source"]
+        notes = [f"Scale: {self.config['scale']}; {task} data source: {src['kind']}"
+                 + (" (generated, not the paper's data)" if src["kind"] == "generated" else "")]
+        for meth in self.config["train"].get(task, {}).get("methods", []):
+            s = self.config["train"][task][meth]
+            if meth == "es":
+                notes.append(
+                    f"ES: N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, {s['iterations']} iterations, "
+                    f"{s['train_examples']} training examples, greedy, noise={s['noise']}, restore={s['restore']}"
+                )
+        notes.append(f"Seeds: {self.config['seeds']} (mean over seeds; base model evaluated once)")
+        return " ".join(f"--note {shlex.quote(n)}" for n in notes)
+
+    def curve_logs(self, task: str, method: str) -> list[str]:
+        return [f"{self.run_dir(task, m, meth, s)}/log.jsonl" for m, meth, s in self.runs(task) if meth == method]
+
+    def labelled(self, paths: Any, task: str, method: str) -> str:
+        """``--log LABEL=PATH`` arguments, one per training log."""
+        args = []
+        for path in paths:
+            model, meth, seed = str(path).split("/")[3:6]
+            label = f"{self.registry[model]['display']} / {meth.upper()} / {seed}"
+            args.append(f"--log {shlex.quote(f'{label}={path}')}")
+        return " ".join(args)
+
+    def final_targets(self) -> list[str]:
+        out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex")]
+        if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
+            out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf")]
+        return out

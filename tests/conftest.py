@@ -1,0 +1,37 @@
+"""Shared fixtures: a tiny randomly initialised Qwen2 model with a locally trained tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data" / "es-at-scale"
+
+SMALL_ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 128,
+}
+
+
+def make_model_dir(path: Path, arch: dict = SMALL_ARCH, seed: int = 0) -> Path:
+    """Save a random-init Qwen2 LM and a byte-level BPE tokenizer into ``path``."""
+    from esrepro.models.tiny import build_model, train_tokenizer
+
+    corpus = [f"Using the numbers [{a} {b}], make {a + b}. <think> {a} + {b} </think>\n<answer>{a} + {b}</answer>"
+              for a in range(1, 40) for b in range(1, 12)]
+    tok = train_tokenizer(corpus, vocab_size=320)
+    model = build_model(arch, len(tok), tok.eos_token_id, seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("tiny_model"))

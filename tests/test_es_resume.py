@@ -1,0 +1,86 @@
+"""An ES run killed mid-way and restarted ends bit-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from esrepro.es.loop import ESConfig, ResumeMismatch, run_es
+from esrepro.backends.hf import HFBackend
+from esrepro.tasks.countdown import prepare
+
+SPEC = {
+    "iterations": 8, "population": 4, "sigma": 0.05, "alpha": 0.05, "train_examples": 6,
+    "max_new_tokens": 10, "batch_size": 6, "noise": "iid", "restore": "subtract",
+    "master_weights": None, "checkpoint_every": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("countdown")
+    prepare(out, {"kind": "generated", "n_train": 6, "n_test": 6}, seed=0)
+    return out
+
+
+def _train_cmd(model_dir: Path, data_dir: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "esrepro.cli", "train", "--method", "es", "--task", "countdown",
+            "--model", "test", "--model-dir", str(model_dir), "--data-dir", str(data_dir),
+            "--spec", json.dumps(SPEC), "--seed", "3", "--out", str(out), "--threads", "1"]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoint" / "model.safetensors"))
+
+
+def test_killed_run_resumes_bit_identically(tiny_model_dir, data_dir, tmp_path):
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    straight = tmp_path / "straight"
+    subprocess.run(_train_cmd(tiny_model_dir, data_dir, straight), check=True, env=env, timeout=600)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(tiny_model_dir, data_dir, killed), env=env)
+    state = killed / "resume" / "state.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())["completed_iterations"] >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "training finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = json.loads(state.read_text())["completed_iterations"]
+    assert 2 <= done < SPEC["iterations"]
+    assert not (killed / "checkpoint").exists()
+
+    subprocess.run(_train_cmd(tiny_model_dir, data_dir, killed), check=True, env=env, timeout=600)
+    a, b = _weights(straight), _weights(killed)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(a[k], base[k]) for k in a), "training did not change the weights"
+    log_a = [json.loads(x) for x in (straight / "log.jsonl").read_text().splitlines()]
+    log_b = [json.loads(x) for x in (killed / "log.jsonl").read_text().splitlines()]
+    assert [r["rewards"] for r in log_a] == [r["rewards"] for r in log_b]
+    assert len(log_b) == SPEC["iterations"]
+    assert not (killed / "resume").exists()
+    manifest = json.loads((killed / "manifest.json").read_text())
+    assert manifest["settings"]["population"] == 4 and manifest["seed"] == 3
+
+
+def test_resume_with_other_settings_is_refused(tiny_model_dir, tmp_path):
+    backend = HFBackend(tiny_model_dir)
+    cfg = ESConfig(iterations=2, population=2, sigma=0.01, alpha=0.01, max_new_tokens=2, checkpoint_every=1)
+    run_es(backend, ["a"], lambda rs: [len(r) for r in rs], cfg, tmp_path / "state", progress=False)
+    other = ESConfig(iterations=2, population=2, sigma=0.02, alpha=0.01, max_new_tokens=2, checkpoint_every=1)
+    with pytest.raises(ResumeMismatch, match="delete"):
+        run_es(backend, ["a"], lambda rs: [len(r) for r in rs], other, tmp_path / "state", progress=False)

@@ -1,0 +1,38 @@
+# Tables (csv, md, tex) and figures (png, pdf).
+
+
+rule table1_countdown:
+    input:
+        metrics=PLAN.table1_metrics(),
+        published=config["published"],
+        registry=config["registry"],
+    output:
+        multiext("results/tables/table1_countdown", ".csv", ".md", ".tex"),
+    params:
+        models=config["models"],
+        task=config["report"]["table1"]["task"],
+        split=config["report"]["table1"]["split"],
+        notes=PLAN.table1_notes(),
+    conda:
+        ENV
+    log:
+        "results/logs/report/table1_countdown.log",
+    shell:
+        "esrepro table1 --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
+        "--models {params.models:q} --task {params.task} --split {params.split} "
+        "{params.notes} --out results/tables/table1_countdown > {log} 2>&1"
+
+
+rule countdown_curves:
+    input:
+        PLAN.curve_logs("countdown", "es"),
+    output:
+        multiext("results/figures/countdown_curves", ".png", ".pdf"),
+    params:
+        logs=lambda wildcards, input: PLAN.labelled(input, "countdown", "es"),
+    conda:
+        ENV
+    log:
+        "results/logs/report/countdown_curves.log",
+    shell:
+        "esrepro curves {params.logs} --out results/figures/countdown_curves > {log} 2>&1"
