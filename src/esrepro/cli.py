@@ -68,13 +68,13 @@ def cmd_build_tiny(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     started = now()
     exclude = [row for p in args.exclude for row in read_jsonl(p)]
-    summary = build_tiny(args.spec["build"], exclude, args.out)
+    summary = build_tiny(args.spec["build"], exclude, args.out, data_source=args.data_spec["source"])
     write_json(
         Path(args.out) / "manifest.json",
         build_manifest(
             "build_tiny",
             inputs={Path(p).name if i == 0 else f"{Path(p).name}#{i}": p for i, p in enumerate(args.exclude)},
-            settings={"model": args.model, **args.spec},
+            settings={"model": args.model, **args.spec, "data": args.data_spec},
             started=started,
             extra={"summary": summary},
         ),
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build-tiny", help=cmd_build_tiny.__doc__)
     b.add_argument("--model", required=True)
     b.add_argument("--spec", type=_json, required=True, help="the registry entry as JSON")
+    b.add_argument("--data-spec", type=_json, default={"source": {}}, help="the config's data.<sft task> block as JSON")
     b.add_argument("--exclude", nargs="*", default=[], help="prepared jsonl files whose problems SFT must not see")
     b.add_argument("--out", required=True)
     b.add_argument("--threads", type=int, default=1)

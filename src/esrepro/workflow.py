@@ -88,6 +88,11 @@ class Plan:
         task = self.registry[model]["build"]["sft"]["task"]
         return [f"data/prepared/{task}"] if task in self.config["data"] else []
 
+    def build_data_spec_json(self, model: str) -> str:
+        """The config's data block of the task a built model is warm-started on."""
+        task = self.registry[model]["build"]["sft"]["task"]
+        return json.dumps(self.config["data"].get(task, {"source": {}}), sort_keys=True)
+
     # --- resources ------------------------------------------------------------
     def resources(self, model: str, rule: str) -> dict[str, Any]:
         """A rule's resources for ``model``; downloads never hold a GPU."""
@@ -113,7 +118,7 @@ class Plan:
         task = t["task"]
         src = self.config["data"][task]["source"]
         notes = [f"Scale: {self.config['scale']}; {task} data source: {src['kind']}"
-                 + (" (generated, not the paper's data)" if src["kind"] == "generated" else "")]
+                 + (" (not the paper's data)" if src["kind"] == "generated" else "")]
         for meth in self.config["train"].get(task, {}).get("methods", []):
             s = self.config["train"][task][meth]
             if meth == "es":

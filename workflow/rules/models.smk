@@ -10,6 +10,7 @@ rule build_tiny:
         model=PLAN.built_models_regex(),
     params:
         spec=lambda wildcards: PLAN.model_spec_json(wildcards.model),
+        data_spec=lambda wildcards: PLAN.build_data_spec_json(wildcards.model),
         exclude=lambda wildcards, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
     threads: config["threads"]
     resources:
@@ -19,7 +20,7 @@ rule build_tiny:
     log:
         "results/logs/build_tiny/{model}.log",
     shell:
-        "esrepro build-tiny --model {wildcards.model} --spec {params.spec:q} "
+        "esrepro build-tiny --model {wildcards.model} --spec {params.spec:q} --data-spec {params.data_spec:q} "
         "--exclude {params.exclude:q} --out {output} --threads {threads} > {log} 2>&1"
 
 

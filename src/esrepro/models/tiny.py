@@ -127,11 +127,16 @@ def sft(
     return losses
 
 
-def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path) -> dict:
+GENERATOR_OPTIONS = ("min_numbers", "max_numbers", "max_number", "max_target")
+
+
+def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path, data_source: dict | None = None) -> dict:
     """Build the tiny model from a registry ``build`` block into ``out_dir`` (atomically).
 
     ``exclude`` holds the prepared train/test examples: SFT and tokenizer problems that
     coincide with any of them are dropped, so the warm start never sees evaluation data.
+    ``data_source`` is the task's configured data source: its generator options (number
+    count and ranges) make the warm-start problems follow the same distribution.
     Returns a summary (parameter count, final SFT loss, problem counts).
     """
     from esrepro.tasks.countdown import CountdownTask, generate_problems, sft_completion
@@ -140,8 +145,10 @@ def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path) -> dic
     task = CountdownTask()
     banned = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in exclude}
 
+    options = {k: v for k, v in (data_source or {}).items() if k in GENERATOR_OPTIONS}
+
     def fresh(n: int, s: int) -> list[dict]:
-        probs = generate_problems(n + len(banned), seed=s)
+        probs = generate_problems(n + len(banned), seed=s, **options)
         keep = [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in banned]
         return keep[:n]
 
@@ -158,6 +165,7 @@ def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path) -> dic
     summary = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
+        "generator_options": options,
         "sft_problems": len(sft_problems),
         "tokenizer_problems": len(tok_problems),
         "sft_steps": len(losses),

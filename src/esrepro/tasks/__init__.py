@@ -23,6 +23,10 @@ _REGISTRY: dict[str, str] = {
 # Data preparation per task: ``prepare(out_dir, source, seed) -> {split: {n, sha256}}``.
 _PREPARERS: dict[str, str] = {
     "countdown": "esrepro.tasks.countdown:prepare",
+    **{
+        name: f"esrepro.tasks.task_data:prepare_{name}"
+        for name in ("gsm8k", "math500", "minerva", "olympiad_bench", "aime24", "amc23", "sudoku", "arc", "conciseness")
+    },
 }
 
 

