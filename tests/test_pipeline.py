@@ -42,7 +42,9 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    assert stats["train"] == "7" and stats["fetch_model"] == "7" and stats["evaluate"] == "14"
+    # Countdown: base + ES per model; every other task: the base model
+    assert stats["train"] == "7" and stats["fetch_model"] == "7" and stats["evaluate"] == str(7 * 2 + 7 * 9)
+    assert stats["prepare_data"] == "10"
     for model in ("qwen2.5-0.5b-instruct", "qwen2.5-7b-instruct", "llama-3.2-1b-instruct", "llama-3.1-8b-instruct"):
         assert f"results/runs/countdown/{model}/es/seed0/checkpoint" in out
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
@@ -76,9 +78,14 @@ def test_embedded_default_end_to_end(tmp_path):
     assert {"reward_mean", "reward_std", "seconds_generation", "seconds_update"} <= set(log[0])
     manifest = json.loads((run / "manifest.json").read_text())
     assert len(manifest["inputs"]["train_data"]["sha256"]) == 64
-    for split in ("base", "es"):
-        metrics = json.loads((repo / f"results/eval/countdown/tiny/{split}/seed0/test/metrics.json").read_text())
-        assert metrics["n"] == 100 and metrics["method"] == split
+    for method in ("base", "es"):
+        metrics = json.loads((repo / f"results/eval/countdown/tiny/{method}/seed0/test/metrics.json").read_text())
+        assert metrics["n"] == 200 and metrics["method"] == method
+    for task in ("gsm8k", "math500", "minerva", "olympiad_bench", "aime24", "amc23", "sudoku", "arc", "conciseness"):
+        metrics = json.loads((repo / f"results/eval/{task}/tiny/base/seed0/test/metrics.json").read_text())
+        assert metrics["task"] == task and metrics["n"] > 0
+        rows = [json.loads(x) for x in (repo / f"results/eval/{task}/tiny/base/seed0/test/responses.jsonl").read_text().splitlines()]
+        assert len(rows) == metrics["n"]
 
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr

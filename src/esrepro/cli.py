@@ -119,7 +119,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     started = now()
     spec = args.spec
-    task = get_task(args.task)
+    task = get_task(args.task, **spec.get("task_options", {}))
     examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
     backend = HFBackend(
         args.model_dir, dtype=args.dtype, batch_size=spec["batch_size"], chat=args.chat
@@ -161,10 +161,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     started = now()
     spec = args.spec
-    task = get_task(args.task)
+    task = get_task(args.task, **spec.get("task_options", {}))
     examples = _load_examples(task, args.data_dir, spec["split"], spec["limit"])
-    backend = HFBackend(args.model_dir, dtype=args.dtype, batch_size=spec["batch_size"], chat=args.chat)
+    backend = HFBackend(args.model_dir, dtype=args.dtype, batch_size=spec["batch_size"], chat=args.chat,
+                        max_prompt_tokens=spec.get("max_prompt_tokens"))
     result = evaluate(backend, task, examples, spec["max_new_tokens"], spec["batch_size"])
+    result.metrics["truncated_prompts"] = backend.truncated
     out = Path(args.out)
     labels = {"task": args.task, "split": spec["split"], "model": args.model, "method": args.method, "seed": args.seed}
     write_jsonl(out / "responses.jsonl", result.responses)

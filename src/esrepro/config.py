@@ -81,9 +81,18 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
         for method in spec["methods"]:
             if method not in spec:
                 problems.append(f"train.{task}.methods: {method!r} has no train.{task}.{method} settings")
-    for task in config["evaluate"]:
+    from esrepro.tasks import known_tasks
+
+    for section in ("data", "train", "evaluate", "task_options"):
+        for task in config.get(section, {}):
+            if task not in known_tasks():
+                problems.append(f"{section}.{task}: unknown task; known: {', '.join(known_tasks())}")
+    for task, spec in config["evaluate"].items():
         if task not in config["data"]:
             problems.append(f"evaluate.{task}: no data.{task} entry to evaluate on")
+        train_task = spec.get("train_task", task)
+        if train_task != task and train_task not in config["train"]:
+            problems.append(f"evaluate.{task}.train_task: no train.{train_task} entry")
     if problems:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}" for p in problems))
     return registry

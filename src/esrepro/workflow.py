@@ -40,15 +40,19 @@ class Plan:
     def eval_dir(task: str, model: str, method: str, seed: int | str, split: str) -> str:
         return f"results/eval/{task}/{model}/{method}/seed{seed}/{split}"
 
+    def train_task_of(self, task: str) -> str:
+        """The training task whose runs are evaluated on ``task`` (itself unless configured)."""
+        return self.config["evaluate"].get(task, {}).get("train_task", task)
+
     def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
-        """The weights evaluated for a (task, model, method, seed): base model or run checkpoint."""
+        """The weights evaluated on ``task`` for (model, method, seed): base model or run checkpoint."""
         if method == BASE:
             return self.base_dir(model)
-        return f"{self.run_dir(task, model, method, seed)}/checkpoint"
+        return f"{self.run_dir(self.train_task_of(task), model, method, seed)}/checkpoint"
 
     def runs(self, task: str) -> list[tuple[str, str, int]]:
-        """(model, method, seed) of every evaluated run of ``task``, base models included."""
-        methods = self.config["train"].get(task, {}).get("methods", [])
+        """(model, method, seed) of every run evaluated on ``task``, base models included."""
+        methods = self.config["train"].get(self.train_task_of(task), {}).get("methods", [])
         out = [(m, BASE, 0) for m in self.models]
         out += [(m, meth, s) for m in self.models for meth in methods for s in self.config["seeds"]]
         return out
@@ -62,12 +66,18 @@ class Plan:
     def model_spec_json(self, model: str) -> str:
         return json.dumps(self.registry[model], sort_keys=True)
 
+    def task_options(self, task: str) -> dict:
+        return dict(self.config.get("task_options", {}).get(task, {}))
+
     def method_spec_json(self, model: str, task: str, method: str) -> str:
-        return json.dumps(method_settings(self.config, self.registry, model, task, method), sort_keys=True)
+        spec = method_settings(self.config, self.registry, model, task, method)
+        spec["task_options"] = self.task_options(task)
+        return json.dumps(spec, sort_keys=True)
 
     def eval_spec_json(self, task: str, split: str) -> str:
         spec = dict(self.config["evaluate"][task])
         spec["split"] = split
+        spec["task_options"] = self.task_options(task)
         return json.dumps(spec, sort_keys=True)
 
     def uses_chat(self, model: str) -> bool:
@@ -141,8 +151,16 @@ class Plan:
             args.append(f"--log {shlex.quote(f'{label}={path}')}")
         return " ".join(args)
 
+    def eval_metrics(self) -> list[str]:
+        """metrics.json of every configured evaluation (each task, model, method, seed)."""
+        return [
+            f"{self.eval_dir(task, m, meth, s, spec['split'])}/metrics.json"
+            for task, spec in self.config["evaluate"].items()
+            for m, meth, s in self.runs(task)
+        ]
+
     def final_targets(self) -> list[str]:
-        out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex")]
+        out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex")] + self.eval_metrics()
         if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
             out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf")]
         return out

@@ -15,6 +15,8 @@ class HFBackend:
     Prompts are left-padded in batches of ``batch_size``; decoding is greedy
     (``do_sample=False``), so the output is a deterministic function of the weights.
     With ``chat=True`` each prompt is wrapped as a user turn by the tokenizer's chat template.
+    With ``max_prompt_tokens`` longer prompts keep only their last tokens (for models
+    whose context is shorter than a task's prompts); ``truncated`` counts them.
     """
 
     def __init__(
@@ -24,6 +26,7 @@ class HFBackend:
         device: str = "cpu",
         batch_size: int = 32,
         chat: bool = False,
+        max_prompt_tokens: int | None = None,
     ) -> None:
         self.tokenizer = load_tokenizer(model_dir)
         self.tokenizer.padding_side = "left"
@@ -31,6 +34,10 @@ class HFBackend:
         self.device = device
         self.batch_size = batch_size
         self.chat = chat
+        self.max_prompt_tokens = max_prompt_tokens
+        self.truncated = 0
+        if max_prompt_tokens is not None:
+            self.tokenizer.truncation_side = "left"
 
     def _format(self, prompt: str) -> str:
         if not self.chat:
@@ -46,7 +53,7 @@ class HFBackend:
         tok = self.tokenizer
         for start in range(0, len(prompts), self.batch_size):
             chunk = [self._format(p) for p in prompts[start : start + self.batch_size]]
-            enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+            enc = self._encode(chunk)
             gen = self.model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -60,6 +67,17 @@ class HFBackend:
             new = gen[:, enc["input_ids"].shape[1] :]
             out.extend(tok.batch_decode(new, skip_special_tokens=True))
         return out
+
+    def _encode(self, texts: list[str]):
+        tok = self.tokenizer
+        if self.max_prompt_tokens is None:
+            return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        lengths = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+        self.truncated += sum(n > self.max_prompt_tokens for n in lengths)
+        return tok(
+            texts, return_tensors="pt", padding=True, add_special_tokens=False,
+            truncation=True, max_length=self.max_prompt_tokens,
+        ).to(self.device)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """Parameters in ``model.named_parameters()`` order (tied weights appear once)."""

@@ -44,6 +44,11 @@ def prepare_task(name: str, out_dir: str, source: dict, seed: int) -> dict:
     return _resolve(_PREPARERS[name])(out_dir, source, seed)
 
 
+def known_tasks() -> list[str]:
+    """Names of every registered task."""
+    return sorted(_REGISTRY)
+
+
 def get_task(name: str, **options: Any) -> Task:
     """Instantiate the task called ``name`` with ``options``."""
     if name not in _REGISTRY:
@@ -51,4 +56,4 @@ def get_task(name: str, **options: Any) -> Task:
     return _resolve(_REGISTRY[name])(**options)
 
 
-__all__ = ["Score", "Task", "get_task", "prepare_task"]
+__all__ = ["Score", "Task", "get_task", "known_tasks", "prepare_task"]
