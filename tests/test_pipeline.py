@@ -57,13 +57,22 @@ def test_lint_is_clean():
     assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-def test_embedded_default_end_to_end(tmp_path):
-    """The README's main job on a copy of the repository: every output, every manifest."""
-    repo = _copy_repo(tmp_path)
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> Path:
+    """The README's main job, run once on a copy of the repository."""
+    repo = _copy_repo(tmp_path_factory.mktemp("pipeline"))
     proc = _snakemake(["--profile", "workflow/profiles/default"], repo, timeout=3000)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    return repo
 
+
+def _esrepro(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "esrepro"), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_embedded_default_writes_every_output(default_run):
+    repo = default_run
     table = pd.read_csv(repo / "results/tables/table1_countdown.csv")
     row = table[table["model"] == "tiny"].iloc[0]
     assert 0 <= row["Original (ours)"] <= 100 and 0 <= row["ES (ours)"] <= 100
@@ -89,3 +98,30 @@ def test_embedded_default_end_to_end(tmp_path):
 
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "data/prepared/countdown/test.jsonl",
+        "results/runs/countdown/tiny/es/seed0/checkpoint/model.safetensors",
+        "results/tables/table1_countdown.csv",
+    ],
+)
+def test_audit_passes_then_names_the_changed_file(default_run, victim):
+    repo = default_run
+    ok = _esrepro(["audit", "results/tables/table1_countdown.csv"], repo)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr
+    assert "results/models/tiny/base" in ok.stdout and "data/prepared/countdown/train.jsonl" in ok.stdout
+    path = repo / victim
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        bad = _esrepro(["audit", "results/tables/table1_countdown.csv"], repo)
+        assert bad.returncode != 0
+        last = bad.stdout.strip().splitlines()[-1]
+        named = victim if "checkpoint" not in victim else victim.rsplit("/", 1)[0]  # directories hash as one
+        assert last.startswith(f"audit FAILED: {named} changed"), last
+    finally:
+        path.write_bytes(original)

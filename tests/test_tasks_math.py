@@ -351,7 +351,10 @@ def test_math_verify_alone_parses_the_gold_answers_sample(tmp_path: Path) -> Non
 
 @needs_shared
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("ESREPRO_FULL_GOLD_CHECK"), reason="set ESREPRO_FULL_GOLD_CHECK=1 (about 1 min)")
+@pytest.mark.skipif(
+    not (os.environ.get("ESREPRO_FULL_GOLD_CHECK") or os.environ.get("CI")),
+    reason="set ESREPRO_FULL_GOLD_CHECK=1 (about 1 min; always on in CI)",
+)
 @pytest.mark.parametrize("task_name", MATH_SETS)
 def test_math_verify_alone_parses_all_gold_answers(tmp_path: Path, task_name: str) -> None:
     rows = _local_rows(task_name, tmp_path)

@@ -73,9 +73,10 @@ def cmd_build_tiny(args: argparse.Namespace) -> None:
         Path(args.out) / "manifest.json",
         build_manifest(
             "build_tiny",
-            inputs={Path(p).name if i == 0 else f"{Path(p).name}#{i}": p for i, p in enumerate(args.exclude)},
+            inputs={f"excluded_{Path(p).stem}": p for p in args.exclude},
             settings={"model": args.model, **args.spec, "data": args.data_spec},
             started=started,
+            outputs={"model": args.out},
             extra={"summary": summary},
         ),
     )
@@ -98,7 +99,10 @@ def cmd_fetch_model(args: argparse.Namespace) -> None:
             snapshot_download(spec["hub_id"], revision=spec["revision"], local_dir=tmp)
         except Exception as exc:  # hub errors come in many types; name the model
             raise SystemExit(f"model {args.model!r}: could not fetch {spec['hub_id']}@{spec['revision']}: {exc}")
-        write_json(tmp / "manifest.json", build_manifest("fetch_model", {}, {"model": args.model, **spec}, started))
+    write_json(
+        Path(args.out) / "manifest.json",
+        build_manifest("fetch_model", {}, {"model": args.model, **spec}, started, outputs={"model": args.out}),
+    )
 
 
 def _load_examples(task, data_dir: str, split: str, limit: int | None) -> list[dict]:
@@ -187,18 +191,27 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_table1(args: argparse.Namespace) -> None:
     """Write Table 1 (Countdown accuracy, ours beside the paper's) as csv, md and tex."""
     from esrepro.config import load_registry
+    from esrepro.provenance import now
     from esrepro.report.tables import build_table1
 
+    started = now()
     registry = load_registry(args.registry)
     models = {k: registry[k] for k in args.models}
     build_table1(args.metrics, args.published, models, args.out, notes=args.note, task=args.task, split=args.split,
                  include=args.models)
+    _write_report_manifest(
+        "table1", args.out, (".csv", ".md", ".tex"), started,
+        inputs={**{m: m for m in args.metrics}, "published": args.published, "registry": args.registry},
+        settings={"task": args.task, "split": args.split, "models": args.models, "notes": args.note},
+    )
 
 
 def cmd_curves(args: argparse.Namespace) -> None:
     """Plot training reward per iteration for each labelled log.jsonl (png and pdf)."""
+    from esrepro.provenance import now
     from esrepro.report.figures import build_countdown_curves
 
+    started = now()
     logs = {}
     for item in args.log:
         label, _, path = item.partition("=")
@@ -206,6 +219,24 @@ def cmd_curves(args: argparse.Namespace) -> None:
             raise SystemExit(f"--log expects LABEL=PATH, got {item!r}")
         logs[label] = path
     build_countdown_curves(logs, args.out)
+    _write_report_manifest("curves", args.out, (".png", ".pdf"), started, inputs={p: p for p in logs.values()},
+                           settings={"labels": list(logs)})
+
+
+def _write_report_manifest(kind: str, stem: str, exts: tuple[str, ...], started: str, inputs: dict, settings: dict) -> None:
+    """``{stem}.manifest.json`` beside a table's or figure's files: what they were made from."""
+    from esrepro.io import write_json
+    from esrepro.provenance import build_manifest
+
+    outputs = {f"{Path(stem).name}{e}": f"{stem}{e}" for e in exts}
+    write_json(f"{stem}.manifest.json", build_manifest(kind, inputs, settings, started, outputs=outputs))
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Walk back from a result to its data, model, config and code, re-hashing every file."""
+    from esrepro.audit import main_audit
+
+    return main_audit(args.target, root=args.root)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")
     c.add_argument("--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_curves)
+    a = sub.add_parser("audit", help=cmd_audit.__doc__)
+    a.add_argument("target", help="a table, figure or any recorded output")
+    a.add_argument("--root", default=".", help="the pipeline's working directory")
+    a.set_defaults(func=cmd_audit)
     return p
 
 
@@ -277,11 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        status = args.func(args)
     except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
         print(f"esrepro {args.verb}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,28 @@ from esrepro.fetch import sha256_file
 PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas")
 
 
+MANIFEST = "manifest.json"
+#: Files a directory's hash leaves out: its own manifest, and the empty marker Snakemake
+#: drops into every directory() output after the step that wrote it has finished.
+UNHASHED = (MANIFEST, ".snakemake_timestamp")
+
+
 def sha256_tree(path: str | os.PathLike) -> str:
-    """sha256 of a file, or of a directory as the sorted (relative path, file sha256) list."""
+    """sha256 of a file, or of a directory as the sorted (relative path, file sha256) list.
+
+    A directory's own top-level ``manifest.json`` and ``.snakemake_timestamp`` are left
+    out: a step that writes its manifest into its output directory records the hash of
+    everything else there, and Snakemake's marker appears only after the step ends.
+    """
     path = Path(path)
     if path.is_file():
         return sha256_file(path)
     if not path.is_dir():
         raise FileNotFoundError(f"cannot hash {path}: not found")
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+    skip = {path / name for name in UNHASHED}
+    files = (p for p in path.rglob("*") if p.is_file() and p not in skip)
+    for f in sorted(files):
         h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 

@@ -7,7 +7,7 @@ rule table1_countdown:
         published=config["published"],
         registry=config["registry"],
     output:
-        multiext("results/tables/table1_countdown", ".csv", ".md", ".tex"),
+        multiext("results/tables/table1_countdown", ".csv", ".md", ".tex", ".manifest.json"),
     params:
         models=config["models"],
         task=config["report"]["table1"]["task"],
@@ -27,7 +27,7 @@ rule countdown_curves:
     input:
         PLAN.curve_logs("countdown", "es"),
     output:
-        multiext("results/figures/countdown_curves", ".png", ".pdf"),
+        multiext("results/figures/countdown_curves", ".png", ".pdf", ".manifest.json"),
     params:
         logs=lambda wildcards, input: PLAN.labelled(input, "countdown", "es"),
     conda:
