@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-
-try:
-    import esrepro  # noqa: F401
-except ImportError:  # not installed: run from the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from esrepro.io import write_json, write_jsonl
 from esrepro.report.figures import build_countdown_curves, training_curves
