@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from esrepro.tasks import get_task
+from esrepro.tasks import get_task, prepare_task
 from esrepro.tasks.gsm8k import after_hashes, extract_gsm8k_answer, gold_from_solution, last_number
 from esrepro.tasks.math import (
     QWEN_MATH_TEMPLATE,
@@ -32,7 +32,6 @@ from esrepro.tasks.task_data import (
     prepare_gsm8k,
     prepare_math500,
     prepare_minerva,
-    PREPARERS,
 )
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "es-at-scale"
@@ -219,7 +218,7 @@ def test_gsm8k_task() -> None:
 
 @pytest.mark.parametrize("task_name", MATH_SETS)
 def test_embedded_math_items(tmp_path: Path, task_name: str) -> None:
-    result = PREPARERS[task_name](tmp_path, {"kind": "generated"}, 0)
+    result = prepare_task(task_name, tmp_path, {"kind": "generated"}, 0)
     assert result["test"]["n"] == len(EMBEDDED_MATH[task_name]) >= 12
     task = get_task(task_name)
     rows = task.load("test", tmp_path)
@@ -286,7 +285,7 @@ def test_hub_sources_without_pins_are_refused(tmp_path: Path) -> None:
 
 
 def _local_rows(task_name: str, tmp_path: Path) -> list[dict]:
-    result = PREPARERS[task_name](tmp_path / task_name, {"kind": "local", "path": str(MATH_DIR)}, 0)
+    result = prepare_task(task_name, tmp_path / task_name, {"kind": "local", "path": str(MATH_DIR)}, 0)
     assert result["test"]["n"] == EXPECTED_ROWS[task_name]
     return get_task(task_name).load("test", tmp_path / task_name)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from esrepro.fetch import fetch_hub_file, sha256_file
 from esrepro.io import read_jsonl, write_jsonl
@@ -443,18 +443,6 @@ def prepare_conciseness(out_dir: str | Path, source: dict, seed: int) -> dict:
                       for i, item in enumerate(data[key])]
     return _write_splits(out_dir, out)
 
-
-PREPARERS: dict[str, Callable[[str | Path, dict, int], dict]] = {
-    "gsm8k": prepare_gsm8k,
-    "math500": prepare_math500,
-    "minerva": prepare_minerva,
-    "olympiad_bench": prepare_olympiad_bench,
-    "aime24": prepare_aime24,
-    "amc23": prepare_amc23,
-    "sudoku": prepare_sudoku,
-    "arc": prepare_arc,
-    "conciseness": prepare_conciseness,
-}
 
 # ------------------------------------------------------------------------------ embedded math items
 # Hand-written for offline tests, in MATH's format; NOT items of the benchmarks.
