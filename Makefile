@@ -21,6 +21,8 @@ reproduce: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --profile workflow/profiles/default
 
 test: install
+	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)
+	scripts/install-slurm
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra
 
 dry-run-paper: install

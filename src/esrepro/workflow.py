@@ -17,6 +17,7 @@ from esrepro.config import method_settings, rule_resources
 
 BASE = "base"
 CPU_ONLY_RULES = {"fetch"}
+FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs ask for
 
 
 class Plan:
@@ -110,6 +111,7 @@ class Plan:
         if rule in CPU_ONLY_RULES:
             res = {k: v for k, v in res.items() if k not in ("gpu_model", "cpus_per_gpu")}
             res.update(gpu=0, cpus_per_task=1)
+            res["mem_mb"] = min(res.get("mem_mb", FETCH_MEM_MB), FETCH_MEM_MB)
         return res
 
     def resource_keys(self, rule: str) -> list[str]:
