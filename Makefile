@@ -15,10 +15,18 @@ $(BIN)/esrepro: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
-install: $(BIN)/esrepro
+# DVC in its own environment: its hydra-core pins antlr4 4.9, which breaks math-verify
+$(VENV)-dvc/bin/dvc:
+	$(PYTHON) -m venv $(VENV)-dvc
+	$(VENV)-dvc/bin/pip install --quiet dvc==3.67.1
+	touch $@
+
+install: $(BIN)/esrepro $(VENV)-dvc/bin/dvc
 
 reproduce: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --profile workflow/profiles/default
+	# Snakemake's own HTML report: every table and figure with its caption and provenance
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report results/reports/workflow_report.html
 
 test: install
 	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)
@@ -32,4 +40,4 @@ benchmark: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_iteration.py
 
 clean:
-	rm -rf results/models results/runs results/eval results/tables results/figures results/logs data/prepared .snakemake
+	rm -rf results/models results/runs results/eval results/tables results/figures results/logs results/reports results/ro-crate data/prepared .snakemake

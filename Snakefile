@@ -10,6 +10,8 @@ from esrepro.workflow import Plan
 
 configfile: "config/config.yaml"
 
+report: "workflow/report/workflow.rst"
+
 # A --configfile on the command line replaces config/config.yaml instead of being
 # merged into it, so no tiny setting leaks into a paper run (--config still overrides).
 if workflow.config_settings.configfiles:
@@ -30,9 +32,13 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/provenance.smk"
 
 
 rule all:
     default_target: True
     input:
         PLAN.final_targets(),
+        "results/reports/analysis.html",
+        "results/reports/eval_summary.metrics.json",
+        "results/ro-crate/ro-crate-metadata.json",

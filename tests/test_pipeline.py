@@ -63,6 +63,8 @@ def default_run(tmp_path_factory) -> Path:
     repo = _copy_repo(tmp_path_factory.mktemp("pipeline"))
     proc = _snakemake(["--profile", "workflow/profiles/default"], repo, timeout=3000)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    report = _snakemake(["--report", "results/reports/workflow_report.html"], repo, timeout=300)  # as `make reproduce`
+    assert report.returncode == 0, (report.stdout + report.stderr)[-3000:]
     return repo
 
 
@@ -96,6 +98,15 @@ def test_embedded_default_writes_every_output(default_run):
         rows = [json.loads(x) for x in (repo / f"results/eval/{task}/tiny/base/seed0/test/responses.jsonl").read_text().splitlines()]
         assert len(rows) == metrics["n"]
 
+    assert "table1_countdown.csv" in (repo / "results/reports/workflow_report.html").read_text()
+    html = (repo / "results/reports/analysis.html").read_text()
+    assert "Table 1" in html and "Traceback" not in html
+    assert json.loads((repo / "results/reports/analysis.ipynb").read_text())["cells"]
+    crate = json.loads((repo / "results/ro-crate/ro-crate-metadata.json").read_text())
+    assert any("CreateAction" in str(e.get("@type")) for e in crate["@graph"])
+    headline = json.loads((repo / "results/tables/table1_countdown.metrics.json").read_text())
+    assert set(headline["tiny"]) >= {"base", "es"}
+
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr
 
@@ -125,3 +136,31 @@ def test_audit_passes_then_names_the_changed_file(default_run, victim):
         assert last.startswith(f"audit FAILED: {named} changed"), last
     finally:
         path.write_bytes(original)
+
+
+@pytest.mark.slow
+def test_dvc_push_delete_pull_then_audit_passes(default_run, tmp_path):
+    """The recorded state survives a round trip through a local-folder DVC remote."""
+    from esrepro.dvc_record import DvcError, dvc_command, run_dvc
+
+    try:
+        dvc_command()
+    except DvcError as exc:
+        pytest.skip(str(exc))
+    repo = Path(shutil.copytree(default_run, tmp_path / "repo", symlinks=True))
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    run_dvc(["init", "--quiet", "--force"], repo)
+    run_dvc(["remote", "add", "-d", "store", str(tmp_path / "store")], repo)
+    proc = _snakemake(["--cores", "1", "dvc_record"], repo, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    recorded = json.loads((repo / "results/dvc_record.json").read_text())
+    assert recorded
+    run_dvc(["push", "--quiet"], repo)
+    tracked = ["data/prepared", "results/models", "results/runs", "results/eval"]
+    for rel in [*tracked, ".dvc/cache"]:
+        shutil.rmtree(repo / rel)
+    gone = _esrepro(["audit", "results/tables/table1_countdown.csv"], repo)
+    assert gone.returncode != 0 and "missing" in gone.stdout.strip().splitlines()[-1]
+    run_dvc(["pull", "--quiet"], repo)
+    ok = _esrepro(["audit", "results/tables/table1_countdown.csv"], repo)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr

@@ -144,7 +144,8 @@ def index_manifests(root: str | Path = ".") -> tuple[dict[str, dict[str, Any]], 
     """Read every ``manifest.json`` / ``*.manifest.json`` under root/data and root/results.
 
     Returns (manifests by relative path, manifest paths recording each normalised output path).
-    Hidden paths (atomic-write temporaries) are skipped.
+    Hidden paths (atomic-write temporaries) and RO-Crate exports (folders holding an
+    ``ro-crate-metadata.json``: copies of the manifests, not producers) are skipped.
     """
     root = Path(root)
     manifests: dict[str, dict[str, Any]] = {}
@@ -152,8 +153,11 @@ def index_manifests(root: str | Path = ".") -> tuple[dict[str, dict[str, Any]], 
     for top in SCAN_DIRS:
         if not (root / top).is_dir():
             continue
+        crates = [c.parent for c in (root / top).rglob("ro-crate-metadata.json")]
         for p in sorted((root / top).rglob("*manifest.json")):
             rel = p.relative_to(root)
+            if any(c in p.parents for c in crates):
+                continue
             if not p.is_file() or any(part.startswith(".") for part in rel.parts[:-1]) or not (
                     p.name == MANIFEST or (p.name.endswith("." + MANIFEST) and len(p.name) > len(MANIFEST) + 1)):
                 continue

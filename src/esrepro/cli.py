@@ -200,7 +200,7 @@ def cmd_table1(args: argparse.Namespace) -> None:
     build_table1(args.metrics, args.published, models, args.out, notes=args.note, task=args.task, split=args.split,
                  include=args.models)
     _write_report_manifest(
-        "table1", args.out, (".csv", ".md", ".tex"), started,
+        "table1", args.out, (".csv", ".md", ".tex", ".metrics.json"), started,
         inputs={**{m: m for m in args.metrics}, "published": args.published, "registry": args.registry},
         settings={"task": args.task, "split": args.split, "models": args.models, "notes": args.note},
     )
@@ -219,8 +219,38 @@ def cmd_curves(args: argparse.Namespace) -> None:
             raise SystemExit(f"--log expects LABEL=PATH, got {item!r}")
         logs[label] = path
     build_countdown_curves(logs, args.out)
-    _write_report_manifest("curves", args.out, (".png", ".pdf"), started, inputs={p: p for p in logs.values()},
+    _write_report_manifest("curves", args.out, (".png", ".pdf", ".csv"), started, inputs={p: p for p in logs.values()},
                            settings={"labels": list(logs)})
+
+
+def cmd_report_notebook(args: argparse.Namespace) -> None:
+    """Execute the analysis notebook (papermill) and render it to HTML."""
+    from esrepro.report.notebook import main_report_notebook
+
+    main_report_notebook(args.notebook, args.out_ipynb, args.out_html, args.tables_dir, args.figures_dir,
+                         args.eval_dir, args.published, args.registry, timeout=args.timeout, show_code=args.show_code)
+
+
+def cmd_eval_summary(args: argparse.Namespace) -> None:
+    """Write {task: {model: {method: accuracy_percent}}} of evaluation metrics (for dvc metrics)."""
+    from esrepro.report.notebook import main_eval_summary
+
+    main_eval_summary(args.metrics, args.out)
+
+
+def cmd_ro_crate(args: argparse.Namespace) -> None:
+    """Write a Workflow Run RO-Crate of the run."""
+    from esrepro.rocrate_export import main_ro_crate
+
+    main_ro_crate(args.out, args.workflow, args.configs, args.inputs, args.outputs, args.manifests,
+                  copy_max_bytes=args.copy_max_bytes)
+
+
+def cmd_dvc_record(args: argparse.Namespace) -> None:
+    """Record data and checkpoint folders with DVC (dvc add); optionally dvc push."""
+    from esrepro.dvc_record import main_dvc_record
+
+    main_dvc_record(args.paths, args.out, push_to=args.remote, do_push=args.push)
 
 
 def _write_report_manifest(kind: str, stem: str, exts: tuple[str, ...], started: str, inputs: dict, settings: dict) -> None:
@@ -303,6 +333,40 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("target", help="a table, figure or any recorded output")
     a.add_argument("--root", default=".", help="the pipeline's working directory")
     a.set_defaults(func=cmd_audit)
+    n = sub.add_parser("report-notebook", help=cmd_report_notebook.__doc__)
+    n.add_argument("--notebook", required=True, help="the papermill notebook (workflow/notebooks/analysis.ipynb)")
+    n.add_argument("--tables-dir", required=True)
+    n.add_argument("--figures-dir", required=True)
+    n.add_argument("--eval-dir", required=True)
+    n.add_argument("--published", required=True)
+    n.add_argument("--registry", required=True)
+    n.add_argument("--out-ipynb", required=True)
+    n.add_argument("--out-html", required=True)
+    n.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    n.add_argument("--show-code", action="store_true", help="keep the code cells in the HTML")
+    n.set_defaults(func=cmd_report_notebook)
+
+    e = sub.add_parser("eval-summary", help=cmd_eval_summary.__doc__)
+    e.add_argument("--metrics", nargs="+", required=True)
+    e.add_argument("--out", required=True)
+    e.set_defaults(func=cmd_eval_summary)
+
+    o = sub.add_parser("ro-crate", help=cmd_ro_crate.__doc__)
+    o.add_argument("--out", required=True, help="crate folder (replaced)")
+    o.add_argument("--workflow", nargs="+", required=True, help="the main Snakefile first, then the files it reads")
+    o.add_argument("--configs", nargs="*", default=[])
+    o.add_argument("--inputs", nargs="*", default=[], help="datasets and base models (the run's object)")
+    o.add_argument("--outputs", nargs="*", default=[], help="checkpoints, metrics, tables, figures, reports (result)")
+    o.add_argument("--manifests", nargs="*", default=[])
+    o.add_argument("--copy-max-bytes", type=int, default=20_000_000, help="larger files are referenced, not copied")
+    o.set_defaults(func=cmd_ro_crate)
+
+    k = sub.add_parser("dvc-record", help=cmd_dvc_record.__doc__)
+    k.add_argument("--paths", nargs="+", required=True, help="folders to track (one .dvc file each)")
+    k.add_argument("--out", required=True, help="JSON summary of what was recorded")
+    k.add_argument("--push", action="store_true", help="dvc push to the default remote afterwards")
+    k.add_argument("--remote", default=None, help="dvc push to this remote afterwards")
+    k.set_defaults(func=cmd_dvc_record)
     return p
 
 

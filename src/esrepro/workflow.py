@@ -162,7 +162,42 @@ class Plan:
         ]
 
     def final_targets(self) -> list[str]:
-        out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex")] + self.eval_metrics()
+        out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex", "metrics.json")]
+        out += self.eval_metrics()
         if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
-            out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf")]
+            out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf", "csv")]
         return out
+
+    # --- provenance -------------------------------------------------------------
+    def datasets(self) -> list[str]:
+        """data/prepared/{task} of every task the run reads: evaluated, trained on, warm-started on."""
+        dirs: list[str] = []
+        for task in self.config["evaluate"]:
+            dirs.append(f"data/prepared/{task}")
+            if any(meth != BASE for _, meth, _ in self.runs(task)):
+                dirs.append(f"data/prepared/{self.train_task_of(task)}")
+        for model in self.models:
+            if "build" in self.registry[model]:
+                dirs += self.build_inputs(model)
+        return list(dict.fromkeys(dirs))
+
+    def model_dirs(self) -> list[str]:
+        """results/models/{model}/base of every configured model."""
+        return [self.base_dir(m) for m in self.models]
+
+    def run_dirs(self) -> list[str]:
+        """Every training run directory the evaluations read (checkpoint, log, manifest)."""
+        dirs = [self.run_dir(self.train_task_of(task), m, meth, s)
+                for task in self.config["evaluate"] for m, meth, s in self.runs(task) if meth != BASE]
+        return list(dict.fromkeys(dirs))
+
+    def report_files(self) -> list[str]:
+        """Every table and figure file of the run (their manifests excluded)."""
+        return [p for p in self.final_targets() if p.startswith(("results/tables/", "results/figures/"))]
+
+    def manifests(self) -> list[str]:
+        """Every step manifest of the run: data, models, runs, evaluations, tables and figures."""
+        out = [f"{d}/manifest.json" for d in self.datasets() + self.model_dirs() + self.run_dirs()]
+        out += [f"{p.rsplit('/', 1)[0]}/manifest.json" for p in self.eval_metrics()]
+        stems = dict.fromkeys(p.split(".", 1)[0] for p in self.report_files())
+        return out + [f"{stem}.manifest.json" for stem in stems]

@@ -7,7 +7,16 @@ rule table1_countdown:
         published=config["published"],
         registry=config["registry"],
     output:
-        multiext("results/tables/table1_countdown", ".csv", ".md", ".tex", ".manifest.json"),
+        report(
+            "results/tables/table1_countdown.csv",
+            caption="../report/table1_countdown.rst",
+            category="Tables",
+            labels={"table": "Table 1", "format": "csv"},
+        ),
+        "results/tables/table1_countdown.md",
+        "results/tables/table1_countdown.tex",
+        "results/tables/table1_countdown.metrics.json",
+        "results/tables/table1_countdown.manifest.json",
     params:
         models=config["models"],
         task=config["report"]["table1"]["task"],
@@ -27,7 +36,15 @@ rule countdown_curves:
     input:
         PLAN.curve_logs("countdown", "es"),
     output:
-        multiext("results/figures/countdown_curves", ".png", ".pdf", ".manifest.json"),
+        report(
+            "results/figures/countdown_curves.png",
+            caption="../report/countdown_curves.rst",
+            category="Figures",
+            labels={"figure": "Countdown training curves", "format": "png"},
+        ),
+        "results/figures/countdown_curves.pdf",
+        "results/figures/countdown_curves.csv",
+        "results/figures/countdown_curves.manifest.json",
     params:
         logs=lambda wildcards, input: PLAN.labelled(input, "countdown", "es"),
     conda:

@@ -14,7 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from esrepro.io import atomic_path, read_jsonl
+from esrepro.io import atomic_path, read_jsonl, write_text
 
 PathLike = str | os.PathLike
 
@@ -85,4 +85,20 @@ def build_countdown_curves(
 ) -> list[Path]:
     """Read each ``log.jsonl`` (label -> path) and plot the training curves."""
     logs = {label: read_jsonl(path) for label, path in log_paths.items()}
-    return training_curves(logs, out_stem, title)
+    paths = training_curves(logs, out_stem, title)
+    return [*paths, write_curves_csv(logs, Path(f"{out_stem}.csv"))]
+
+
+CURVE_COLUMNS = ("iteration", "reward_mean", "reward_min", "reward_max")
+
+
+def write_curves_csv(logs: Mapping[str, Sequence[Mapping[str, float]]], path: PathLike) -> Path:
+    """The plotted points as CSV (label, iteration, reward_mean, ...): what ``dvc plots`` reads."""
+    lines = [",".join(("label", *CURVE_COLUMNS))]
+    for label, records in logs.items():
+        for r in sorted((r for r in records if "iteration" in r and "reward_mean" in r), key=lambda r: r["iteration"]):
+            cells = [r.get(c, "") for c in CURVE_COLUMNS]
+            quoted = '"' + str(label).replace('"', '""') + '"'
+            lines.append(",".join([quoted, *(repr(c) if isinstance(c, float) else str(c) for c in cells)]))
+    write_text(path, "\n".join(lines) + "\n")
+    return Path(path)

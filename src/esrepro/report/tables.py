@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from esrepro.io import read_json, write_text
+from esrepro.io import read_json, write_json, write_text
 
 #: Method key -> column label, in table order.
 METHOD_COLUMNS: dict[str, str] = {
@@ -320,7 +320,8 @@ def build_table1(
 ) -> pd.DataFrame:
     """Load metrics and published numbers, build Table 1 and write it; returns the table."""
     published = load_published(published_path)
-    df = table1(load_metrics(metrics_paths), published, models, task, split, include=include)
+    metrics = load_metrics(metrics_paths)
+    df = table1(metrics, published, models, task, split, include=include)
     block = _table_block(published, TABLE1_KEY)
     prov = block.get("provenance", {}) or {}
     best_prov = (block.get("best_rl", {}) or {}).get("provenance", {}) or {}
@@ -333,4 +334,14 @@ def build_table1(
         )
     default_notes.append("Ours: mean over seeds (± sample std with more than one seed); blank: no run or not reported.")
     write_table(df, out_stem, caption, [*default_notes, *notes])
+    write_json(Path(f"{out_stem}.metrics.json"), headline_metrics(metrics, task, split))
     return df
+
+
+def headline_metrics(metrics: pd.DataFrame, task: str, split: str) -> dict[str, dict[str, float]]:
+    """``{model: {method: accuracy_percent}}``, mean over seeds: what ``dvc metrics show`` reads."""
+    rows = metrics[(metrics["task"] == task) & (metrics["split"] == split)]
+    out: dict[str, dict[str, float]] = {}
+    for (model, method), group in rows.groupby(["model", "method"], sort=True):
+        out.setdefault(str(model), {})[str(method)] = round(float(group["accuracy"].mean()) * 100, 2)
+    return out
