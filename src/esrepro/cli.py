@@ -111,16 +111,45 @@ def _load_examples(task, data_dir: str, split: str, limit: int | None) -> list[d
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    """Train one run (method x task x model x seed) into a run directory."""
+    """Train one run (method x task x model x seed) into a run directory; dispatches on the settings' algorithm."""
+    from esrepro.rl.run import algorithm_of
+
+    _set_threads(args.threads)
+    algorithm = algorithm_of(args.method, args.spec)
+    if algorithm == "es":
+        _train_es(args)
+    elif algorithm in ("grpo", "dr_grpo", "ppo"):
+        _train_rl(args, algorithm)
+    else:
+        raise SystemExit(f"method {args.method!r}: unknown algorithm {algorithm!r} (es, grpo, dr_grpo, ppo)")
+
+
+def _train_manifest(args: argparse.Namespace, run: Path, started: str, n_examples: int, extra: dict | None = None) -> None:
+    from esrepro.io import write_json
+    from esrepro.provenance import build_manifest
+
+    write_json(
+        run / "manifest.json",
+        build_manifest(
+            "train",
+            inputs={"base_model": args.model_dir, "train_data": Path(args.data_dir) / "train.jsonl"},
+            settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
+                      "chat": args.chat, **args.spec},
+            started=started,
+            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl"},
+            extra={"seed": args.seed, "train_examples": n_examples, **(extra or {})},
+        ),
+    )
+
+
+def _train_es(args: argparse.Namespace) -> None:
     from esrepro.backends.hf import HFBackend
     from esrepro.es.loop import ESConfig, clear_state, run_es
-    from esrepro.io import atomic_path, write_json, write_jsonl
-    from esrepro.provenance import build_manifest, now
+    from esrepro.io import atomic_path, write_jsonl
+    from esrepro.provenance import now
+    from esrepro.rl.budget import es_sample_budget
     from esrepro.tasks import get_task
 
-    if args.method != "es":
-        raise SystemExit(f"method {args.method!r} is not implemented by `esrepro train` yet")
-    _set_threads(args.threads)
     started = now()
     spec = args.spec
     task = get_task(args.task, **spec.get("task_options", {}))
@@ -139,19 +168,39 @@ def cmd_train(args: argparse.Namespace) -> None:
     with atomic_path(run / "checkpoint", is_dir=True) as tmp:
         backend.save(tmp)
     write_jsonl(run / "log.jsonl", log)
-    write_json(
-        run / "manifest.json",
-        build_manifest(
-            "train",
-            inputs={"base_model": args.model_dir, "train_data": Path(args.data_dir) / "train.jsonl"},
-            settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
-                      "chat": args.chat, **spec},
-            started=started,
-            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl"},
-            extra={"seed": args.seed, "train_examples": len(examples)},
-        ),
-    )
+    _train_manifest(args, run, started, len(examples), {"budget": {"sample_budget": es_sample_budget(spec)}})
     clear_state(run / "resume")
+
+
+def _train_rl(args: argparse.Namespace, algorithm: str) -> None:
+    """GRPO / Dr.GRPO (TRL) or PPO for as many steps as the ES sample budget allows."""
+    from esrepro.io import atomic_path, write_jsonl
+    from esrepro.models.loading import save_checkpoint
+    from esrepro.provenance import now
+    from esrepro.rl.run import train_rl
+    from esrepro.tasks import get_task
+
+    started = now()
+    spec = {**args.spec, "algorithm": algorithm}
+    task = get_task(args.task, **spec.get("task_options", {}))
+    examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
+    model, tok, log, budget = train_rl(args.model_dir, task, examples, spec, seed=args.seed, dtype=args.dtype,
+                                       chat=args.chat)
+    run = Path(args.out)
+    with atomic_path(run / "checkpoint", is_dir=True) as tmp:
+        save_checkpoint(model, tok, tmp)
+    write_jsonl(run / "log.jsonl", log)
+    extra: dict = {"budget": budget.as_dict()}
+    if algorithm in ("grpo", "dr_grpo"):
+        import torch
+
+        from esrepro.rl.grpo import cpu_overrides
+
+        if not torch.cuda.is_available():
+            extra["cpu_overrides"] = cpu_overrides(spec)
+    _train_manifest(args, run, started, len(examples), extra)
+    print(json.dumps({"method": args.method, **budget.as_dict(),
+                      "final_reward_mean": log[-1]["reward_mean"] if log else None}))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
