@@ -203,6 +203,51 @@ def _train_rl(args: argparse.Namespace, algorithm: str) -> None:
                       "final_reward_mean": log[-1]["reward_mean"] if log else None}))
 
 
+def cmd_select(args: argparse.Namespace) -> None:
+    """Keep the grid cell with the best training reward as the method's run (checkpoint, log, manifest)."""
+    from esrepro.io import write_json
+    from esrepro.provenance import build_manifest, now
+    from esrepro.rl.select import select_run
+
+    started = now()
+    cells = {}
+    for item in args.cell:
+        name, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"--cell expects NAME=RUN_DIR, got {item!r}")
+        cells[name] = path
+    out = Path(args.out)
+    record = select_run(cells, args.grid, out)
+    inputs = {f"{c}_log": Path(d) / "log.jsonl" for c, d in cells.items()}
+    inputs["winner_checkpoint"] = Path(cells[record["winner"]]) / "checkpoint"
+    write_json(
+        out / "manifest.json",
+        build_manifest(
+            "select", inputs=inputs,
+            settings={"method": args.method, "task": args.task, "model": args.model, "grid": args.grid,
+                      **record["settings"]},
+            started=started,
+            outputs={"checkpoint": out / "checkpoint", "log": out / "log.jsonl", "selection": out / "selection.json"},
+            extra={"seed": args.seed, "winner": record["winner"], "train_reward": record["train_reward"],
+                   "budget": record["budget"]},
+        ),
+    )
+    print(json.dumps({k: record[k] for k in ("winner", "train_reward")}))
+
+
+def cmd_table3(args: argparse.Namespace) -> None:
+    """Write Table 3 (RL hyperparameter grid and the selected cell per model and method) as csv and md."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.tables import build_table3
+
+    started = now()
+    registry = load_registry(args.registry)
+    build_table3(args.selection, registry, args.out)
+    _write_report_manifest("table3", args.out, (".csv", ".md"), started,
+                           inputs={p: p for p in args.selection} | {"registry": args.registry}, settings={})
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Greedy evaluation of a checkpoint on a task split: metrics.json and responses.jsonl."""
     from esrepro.backends.hf import HFBackend
@@ -343,6 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--note", action="append", default=[])
     r.add_argument("--out", required=True, help="output path without extension")
     r.set_defaults(func=cmd_table1)
+
+    sel = sub.add_parser("select", help=cmd_select.__doc__)
+    sel.add_argument("--task", required=True)
+    sel.add_argument("--model", required=True)
+    sel.add_argument("--method", required=True)
+    sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument("--grid", type=_json, required=True, help="the registry grid as JSON ({} for none)")
+    sel.add_argument("--cell", action="append", required=True, help="NAME=RUN_DIR of one grid cell's run")
+    sel.add_argument("--out", required=True)
+    sel.set_defaults(func=cmd_select)
+
+    t3 = sub.add_parser("table3", help=cmd_table3.__doc__)
+    t3.add_argument("--selection", nargs="+", required=True, help="selection.json of each RL run")
+    t3.add_argument("--registry", required=True)
+    t3.add_argument("--out", required=True, help="output path without extension")
+    t3.set_defaults(func=cmd_table3)
 
     c = sub.add_parser("curves", help=cmd_curves.__doc__)
     c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")

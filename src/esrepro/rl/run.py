@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from esrepro.config import algorithm_of  # noqa: F401 (re-exported)
 from esrepro.rl.budget import Budget, rl_budget, samples_per_step
 from esrepro.tasks.base import Task
-
-
-def algorithm_of(method: str, settings: dict) -> str:
-    """The algorithm a method's settings run: their ``algorithm`` field, else the method's name."""
-    return settings.get("algorithm", method)
 
 
 def budget_of(settings: dict) -> Budget:
