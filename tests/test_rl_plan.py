@@ -86,3 +86,15 @@ def test_bad_rl_settings_name_the_field(edit, message):
     edit(cfg)
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         check_config(cfg, "config/config.yaml", root=REPO)
+
+
+def test_a_grid_key_must_be_a_setting_of_the_method(tmp_path):
+    reg = load_yaml(REPO / "config" / "models.yaml")
+    reg["models"]["tiny"]["methods"]["grpo8"]["grid"] = {"learnig_rate": [1e-4]}
+    (tmp_path / "models.yaml").write_text(json.dumps(reg))
+    for name in ("published.yaml",):
+        (tmp_path / name).write_text((REPO / "config" / name).read_text())
+    cfg = load_yaml(REPO / "config" / "config.yaml")
+    cfg["registry"], cfg["published"] = str(tmp_path / "models.yaml"), str(tmp_path / "published.yaml")
+    with pytest.raises(ConfigError, match=r"models\.tiny\.methods\.grpo8\.grid\.learnig_rate: not a setting"):
+        check_config(cfg, "config/config.yaml", root="/")
