@@ -84,7 +84,10 @@ class Plan:
         return json.dumps(self.config["data"][task], sort_keys=True)
 
     def model_spec_json(self, model: str) -> str:
-        return json.dumps(self.registry[model], sort_keys=True)
+        """The registry entry a model is built or fetched from; its per-method settings and grids are left
+        out, so tuning a method never rebuilds the base model."""
+        entry = {k: v for k, v in self.registry[model].items() if k != "methods"}
+        return json.dumps(entry, sort_keys=True)
 
     def task_options(self, task: str) -> dict:
         return dict(self.config.get("task_options", {}).get(task, {}))
