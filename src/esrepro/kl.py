@@ -248,3 +248,62 @@ def kl_on_prompts(
         for k in ESTIMATORS:
             del r[f"{k}_token_sum"]
     return {"summary": summary, "prompts": prompt_rows, "responses": response_rows}
+
+
+# --- a run: the final weights and the kept snapshots ------------------------------------
+SNAPSHOT_DIR = "checkpoints"  # <run>/checkpoints/iter000010/ ...: weights kept every K iterations
+
+
+def snapshot_dirs(run_dir) -> list[tuple[int, Any]]:
+    """(iteration, path) of the weights a run kept along the way, in iteration order."""
+    from pathlib import Path
+
+    root = Path(run_dir) / SNAPSHOT_DIR
+    if not root.is_dir():
+        return []
+    out = []
+    for d in root.iterdir():
+        if d.is_dir() and d.name.startswith("iter") and d.name[4:].isdigit():
+            out.append((int(d.name[4:]), d))
+    return sorted(out)
+
+
+def measure_checkpoint(
+    model_dir,
+    base_model: torch.nn.Module,
+    task,
+    examples: list[dict],
+    settings: KLSettings,
+    *,
+    dtype: str = "float32",
+    chat: bool = False,
+    eval_max_new_tokens: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Greedy reward and KL(checkpoint || base) on ``examples``; sampled responses graded too.
+
+    Returns ``{"summary", "prompts", "responses", "eval"}``: ``summary`` adds to the KL
+    summary the greedy ``reward`` and ``accuracy`` (as ``esrepro evaluate`` computes
+    them) and the mean reward of the sampled responses (``reward_sampled``).
+    """
+    from esrepro.backends.hf import HFBackend
+    from esrepro.evaluate import evaluate
+
+    backend = HFBackend(model_dir, dtype=dtype, batch_size=settings.batch_size, chat=chat)
+    greedy = evaluate(backend, task, examples, eval_max_new_tokens or settings.max_new_tokens,
+                      settings.batch_size, progress=False)
+    prompts = [backend.format_prompt(task.prompt(e)) for e in examples]
+    out = kl_on_prompts(backend.model, base_model, backend.tokenizer, prompts, settings,
+                        ids=[e["id"] for e in examples], progress=progress)
+    by_id = {e["id"]: e for e in examples}
+    for row in out["responses"]:
+        s = task.score(row["response"], by_id[row["id"]])
+        row["reward"], row["correct"] = s.reward, s.correct
+    rewards = [r["reward"] for r in out["responses"]]
+    out["summary"].update(
+        reward=greedy.metrics["mean_reward"],
+        accuracy=greedy.metrics["accuracy"],
+        reward_sampled=sum(rewards) / len(rewards) if rewards else math.nan,
+    )
+    out["eval"] = greedy.responses
+    return out
