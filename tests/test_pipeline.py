@@ -42,11 +42,17 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    # Countdown: base + ES per model; every other task: the base model
-    assert stats["train"] == "7" and stats["fetch_model"] == "7" and stats["evaluate"] == str(7 * 2 + 7 * 9)
+    # Countdown: base, ES and 4 RL methods per model; every other task: the base model
+    assert stats["train"] == "7" and stats["fetch_model"] == "7" and stats["evaluate"] == str(7 * 6 + 7 * 9)
     assert stats["prepare_data"] == "10"
+    # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, one selection each
+    assert stats["train_cell"] == str(7 * 4 * 6) and stats["select_rl"] == str(7 * 4)
+    assert stats["table3_rl_hyperparameters"] == "1"
     for model in ("qwen2.5-0.5b-instruct", "qwen2.5-7b-instruct", "llama-3.2-1b-instruct", "llama-3.1-8b-instruct"):
         assert f"results/runs/countdown/{model}/es/seed0/checkpoint" in out
+        for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+            assert f"results/runs/countdown/{model}/{method}/seed0/selection.json" in out
+    assert "results/runs/countdown/llama-3.1-8b-instruct/grpo30/grid/lr1e-06_beta0.001/seed0/checkpoint" in out
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
 
@@ -87,9 +93,18 @@ def test_embedded_default_writes_every_output(default_run):
     assert {"reward_mean", "reward_std", "seconds_generation", "seconds_update"} <= set(log[0])
     manifest = json.loads((run / "manifest.json").read_text())
     assert len(manifest["inputs"]["train_data"]["sha256"]) == 64
-    for method in ("base", "es"):
+    for method in ("base", "es", "ppo", "grpo8", "grpo30", "drgrpo"):
         metrics = json.loads((repo / f"results/eval/countdown/tiny/{method}/seed0/test/metrics.json").read_text())
         assert metrics["n"] == 200 and metrics["method"] == method
+    table = pd.read_csv(repo / "results/tables/table1_countdown.csv")
+    for col in ("Original", "PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO", "ES"):
+        assert table[f"{col} (ours)"].notna().all(), col
+    assert "Equal sample budgets" in (repo / "results/tables/table1_countdown.md").read_text()
+    for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+        rl = json.loads((repo / f"results/runs/countdown/tiny/{method}/seed0/manifest.json").read_text())
+        assert rl["budget"]["samples_used"] <= rl["budget"]["sample_budget"]
+    t3 = pd.read_csv(repo / "results/tables/table3_rl_hyperparameters.csv")
+    assert set(t3["Method"]) == {"PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO"}
     for task in ("gsm8k", "math500", "minerva", "olympiad_bench", "aime24", "amc23", "sudoku", "arc", "conciseness"):
         metrics = json.loads((repo / f"results/eval/{task}/tiny/base/seed0/test/metrics.json").read_text())
         assert metrics["task"] == task and metrics["n"] > 0

@@ -112,19 +112,49 @@ def _load_examples(task, data_dir: str, split: str, limit: int | None) -> list[d
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    """Train one run (method x task x model x seed) into a run directory."""
+    """Train one run (method x task x model x seed) into a run directory; dispatches on the settings' algorithm."""
+    from esrepro.rl.run import algorithm_of
+
+    _set_threads(args.threads)
+    algorithm = algorithm_of(args.method, args.spec)
+    if algorithm == "es":
+        _train_es(args)
+    elif algorithm in ("grpo", "dr_grpo", "ppo"):
+        _train_rl(args, algorithm)
+    else:
+        raise SystemExit(f"method {args.method!r}: unknown algorithm {algorithm!r} (es, grpo, dr_grpo, ppo)")
+
+
+def _train_manifest(args: argparse.Namespace, run: Path, started: str, n_examples: int, extra: dict | None = None) -> None:
+    from esrepro.io import write_json
+    from esrepro.kl import snapshot_dirs
+    from esrepro.provenance import build_manifest
+
+    write_json(
+        run / "manifest.json",
+        build_manifest(
+            "train",
+            inputs={"base_model": args.model_dir, "train_data": Path(args.data_dir) / "train.jsonl"},
+            settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
+                      "chat": args.chat, **args.spec},
+            started=started,
+            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl",
+                     **{f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}},
+            extra={"seed": args.seed, "train_examples": n_examples, **(extra or {})},
+        ),
+    )
+
+
+def _train_es(args: argparse.Namespace) -> None:
     from esrepro.backends.hf import HFBackend
     from esrepro.es.loop import ESConfig, clear_state, run_es
-    from esrepro.io import atomic_path, write_json, write_jsonl
+    from esrepro.io import atomic_path, write_jsonl
     from esrepro.kl import SNAPSHOT_DIR, snapshot_dirs
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance import now
+    from esrepro.rl.budget import es_sample_budget
     from esrepro.tasks import get_task
 
     spec = args.spec
-    algorithm = spec.get("algorithm", args.method)
-    if algorithm != "es":
-        raise SystemExit(f"method {args.method!r} (algorithm {algorithm!r}) is not implemented by `esrepro train` yet")
-    _set_threads(args.threads)
     started = now()
     task = get_task(args.task, **spec.get("task_options", {}))
     examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
@@ -150,23 +180,90 @@ def cmd_train(args: argparse.Namespace) -> None:
                 backend.save(tmp)
 
     log = run_es(backend, prompts, score, cfg, run / "resume", on_iteration=keep_snapshot)
-    snapshots = {f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}
     with atomic_path(run / "checkpoint", is_dir=True) as tmp:
         backend.save(tmp)
     write_jsonl(run / "log.jsonl", log)
+    _train_manifest(args, run, started, len(examples), {"budget": {"sample_budget": es_sample_budget(spec)}})
+    clear_state(run / "resume")
+
+
+def _train_rl(args: argparse.Namespace, algorithm: str) -> None:
+    """GRPO / Dr.GRPO (TRL) or PPO for as many steps as the ES sample budget allows."""
+    from esrepro.io import atomic_path, write_jsonl
+    from esrepro.kl import SNAPSHOT_DIR
+    from esrepro.models.loading import save_checkpoint
+    from esrepro.provenance import now
+    from esrepro.rl.run import train_rl
+    from esrepro.tasks import get_task
+
+    started = now()
+    spec = {**args.spec, "algorithm": algorithm}
+    task = get_task(args.task, **spec.get("task_options", {}))
+    examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
+    run = Path(args.out)
+    shutil.rmtree(run / SNAPSHOT_DIR, ignore_errors=True)  # RL runs do not resume: no stale snapshots
+    model, tok, log, budget = train_rl(args.model_dir, task, examples, spec, seed=args.seed, dtype=args.dtype,
+                                       chat=args.chat,
+                                       snapshot_dir=run / SNAPSHOT_DIR if spec.get("save_every") else None)
+    with atomic_path(run / "checkpoint", is_dir=True) as tmp:
+        save_checkpoint(model, tok, tmp)
+    write_jsonl(run / "log.jsonl", log)
+    extra: dict = {"budget": budget.as_dict()}
+    if algorithm in ("grpo", "dr_grpo"):
+        import torch
+
+        from esrepro.rl.grpo import cpu_overrides
+
+        if not torch.cuda.is_available():
+            extra["cpu_overrides"] = cpu_overrides(spec)
+    _train_manifest(args, run, started, len(examples), extra)
+    print(json.dumps({"method": args.method, **budget.as_dict(),
+                      "final_reward_mean": log[-1]["reward_mean"] if log else None}))
+
+
+def cmd_select(args: argparse.Namespace) -> None:
+    """Keep the grid cell with the best training reward as the method's run (checkpoint, log, manifest)."""
+    from esrepro.io import write_json
+    from esrepro.provenance import build_manifest, now
+    from esrepro.rl.select import select_run
+
+    started = now()
+    cells = {}
+    for item in args.cell:
+        name, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"--cell expects NAME=RUN_DIR, got {item!r}")
+        cells[name] = path
+    out = Path(args.out)
+    record = select_run(cells, args.grid, out)
+    inputs = {f"{c}_log": Path(d) / "log.jsonl" for c, d in cells.items()}
+    inputs["winner_checkpoint"] = Path(cells[record["winner"]]) / "checkpoint"
     write_json(
-        run / "manifest.json",
+        out / "manifest.json",
         build_manifest(
-            "train",
-            inputs={"base_model": args.model_dir, "train_data": Path(args.data_dir) / "train.jsonl"},
-            settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
-                      "chat": args.chat, **spec},
+            "select", inputs=inputs,
+            settings={"method": args.method, "task": args.task, "model": args.model, "grid": args.grid,
+                      **record["settings"]},
             started=started,
-            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl", **snapshots},
-            extra={"seed": args.seed, "train_examples": len(examples)},
+            outputs={"checkpoint": out / "checkpoint", "log": out / "log.jsonl", "selection": out / "selection.json"},
+            extra={"seed": args.seed, "winner": record["winner"], "train_reward": record["train_reward"],
+                   "budget": record["budget"]},
         ),
     )
-    clear_state(run / "resume")
+    print(json.dumps({k: record[k] for k in ("winner", "train_reward")}))
+
+
+def cmd_table3(args: argparse.Namespace) -> None:
+    """Write Table 3 (RL hyperparameter grid and the selected cell per model and method) as csv and md."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.tables import build_table3
+
+    started = now()
+    registry = load_registry(args.registry)
+    build_table3(args.selection, registry, args.out)
+    _write_report_manifest("table3", args.out, (".csv", ".md"), started,
+                           inputs={p: p for p in args.selection} | {"registry": args.registry}, settings={})
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -426,6 +523,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--note", action="append", default=[])
     r.add_argument("--out", required=True, help="output path without extension")
     r.set_defaults(func=cmd_table1)
+
+    sel = sub.add_parser("select", help=cmd_select.__doc__)
+    sel.add_argument("--task", required=True)
+    sel.add_argument("--model", required=True)
+    sel.add_argument("--method", required=True)
+    sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument("--grid", type=_json, required=True, help="the registry grid as JSON ({} for none)")
+    sel.add_argument("--cell", action="append", required=True, help="NAME=RUN_DIR of one grid cell's run")
+    sel.add_argument("--out", required=True)
+    sel.set_defaults(func=cmd_select)
+
+    t3 = sub.add_parser("table3", help=cmd_table3.__doc__)
+    t3.add_argument("--selection", nargs="+", required=True, help="selection.json of each RL run")
+    t3.add_argument("--registry", required=True)
+    t3.add_argument("--out", required=True, help="output path without extension")
+    t3.set_defaults(func=cmd_table3)
 
     c = sub.add_parser("curves", help=cmd_curves.__doc__)
     c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")

@@ -81,6 +81,8 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
         for method in spec["methods"]:
             if method not in spec:
                 problems.append(f"train.{task}.methods: {method!r} has no train.{task}.{method} settings")
+                continue
+            problems += _method_problems(config, registry, task, method)
     from esrepro.tasks import known_tasks
 
     for section in ("data", "train", "evaluate", "task_options"):
@@ -115,6 +117,39 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
     if problems:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}" for p in problems))
     return registry
+
+
+ALGORITHMS = ("es", "grpo", "dr_grpo", "ppo")
+
+
+def algorithm_of(method: str, settings: dict) -> str:
+    """The algorithm a method runs: its settings' ``algorithm`` field, else the method's own name."""
+    return settings.get("algorithm", method)
+
+
+def _method_problems(config: dict, registry: dict, task: str, method: str) -> list[str]:
+    """Cross-field checks of one method: algorithm, the ES method its budget matches, grid keys."""
+    spec = config["train"][task]
+    settings = spec[method]
+    where = f"train.{task}.{method}"
+    algorithm = algorithm_of(method, settings)
+    if algorithm not in ALGORITHMS:
+        return [f"{where}.algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)} "
+                "(set algorithm: when the method's name is not its algorithm)"]
+    out = []
+    if algorithm != "es":
+        ref = settings.get("budget_from")
+        if ref not in spec.get("methods", []) or algorithm_of(ref, spec.get(ref, {})) != "es":
+            out.append(f"{where}.budget_from: {ref!r} is not an ES method of train.{task}.methods")
+    for model in config["models"]:
+        grid = registry.get(model, {}).get("methods", {}).get(method, {}).get("grid", {})
+        for key in grid:
+            if key not in settings:
+                out.append(f"{config['registry']}: models.{model}.methods.{method}.grid.{key}: "
+                           f"not a setting of {where}")
+        if grid and algorithm == "es":
+            out.append(f"{config['registry']}: models.{model}.methods.{method}.grid: grids are for RL methods")
+    return out
 
 
 #: A study's swept hyperparameter per algorithm: (config list key, setting name, method-name prefix).
@@ -156,12 +191,18 @@ def study_methods(study: dict) -> dict[str, dict]:
                 raise ValueError(f"{algorithm}: values {out[name][setting]} and {value} share the method name {name}")
             out[name] = {**copy.deepcopy(block["settings"]), setting: value, "algorithm": algorithm,
                          "save_every": study["checkpoint_every"]}
+            if algorithm != "es" and "sample_budget" not in out[name]:
+                if not study.get("es"):
+                    raise ValueError(f"{algorithm}.settings: sample_budget is needed when the study has no ES runs")
+                es = study["es"]["settings"]  # equal budgets: ES's iterations x population x train_examples
+                out[name]["sample_budget"] = int(es["iterations"]) * int(es["population"]) * int(es["train_examples"])
     return out
 
 
 def method_settings(config: dict, registry: dict, model: str, task: str, method: str) -> dict:
     """The settings of ``method`` on ``task`` for ``model``: config defaults, registry overrides on top.
 
+    The registry's ``grid`` (hyperparameter cells to try) is not a setting; see ``Plan.grid_cells``.
     A study's method (e.g. ``es_sigma0.001``) takes the registry overrides of its
     algorithm, except the swept value and the snapshot interval, which the study sets.
     """
@@ -170,11 +211,13 @@ def method_settings(config: dict, registry: dict, model: str, task: str, method:
         if method in methods:
             settings = methods[method]
             swept = {k: settings[k] for k in ("sigma", "beta", "save_every", "algorithm") if k in settings}
-            settings.update(registry[model].get("methods", {}).get(settings["algorithm"], {}))
+            overrides = registry[model].get("methods", {}).get(settings["algorithm"], {})
+            settings.update({k: v for k, v in overrides.items() if k != "grid"})
             settings.update(swept)
             return settings
     settings = copy.deepcopy(config["train"][task][method])
-    settings.update(registry[model].get("methods", {}).get(method, {}))
+    overrides = registry[model].get("methods", {}).get(method, {})
+    settings.update({k: v for k, v in overrides.items() if k != "grid"})
     return settings
 
 

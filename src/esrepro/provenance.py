@@ -13,7 +13,8 @@ from typing import Any
 
 from esrepro.fetch import sha256_file
 
-PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas")
+PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas",
+            "trl", "accelerate")
 
 
 MANIFEST = "manifest.json"

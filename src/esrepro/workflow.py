@@ -13,10 +13,25 @@ import re
 import shlex
 from typing import Any
 
-from esrepro.config import method_settings, rule_resources, study_methods
+import itertools
+
+from esrepro.config import algorithm_of, method_settings, rule_resources, study_methods
+from esrepro.rl.budget import Budget, es_sample_budget, rl_budget, samples_per_step
 
 BASE = "base"
 CPU_ONLY_RULES = {"fetch"}
+#: Short names of grid keys in cell directory names.
+CELL_KEY_NAMES = {"learning_rate": "lr", "actor_learning_rate": "alr", "critic_learning_rate": "clr",
+                  "kl_coef": "kl", "beta": "beta"}
+DEFAULT_CELL = "default"
+
+
+def cell_name(cell: dict) -> str:
+    """A grid cell's directory name, e.g. ``lr0.0001_beta0`` (``default`` for the empty cell)."""
+    if not cell:
+        return DEFAULT_CELL
+    return "_".join(f"{CELL_KEY_NAMES.get(k, k)}{v:g}" if isinstance(v, float) else f"{CELL_KEY_NAMES.get(k, k)}{v}"
+                    for k, v in cell.items())
 
 
 class Plan:
@@ -39,6 +54,11 @@ class Plan:
     @staticmethod
     def eval_dir(task: str, model: str, method: str, seed: int | str, split: str) -> str:
         return f"results/eval/{task}/{model}/{method}/seed{seed}/{split}"
+
+    @staticmethod
+    def cell_dir(task: str, model: str, method: str, cell: str, seed: int | str) -> str:
+        """One grid cell's run (RL methods): the selected cell's files become ``run_dir``."""
+        return f"results/runs/{task}/{model}/{method}/grid/{cell}/seed{seed}"
 
     def train_task_of(self, task: str) -> str:
         """The training task whose runs are evaluated on ``task`` (itself unless configured)."""
@@ -64,15 +84,86 @@ class Plan:
         return json.dumps(self.config["data"][task], sort_keys=True)
 
     def model_spec_json(self, model: str) -> str:
-        return json.dumps(self.registry[model], sort_keys=True)
+        """The registry entry a model is built or fetched from; its per-method settings and grids are left
+        out, so tuning a method never rebuilds the base model."""
+        entry = {k: v for k, v in self.registry[model].items() if k != "methods"}
+        return json.dumps(entry, sort_keys=True)
 
     def task_options(self, task: str) -> dict:
         return dict(self.config.get("task_options", {}).get(task, {}))
 
-    def method_spec_json(self, model: str, task: str, method: str) -> str:
+    def method_spec(self, model: str, task: str, method: str) -> dict:
+        """A method's settings for ``model``; RL methods get ``sample_budget``, the ES run's sample count."""
         spec = method_settings(self.config, self.registry, model, task, method)
         spec["task_options"] = self.task_options(task)
-        return json.dumps(spec, sort_keys=True)
+        if self.is_rl(task, method) and not self.is_study_method(task, method):
+            ref = spec["budget_from"]
+            spec["sample_budget"] = es_sample_budget(method_settings(self.config, self.registry, model, task, ref))
+        return spec
+
+    def method_spec_json(self, model: str, task: str, method: str) -> str:
+        return json.dumps(self.method_spec(model, task, method), sort_keys=True)
+
+    # --- RL: algorithms, budgets, grids ----------------------------------------
+    def study_method_names(self, task: str | None = None) -> list[str]:
+        """Every study's method names (trained directly by the train rule, never through a grid)."""
+        return [m for study in self.config.get("studies", {}).values()
+                if task is None or study["task"] == task for m in study_methods(study)]
+
+    def is_study_method(self, task: str, method: str) -> bool:
+        return method in self.study_method_names(task)
+
+    def algorithm(self, task: str, method: str) -> str:
+        for study in self.config.get("studies", {}).values():
+            methods = study_methods(study) if study["task"] == task else {}
+            if method in methods:
+                return methods[method]["algorithm"]
+        return algorithm_of(method, self.config["train"][task][method])
+
+    def is_rl(self, task: str, method: str) -> bool:
+        return self.algorithm(task, method) != "es"
+
+    def _methods(self, rl: bool) -> list[str]:
+        """Methods trained through a grid (``rl``), or directly: ES methods and every study method."""
+        grid = {m for task, spec in self.config["train"].items() for m in spec["methods"] if self.is_rl(task, m)}
+        if rl:
+            return sorted(grid)
+        direct = {m for task, spec in self.config["train"].items() for m in spec["methods"] if m not in grid}
+        return sorted(direct | set(self.study_method_names()))
+
+    def methods_regex(self, rl: bool) -> str:
+        """Wildcard regex of the methods trained directly (``rl=False``) or through a grid (``rl=True``)."""
+        return self._regex(self._methods(rl))
+
+    def rl_budget(self, model: str, task: str, method: str) -> Budget:
+        spec = self.method_spec(model, task, method)
+        return rl_budget(spec["sample_budget"], samples_per_step(spec))
+
+    def grid(self, model: str, method: str) -> dict[str, list]:
+        """The registry's hyperparameter grid of ``method`` for ``model`` (empty: the config's settings only)."""
+        return dict(self.registry[model].get("methods", {}).get(method, {}).get("grid", {}))
+
+    def grid_cells(self, model: str, method: str) -> dict[str, dict]:
+        """``{cell name: overrides}``, the product of the grid's value lists, in grid order."""
+        grid = self.grid(model, method)
+        keys = list(grid)
+        cells = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+        return {cell_name(c): c for c in cells}
+
+    def cell_spec_json(self, model: str, task: str, method: str, cell: str) -> str:
+        cells = self.grid_cells(model, method)
+        if cell not in cells:
+            raise KeyError(f"{model}/{method}: no grid cell {cell!r}; cells: {', '.join(cells)}")
+        return json.dumps({**self.method_spec(model, task, method), **cells[cell]}, sort_keys=True)
+
+    def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
+        return [self.cell_dir(task, model, method, c, seed) for c in self.grid_cells(model, method)]
+
+    def selections(self, task: str) -> list[str]:
+        """selection.json of every RL run trained on ``task`` (Table 3's inputs)."""
+        return [f"{self.run_dir(task, m, meth, s)}/selection.json"
+                for m in self.models for meth in self.config["train"].get(task, {}).get("methods", [])
+                if self.is_rl(task, meth) for s in self.config["seeds"]]
 
     def eval_spec_json(self, task: str, split: str) -> str:
         spec = dict(self.config["evaluate"][task])
@@ -131,11 +222,25 @@ class Plan:
                  + (" (not the paper's data)" if src["kind"] == "generated" else "")]
         for meth in self.config["train"].get(task, {}).get("methods", []):
             s = self.config["train"][task][meth]
-            if meth == "es":
+            if not self.is_rl(task, meth):
                 notes.append(
                     f"ES: N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, {s['iterations']} iterations, "
-                    f"{s['train_examples']} training examples, greedy, noise={s['noise']}, restore={s['restore']}"
+                    f"{s['train_examples']} training examples, greedy, noise={s['noise']}, restore={s['restore']}; "
+                    f"sample budget {s['iterations']} x {s['population']} x {s['train_examples']} = "
+                    f"{es_sample_budget(s):,} scored training samples"
                 )
+        rl = [m for m in self.config["train"].get(task, {}).get("methods", []) if self.is_rl(task, m)]
+        if rl:
+            parts = []
+            for meth in rl:
+                budgets = {self.rl_budget(m, task, meth) for m in self.models}
+                b = sorted(budgets, key=lambda x: x.steps)[0]
+                per_model = "" if len(budgets) == 1 else " (first model; see manifests)"
+                parts.append(f"{meth} ({self.algorithm(task, meth)}): {b.steps:,} steps x {b.samples_per_step} = "
+                             f"{b.samples_used:,}{per_model}")
+            notes.append("Equal sample budgets: each RL method runs floor(ES budget / samples per step) steps; "
+                         + "; ".join(parts) + ". RL hyperparameters: best cell of each model's grid by training "
+                         "reward (Table 3).")
         notes.append(f"Seeds: {self.config['seeds']} (mean over seeds; base model evaluated once)")
         return " ".join(f"--note {shlex.quote(n)}" for n in notes)
 
@@ -254,6 +359,8 @@ class Plan:
 
     def final_targets(self) -> list[str]:
         out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex")] + self.eval_metrics()
+        if self.selections(self.config["report"]["table1"]["task"]):
+            out += [f"results/tables/table3_rl_hyperparameters.{e}" for e in ("csv", "md")]
         if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
             out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf")]
         return out + self.kl_targets() + self.conciseness_targets()

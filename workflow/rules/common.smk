@@ -6,7 +6,10 @@ wildcard_constraints:
     method=r"[a-z0-9_.]+",
     seed=r"\d+",
     split=r"[a-z0-9_]+",
+    cell=r"[A-Za-z0-9._+-]+",
 
+
+import json
 
 ENV = "../envs/esrepro.yaml"  # relative to this rules folder
 

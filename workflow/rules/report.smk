@@ -36,3 +36,18 @@ rule countdown_curves:
         "results/logs/report/countdown_curves.log",
     shell:
         "esrepro curves {params.logs} --out results/figures/countdown_curves > {log} 2>&1"
+
+
+rule table3_rl_hyperparameters:
+    input:
+        selections=PLAN.selections(config["report"]["table1"]["task"]),
+        registry=config["registry"],
+    output:
+        multiext("results/tables/table3_rl_hyperparameters", ".csv", ".md", ".manifest.json"),
+    conda:
+        ENV
+    log:
+        "results/logs/report/table3_rl_hyperparameters.log",
+    shell:
+        "esrepro table3 --selection {input.selections:q} --registry {input.registry} "
+        "--out results/tables/table3_rl_hyperparameters > {log} 2>&1"

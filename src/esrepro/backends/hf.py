@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from esrepro.models.loading import load_model, load_tokenizer
+from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
 
 
 class HFBackend:
@@ -89,5 +89,4 @@ class HFBackend:
 
     def save(self, path: str | Path) -> None:
         """Save weights (safetensors) and tokenizer into ``path``."""
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        save_checkpoint(self.model, self.tokenizer, path)

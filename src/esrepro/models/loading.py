@@ -45,3 +45,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") ->
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def save_checkpoint(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:
+    """Save weights (safetensors) and tokenizer into ``path``: every trainer's checkpoint goes through here."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)

@@ -335,3 +335,68 @@ def build_table1(
     default_notes.append("Ours: mean over seeds (± sample std with more than one seed); blank: no run or not reported.")
     write_table(df, out_stem, caption, [*default_notes, *notes])
     return df
+
+
+# ---------------------------------------------------------------------------
+# Table 3: RL hyperparameter selection
+
+TABLE3_COLUMNS = ("Model", "Method", "Seed", "Grid", "Selected", "Training reward", "Cells", "Steps",
+                  "Samples per step")
+
+
+def _fmt_value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per (model, method, seed): the grid searched, the selected cell, its training reward.
+
+    ``selections`` are selection records (``selection.json``) with ``model``, ``method`` and
+    ``seed`` added. Rows follow the registry's model order, then Table 1's method order.
+    """
+    order = list(METHOD_COLUMNS)
+    keyed = sorted(selections, key=lambda r: (list(models).index(r["model"]) if r["model"] in models else len(models),
+                                              order.index(r["method"]) if r["method"] in order else len(order),
+                                              r["method"], r["seed"]))
+    rows = []
+    for r in keyed:
+        grid = r.get("grid") or {}
+        settings = r.get("settings") or {}
+        budget = r.get("budget") or {}
+        grid_text = "; ".join(f"{k} in {{{', '.join(_fmt_value(v) for v in vals)}}}" for k, vals in grid.items())
+        fixed = ", ".join(f"{k}={_fmt_value(settings[k])}" for k in ("learning_rate", "beta", "actor_learning_rate",
+                                                                     "critic_learning_rate", "kl_coef")
+                          if k in settings and k not in grid)
+        rows.append({
+            "Model": (models.get(r["model"]) or {}).get("display", r["model"]),
+            "Method": METHOD_LABELS.get(r["method"], r["method"]),
+            "Seed": r["seed"],
+            "Grid": grid_text or "(none)",
+            "Selected": ", ".join(f"{k}={_fmt_value(v)}" for k, v in (r.get("winner_settings") or {}).items())
+                        + (("; " if grid else "") + fixed if fixed else ""),
+            "Training reward": f"{r['train_reward']:.4f}",
+            "Cells": len(r.get("cells", [])),
+            "Steps": budget.get("steps"),
+            "Samples per step": budget.get("samples_per_step"),
+        })
+    return pd.DataFrame(rows, columns=list(TABLE3_COLUMNS))
+
+
+def build_table3(selection_paths: Iterable[PathLike], models: Mapping[str, Mapping[str, Any]],
+                 out_stem: PathLike) -> pd.DataFrame:
+    """Read every RL run's ``selection.json`` and write ``{out_stem}.csv`` and ``.md``."""
+    records = []
+    for path in selection_paths:
+        rec = dict(read_json(path))
+        parts = Path(path).parts  # results/runs/{task}/{model}/{method}/seed{s}/selection.json
+        rec.update(model=parts[-4], method=parts[-3], seed=int(parts[-2].removeprefix("seed")))
+        records.append(rec)
+    df = table3(records, models)
+    stem = Path(out_stem)
+    write_text(stem.with_name(stem.name + ".csv"), df.to_csv(index=False, lineterminator="\n"))
+    caption = "RL hyperparameters: each model's grid and the cell kept for Table 1 (best final training reward)"
+    notes = ["Training reward: mean reward over the last quarter of the run's steps (Task.score, the reward ES "
+             "optimises). Grids live in the model registry (config/models.yaml, methods.<method>.grid)."]
+    body = df.astype(str).to_markdown(index=False, disable_numparse=True)
+    write_text(stem.with_name(stem.name + ".md"), "\n".join([f"**{caption}**", "", body, "", *notes]) + "\n")
+    return df

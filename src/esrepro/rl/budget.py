@@ -1,0 +1,53 @@
+"""Equal sample budgets: every method sees as many scored training samples as ES.
+
+The paper compares methods at the same number of training-sample evaluations.
+ES scores every population member on every training example in every iteration:
+``iterations x population x train_examples`` samples. An RL step scores
+``samples_per_step`` sampled completions, so an RL run gets
+``floor(budget / samples_per_step)`` optimiser steps (at least one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+def es_sample_budget(es_settings: dict) -> int:
+    """Training-sample evaluations of an ES run: iterations x population x train_examples."""
+    return int(es_settings["iterations"]) * int(es_settings["population"]) * int(es_settings["train_examples"])
+
+
+def samples_per_step(settings: dict) -> int:
+    """Completions scored per optimiser step of an RL method's settings.
+
+    GRPO (TRL): ``per_device_train_batch_size x gradient_accumulation_steps`` completions
+    (one process), i.e. ``prompts x num_generations``; PPO (ours): ``batch_size`` prompts,
+    one response each.
+    """
+    algorithm = settings.get("algorithm")
+    if algorithm in ("grpo", "dr_grpo"):
+        return int(settings["per_device_train_batch_size"]) * int(settings.get("gradient_accumulation_steps", 1))
+    if algorithm == "ppo":
+        return int(settings["batch_size"])
+    raise ValueError(f"algorithm {algorithm!r} has no samples-per-step rule")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An RL run's share of the ES budget, recorded in its manifest and printed in Table 1's notes."""
+
+    sample_budget: int       # ES: iterations x population x train_examples
+    samples_per_step: int    # completions scored per RL optimiser step
+    steps: int               # RL optimiser steps: floor(sample_budget / samples_per_step), >= 1
+    samples_used: int        # steps x samples_per_step (<= sample_budget unless steps was raised to 1)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def rl_budget(sample_budget: int, per_step: int) -> Budget:
+    """Steps of an RL run whose every step scores ``per_step`` samples, within ``sample_budget``."""
+    if sample_budget < 1 or per_step < 1:
+        raise ValueError(f"sample_budget ({sample_budget}) and samples_per_step ({per_step}) must be positive")
+    steps = max(1, sample_budget // per_step)
+    return Budget(sample_budget, per_step, steps, steps * per_step)

@@ -1,0 +1,157 @@
+"""GRPO and Dr.GRPO through TRL's ``GRPOTrainer`` (trl 1.16), every drifting default pinned.
+
+TRL's defaults moved between releases (1.x: ``loss_type="dapo"``, ``beta=0``,
+``bf16=True``, ``gradient_checkpointing=True``), so the config names every option that
+decides the algorithm, and :func:`grpo_config_kwargs` refuses settings that leave one out.
+GRPO = ``loss_type: grpo`` with ``scale_rewards: group``; Dr.GRPO = ``loss_type: dr_grpo``
+with ``scale_rewards: none``. The reward is the task's own ``Task.score``.
+
+On CPU, bf16 and gradient checkpointing are forced off (bf16 autocast is about 6x slower
+on CPU; checkpointing only trades memory for time). With ``beta > 0`` TRL loads the
+reference model from the policy's ``config._name_or_path``; we always hand TRL the base
+model's directory (the policy as saved on disk), so the reference is the base model.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esrepro.models.loading import DTYPES, load_tokenizer
+from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
+from esrepro.tasks.base import Task
+
+#: Settings that must be given explicitly (they decide the algorithm or changed default between TRL releases).
+PINNED_KEYS: tuple[str, ...] = (
+    "loss_type", "scale_rewards", "beta", "num_generations", "learning_rate", "temperature", "top_p", "top_k",
+    "max_completion_length", "per_device_train_batch_size", "gradient_accumulation_steps", "epsilon",
+    "num_iterations", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "bf16",
+    "gradient_checkpointing", "disable_dropout", "mask_truncated_completions", "importance_sampling_level",
+)
+#: Further GRPOConfig keys a config may set.
+OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "adam_beta1", "adam_beta2", "adam_epsilon", "repetition_penalty",
+                                  "min_p", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization")
+#: The algorithm each name stands for (checked, so a config cannot call dapo "grpo").
+ALGORITHM_LOSS = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none")}
+
+
+def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool) -> dict[str, Any]:
+    """The ``GRPOConfig`` arguments of one run, from our settings block (TRL key names)."""
+    missing = [k for k in PINNED_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"GRPO settings must pin {', '.join(missing)} (TRL defaults differ between releases)")
+    algorithm = settings["algorithm"]
+    want = ALGORITHM_LOSS.get(algorithm)
+    if want is None:
+        raise ValueError(f"algorithm {algorithm!r} is not a GRPO variant; expected one of {sorted(ALGORITHM_LOSS)}")
+    if (settings["loss_type"], settings["scale_rewards"]) != want:
+        raise ValueError(f"algorithm {algorithm}: loss_type/scale_rewards must be {want[0]}/{want[1]}, got "
+                         f"{settings['loss_type']}/{settings['scale_rewards']}")
+    kw = {k: settings[k] for k in PINNED_KEYS + OPTIONAL_KEYS if k in settings}
+    if on_cpu:
+        kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
+    kw.update(
+        output_dir=output_dir, max_steps=steps, seed=seed, data_seed=seed, logging_steps=1, save_strategy="no",
+        report_to=[], log_completions=False, dataloader_num_workers=0, shuffle_dataset=True, do_eval=False,
+        eval_strategy="no", disable_tqdm=True,
+    )
+    return kw
+
+
+def cpu_overrides(settings: dict) -> dict[str, Any]:
+    """Settings the CPU path changed (recorded in the manifest)."""
+    return {k: False for k in ("bf16", "gradient_checkpointing") if settings.get(k)}
+
+
+def _dataset(task: Task, examples: list[dict], chat: bool):
+    from datasets import Dataset
+
+    rows = []
+    for e in examples:
+        text = task.prompt(e)
+        prompt: Any = [{"role": "user", "content": text}] if chat else text
+        rows.append({"prompt": prompt, EXAMPLE_COLUMN: json.dumps(e, sort_keys=True)})
+    return Dataset.from_list(rows)
+
+
+def train_grpo(
+    model_dir: str | Path,
+    task: Task,
+    examples: list[dict],
+    settings: dict,
+    *,
+    steps: int,
+    seed: int,
+    dtype: str = "float32",
+    chat: bool = False,
+    snapshot_dir: str | Path | None = None,
+) -> tuple[torch.nn.Module, Any, list[dict]]:
+    """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
+
+    One log row per step: ``step``, ``reward_mean``, ``reward_std``, ``loss``, ``entropy``,
+    ``completion_length``, ``learning_rate``, ``seconds`` and, only when ``beta > 0``, ``kl``.
+    """
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    on_cpu = not torch.cuda.is_available()
+    tokenizer = load_tokenizer(model_dir)  # our tokenizer class, not AutoProcessor's guess
+    tokenizer.padding_side = "left"
+    rows: list[dict] = []
+
+    class _Log(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001 - TRL callback signature
+            logs = logs or {}
+            if "reward" not in logs:
+                return
+            row = {
+                "step": state.global_step - 1,
+                "reward_mean": logs["reward"],
+                "reward_std": logs.get("reward_std"),
+                "loss": logs.get("loss"),
+                "entropy": logs.get("entropy"),
+                "completion_length": logs.get("completions/mean_length"),
+                "learning_rate": logs.get("learning_rate"),
+                "seconds": time.perf_counter() - self.t0,
+            }
+            if "kl" in logs:
+                row["kl"] = logs["kl"]
+            rows.append(row)
+            self.t0 = time.perf_counter()
+
+    class _Snapshot(TrainerCallback):
+        """Keep the policy every ``save_every`` steps under ``snapshot_dir/iterNNNNNN`` (not the final one)."""
+
+        def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
+            every = settings.get("save_every")
+            if snapshot_dir is None or not every or state.global_step % every or state.global_step >= steps:
+                return
+            from esrepro.io import atomic_path
+            from esrepro.models.loading import save_checkpoint
+
+            with atomic_path(Path(snapshot_dir) / f"iter{state.global_step:06d}", is_dir=True) as out:
+                save_checkpoint(model, tokenizer, out)
+
+    with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
+        cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=tmp, on_cpu=on_cpu),
+                         model_init_kwargs={"dtype": DTYPES[dtype]})
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            reward_funcs=[trl_reward_func(task)],
+            args=cfg,
+            train_dataset=_dataset(task, examples, chat),
+            processing_class=tokenizer,
+            callbacks=[_Log(), _Snapshot()],
+        )
+        trainer.train()
+        model = trainer.model
+    model.eval()
+    return model, tokenizer, rows

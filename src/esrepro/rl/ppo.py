@@ -1,0 +1,314 @@
+"""PPO with a learned critic, after verl's recipe as TinyZero runs it (the paper's PPO baseline).
+
+No maintained PPO fits both scales here: verl (the paper's own) needs Ray and GPUs,
+OpenRLHF needs DeepSpeed and GPUs, and TRL dropped PPO in 1.13 (its experimental
+PPOTrainer of 0.26-1.12 expects a reward model and cannot share an environment with
+the TRL that GRPO uses). So this module is a small, hand-written, tested PPO:
+
+- rollout: one sampled response per prompt (``batch_size`` prompts per step);
+- reward: ``Task.score`` on the final response token, minus ``kl_coef x (log pi - log pi_ref)``
+  on every token (verl's ``kl_ctrl`` in-reward penalty; no reference model when ``kl_coef == 0``);
+- advantages: GAE (``gamma``, ``lam``; verl: 1, 1), whitened over the batch's tokens;
+- actor loss: clipped ratio (``clip_ratio``) with an entropy bonus (``entropy_coef``);
+- critic: a copy of the base LM with a scalar head, clipped value loss (``value_clip``);
+- ``ppo_epochs`` passes over the rollout in mini-batches of ``mini_batch_size``, one optimiser
+  step each, accumulated over micro-batches of ``micro_batch_size``; token-mean losses.
+
+The pure functions (:func:`gae`, :func:`policy_loss`, :func:`value_loss`, :func:`token_rewards`)
+are unit-tested against their defining properties.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from esrepro.models.loading import DTYPES, load_tokenizer
+from esrepro.tasks.base import Task
+
+
+# --- the algorithm's pieces (pure, tested) ----------------------------------------------------
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / std`` over masked positions (population variance); zero elsewhere."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * torch.rsqrt(var + eps) * mask
+
+
+def token_rewards(scores: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor | None, mask: torch.Tensor,
+                  kl_coef: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token rewards: ``-kl_coef x (logp - ref_logp)`` on every response token, plus the score on the last.
+
+    Returns (rewards, per-token KL or None when ``kl_coef == 0``).
+    """
+    rewards = torch.zeros_like(logp)
+    kl = None
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs the reference log-probabilities")
+        kl = (logp - ref_logp) * mask
+        rewards = rewards - kl_coef * kl
+    last = (mask.cumsum(-1) * mask).argmax(-1)  # index of the last response token
+    rewards[torch.arange(len(scores)), last] += scores
+    return rewards * mask, kl
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over response tokens; returns (advantages, returns).
+
+    ``delta_t = r_t + gamma V_{t+1} - V_t`` with ``V`` zero past the last token;
+    ``A_t = delta_t + gamma lam A_{t+1}``; returns ``= A + V``. Padded positions get 0.
+    """
+    values = values * mask
+    T = rewards.shape[1]
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
+    for t in reversed(range(T)):
+        next_v = values[:, t + 1] if t + 1 < T else torch.zeros_like(last)
+        delta = rewards[:, t] + gamma * next_v - values[:, t]
+        last = (delta + gamma * lam * last) * mask[:, t]
+        adv[:, t] = last
+    return adv, (adv + values) * mask
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, clip: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, token-mean; returns (loss, fraction of tokens clipped)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    return loss, masked_mean((clipped > unclipped).float(), mask)
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               clip: float) -> torch.Tensor:
+    """Clipped value loss ``0.5 x max((V - R)^2, (V_clip - R)^2)``, token-mean."""
+    v_clip = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (v_clip - returns) ** 2), mask)
+
+
+# --- models ------------------------------------------------------------------------------------
+class Critic(nn.Module):
+    """A causal LM's backbone with a scalar value head on its last hidden state (zero-initialised)."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.head = nn.Linear(lm.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask, position_ids) -> torch.Tensor:  # noqa: ANN001
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                      output_hidden_states=True, use_cache=False)
+        h = out.hidden_states[-1]
+        return self.head(h.to(self.head.weight.dtype)).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters of one PPO run (TinyZero on verl: actor 1e-6, critic 1e-5, KL 1e-3, batch 256)."""
+
+    actor_learning_rate: float
+    critic_learning_rate: float
+    kl_coef: float
+    batch_size: int              # prompts (= responses) per step
+    mini_batch_size: int         # responses per optimiser step
+    micro_batch_size: int        # responses per forward/backward
+    ppo_epochs: int
+    clip_ratio: float
+    value_clip: float
+    gamma: float
+    lam: float
+    entropy_coef: float
+    max_grad_norm: float
+    weight_decay: float
+    max_new_tokens: int
+    temperature: float
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "PPOConfig":
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in settings]
+        if missing:
+            raise ValueError(f"PPO settings are missing {', '.join(missing)}")
+        cfg = cls(**{n: settings[n] for n in names})
+        if cfg.batch_size % cfg.mini_batch_size or cfg.mini_batch_size % cfg.micro_batch_size:
+            raise ValueError("PPO: batch_size must be a multiple of mini_batch_size, and that of micro_batch_size")
+        return cfg
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _response_logp(model: nn.Module, seq: torch.Tensor, attn: torch.Tensor, n_prompt: int, temperature: float
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities and entropies of the response tokens ``seq[:, n_prompt:]`` under ``model``."""
+    logits = model(input_ids=seq, attention_mask=attn, position_ids=_positions(attn), use_cache=False).logits
+    logits = logits[:, n_prompt - 1 : -1].float() / temperature
+    logprobs = torch.log_softmax(logits, -1)
+    logp = logprobs.gather(-1, seq[:, n_prompt:, None]).squeeze(-1)
+    entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logp, entropy
+
+
+def _response_mask(resp: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
+    """1 up to and including the first EOS of each response, 0 after."""
+    is_eos = torch.zeros_like(resp, dtype=torch.bool)
+    for e in eos_ids:
+        is_eos |= resp == e
+    ended_before = (is_eos.int().cumsum(-1) - is_eos.int()) > 0
+    return (~ended_before).float()
+
+
+def train_ppo(
+    model_dir: str | Path,
+    task: Task,
+    examples: list[dict],
+    settings: dict,
+    *,
+    steps: int,
+    seed: int,
+    dtype: str = "float32",
+    chat: bool = False,
+    progress: bool = True,
+) -> tuple[nn.Module, Any, list[dict]]:
+    """Train the policy in ``model_dir`` with PPO for ``steps`` steps; returns (policy, tokenizer, log rows).
+
+    One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
+    ``entropy``, ``completion_length``, ``seconds`` and, only when ``kl_coef > 0``, ``kl``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    cfg = PPOConfig.from_settings(settings)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(seed)
+    tok = load_tokenizer(model_dir)
+    tok.padding_side = "left"
+    load = lambda: AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)  # noqa: E731
+    actor = load()
+    actor.generation_config.pad_token_id = tok.pad_token_id
+    critic = Critic(load()).to(device)
+    ref = None
+    if cfg.kl_coef > 0:
+        ref = load().eval().requires_grad_(False)
+    for m in (actor, critic):
+        for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
+            if isinstance(mod, nn.Dropout):
+                mod.p = 0.0
+    opt_a = torch.optim.AdamW(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
+    opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)
+    eos_ids = {tok.eos_token_id} | set(np.atleast_1d(actor.generation_config.eos_token_id or []).tolist())
+
+    def fmt(e: dict) -> str:
+        text = task.prompt(e)
+        if chat:
+            text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True)
+        return text
+
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    rows: list[dict] = []
+    from tqdm import tqdm
+
+    for step in tqdm(range(steps), desc="PPO", disable=not progress):
+        t0 = time.perf_counter()
+        while len(order) < cfg.batch_size:  # epochs over the training set, reshuffled each time
+            order += rng.permutation(len(examples)).tolist()
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        batch = [examples[i] for i in idx]
+        enc = tok([fmt(e) for e in batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        n_prompt = enc["input_ids"].shape[1]
+
+        # rollout
+        actor.eval()
+        with torch.no_grad():
+            seq = _generate_padded(actor, enc, cfg, tok)
+        resp = seq[:, n_prompt:]
+        mask = _response_mask(resp, eos_ids)
+        attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
+        texts = tok.batch_decode(resp * mask.long() + tok.pad_token_id * (1 - mask.long()), skip_special_tokens=True)
+        scores = torch.tensor([task.score(t, e).reward for t, e in zip(texts, batch, strict=True)],
+                              dtype=torch.float32, device=device)
+
+        with torch.no_grad():
+            old_logp, old_v, ref_logp = [], [], []
+            for i in range(0, cfg.batch_size, cfg.micro_batch_size):
+                s, a = seq[i:i + cfg.micro_batch_size], attn[i:i + cfg.micro_batch_size]
+                old_logp.append(_response_logp(actor, s, a, n_prompt, cfg.temperature)[0])
+                old_v.append(critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float())
+                if ref is not None:
+                    ref_logp.append(_response_logp(ref, s, a, n_prompt, cfg.temperature)[0])
+            old_logp_t, old_v_t = torch.cat(old_logp), torch.cat(old_v)
+            ref_logp_t = torch.cat(ref_logp) if ref is not None else None
+            rewards, kl = token_rewards(scores, old_logp_t, ref_logp_t, mask, cfg.kl_coef)
+            adv, returns = gae(rewards, old_v_t, mask, cfg.gamma, cfg.lam)
+            adv = masked_whiten(adv, mask)
+
+        # updates
+        actor.train()
+        critic.train()
+        stats: dict[str, list[float]] = {"pg_loss": [], "vf_loss": [], "clipfrac": [], "entropy": []}
+        n_micro = cfg.mini_batch_size // cfg.micro_batch_size
+        for _ in range(cfg.ppo_epochs):
+            perm = torch.from_numpy(rng.permutation(cfg.batch_size)).to(device)
+            for m0 in range(0, cfg.batch_size, cfg.mini_batch_size):
+                opt_a.zero_grad(set_to_none=True)
+                opt_c.zero_grad(set_to_none=True)
+                for u0 in range(m0, m0 + cfg.mini_batch_size, cfg.micro_batch_size):
+                    j = perm[u0:u0 + cfg.micro_batch_size]
+                    s, a, mk = seq[j], attn[j], mask[j]
+                    logp, ent = _response_logp(actor, s, a, n_prompt, cfg.temperature)
+                    pg, cf = policy_loss(logp, old_logp_t[j], adv[j], mk, cfg.clip_ratio)
+                    ent_m = masked_mean(ent, mk)
+                    ((pg - cfg.entropy_coef * ent_m) / n_micro).backward()
+                    v = critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float()
+                    vf = value_loss(v, old_v_t[j], returns[j], mk, cfg.value_clip)
+                    (vf / n_micro).backward()
+                    for k, val in (("pg_loss", pg), ("vf_loss", vf), ("clipfrac", cf), ("entropy", ent_m)):
+                        stats[k].append(float(val))
+                torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+                opt_a.step()
+                opt_c.step()
+        row = {
+            "step": step,
+            "reward_mean": float(scores.mean()),
+            "reward_std": float(scores.std(unbiased=False)),
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+            "completion_length": float(mask.sum(-1).mean()),
+            "seconds": time.perf_counter() - t0,
+        }
+        if kl is not None:
+            row["kl"] = float(masked_mean(kl, mask))
+        rows.append(row)
+    actor.eval()
+    return actor, tok, rows
+
+
+def _generate_padded(actor: nn.Module, enc: dict, cfg: PPOConfig, tok: Any) -> torch.Tensor:
+    """Generate in micro-batches and right-pad the sequences to one length."""
+    outs = []
+    for i in range(0, cfg.batch_size, cfg.micro_batch_size):
+        outs.append(actor.generate(
+            input_ids=enc["input_ids"][i:i + cfg.micro_batch_size],
+            attention_mask=enc["attention_mask"][i:i + cfg.micro_batch_size],
+            do_sample=True, temperature=cfg.temperature, top_p=1.0, top_k=0,
+            max_new_tokens=cfg.max_new_tokens, pad_token_id=tok.pad_token_id))
+    width = max(o.shape[1] for o in outs)
+    return torch.cat([nn.functional.pad(o, (0, width - o.shape[1]), value=tok.pad_token_id) for o in outs])

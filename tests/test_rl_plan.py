@@ -1,0 +1,100 @@
+"""RL in the plan: budgets from the ES settings, grid cells, selection, Table 3, config errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from esrepro.config import ConfigError, check_config, load_registry, load_yaml
+from esrepro.report.tables import build_table3
+from esrepro.rl.select import choose, final_train_reward, select_run
+from esrepro.workflow import Plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _plan(name: str) -> Plan:
+    cfg = load_yaml(REPO / "config" / name)
+    return Plan(cfg, load_registry(REPO / "config" / "models.yaml"))
+
+
+def test_tiny_budgets_equal_the_es_budget():
+    plan = _plan("config.yaml")
+    es = plan.config["train"]["countdown"]["es"]
+    budget = es["iterations"] * es["population"] * es["train_examples"]
+    for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+        spec = plan.method_spec("tiny", "countdown", method)
+        assert spec["sample_budget"] == budget
+        b = plan.rl_budget("tiny", "countdown", method)
+        assert b.samples_used <= budget < b.samples_used + b.samples_per_step
+    assert "sample_budget" not in plan.method_spec("tiny", "countdown", "es")
+    assert plan.methods_regex(rl=False) == "es"
+
+
+def test_grid_cells_and_paths():
+    plan = _plan("paper.yaml")
+    cells = plan.grid_cells("qwen2.5-7b-instruct", "grpo8")
+    assert len(cells) == 6 and "lr1e-06_beta0.001" in cells
+    spec = json.loads(plan.cell_spec_json("qwen2.5-7b-instruct", "countdown", "grpo8", "lr3e-06_beta0"))
+    assert (spec["learning_rate"], spec["beta"], spec["loss_type"]) == (3e-06, 0.0, "grpo")
+    assert "grid" not in spec and spec["sample_budget"] == 500 * 30 * 200
+    tiny = _plan("config.yaml")
+    assert list(tiny.grid_cells("tiny", "grpo30")) == ["default"]
+    assert tiny.cell_runs("countdown", "tiny", "grpo8", 0) == [
+        "results/runs/countdown/tiny/grpo8/grid/lr0.0001/seed0", "results/runs/countdown/tiny/grpo8/grid/lr0.0003/seed0"]
+
+
+def test_selection_keeps_the_best_final_training_reward(tmp_path):
+    assert final_train_reward([{"reward_mean": x} for x in (0.0, 0.0, 0.0, 0.4, 0.6, 0.2, 0.2, 1.0)]) == pytest.approx(0.6)
+    assert choose({"a": 0.5, "b": 0.5, "c": 0.1}) == "a"
+    cells = {}
+    for name, rewards in (("lr1", [0.1, 0.2, 0.3, 0.3]), ("lr2", [0.1, 0.2, 0.5, 0.6])):
+        d = tmp_path / name
+        (d / "checkpoint").mkdir(parents=True)
+        (d / "checkpoint" / "model.safetensors").write_text(name)
+        (d / "log.jsonl").write_text("".join(json.dumps({"step": i, "reward_mean": r}) + "\n"
+                                             for i, r in enumerate(rewards)))
+        (d / "manifest.json").write_text(json.dumps({"settings": {"learning_rate": float(name[-1])},
+                                                     "budget": {"steps": 4, "samples_per_step": 8}}))
+        cells[name] = d
+    out = tmp_path / "results/runs/countdown/tiny/grpo8/seed0"
+    rec = select_run(cells, {"learning_rate": [1.0, 2.0]}, out)
+    assert rec["winner"] == "lr2" and rec["train_reward"] == pytest.approx(0.6)
+    assert (out / "checkpoint" / "model.safetensors").read_text() == "lr2"
+    df = build_table3([out / "selection.json"], {"tiny": {"display": "tiny"}}, tmp_path / "t3")
+    assert df.loc[0, "Selected"] == "learning_rate=2" and df.loc[0, "Method"] == "GRPO (8)"
+    assert "learning_rate in {1, 2}" in (tmp_path / "t3.md").read_text()
+    assert pd.read_csv(tmp_path / "t3.csv").loc[0, "Training reward"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["train"]["countdown"]["grpo8"].__setitem__("loss_type", "dapo"), "train.countdown.grpo8.loss_type"),
+        (lambda c: c["train"]["countdown"]["drgrpo"].pop("scale_rewards"), "scale_rewards"),
+        (lambda c: c["train"]["countdown"]["ppo"].__setitem__("kl_coef", -1), "train.countdown.ppo.kl_coef"),
+        (lambda c: c["train"]["countdown"]["ppo"].__setitem__("budget_from", "ppo"), "train.countdown.ppo.budget_from"),
+        (lambda c: c["train"]["countdown"]["grpo8"].__setitem__("algorithm", "reinforce"), "train.countdown.grpo8"),
+    ],
+)
+def test_bad_rl_settings_name_the_field(edit, message):
+    cfg = copy.deepcopy(load_yaml(REPO / "config" / "config.yaml"))
+    edit(cfg)
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        check_config(cfg, "config/config.yaml", root=REPO)
+
+
+def test_a_grid_key_must_be_a_setting_of_the_method(tmp_path):
+    reg = load_yaml(REPO / "config" / "models.yaml")
+    reg["models"]["tiny"]["methods"]["grpo8"]["grid"] = {"learnig_rate": [1e-4]}
+    (tmp_path / "models.yaml").write_text(json.dumps(reg))
+    for name in ("published.yaml",):
+        (tmp_path / name).write_text((REPO / "config" / name).read_text())
+    cfg = load_yaml(REPO / "config" / "config.yaml")
+    cfg["registry"], cfg["published"] = str(tmp_path / "models.yaml"), str(tmp_path / "published.yaml")
+    with pytest.raises(ConfigError, match=r"models\.tiny\.methods\.grpo8\.grid\.learnig_rate: not a setting"):
+        check_config(cfg, "config/config.yaml", root="/")
