@@ -281,11 +281,12 @@ class Plan:
 
     def kl_runs(self) -> list[tuple[str, str, str, int]]:
         """(task, model, method, seed) of every KL measurement: each run of a task with a ``kl`` entry
-        (the task's own training runs, the base models, and every study run on it)."""
+        (the task's training runs and their base models, every study run and the study's base model)."""
         out: list[tuple[str, str, str, int]] = []
         for task in self.config.get("kl", {}):
             methods = self.config["train"].get(task, {}).get("methods", [])
-            out += [(task, m, BASE, 0) for m in self.models]
+            if methods:
+                out += [(task, m, BASE, 0) for m in self.models]
             out += [(task, m, meth, s) for m in self.models for meth in methods for s in self.config["seeds"]]
         for name, study in self.config.get("studies", {}).items():
             out += [(study["task"], study["model"], BASE, 0)]
