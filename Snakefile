@@ -31,7 +31,9 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/kl.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/conciseness.smk"
 include: "workflow/rules/provenance.smk"
 
 

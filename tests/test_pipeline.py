@@ -42,8 +42,18 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    # Countdown: base, ES and 4 RL methods per model; every other task: the base model
-    assert stats["train"] == "7" and stats["fetch_model"] == "7" and stats["evaluate"] == str(7 * 6 + 7 * 9)
+    # Countdown: base, ES and 4 RL methods per model; every other task: the base model;
+    # conciseness study: (3 sigmas + 4 betas) x 4 seeds on Qwen2.5-7B-Instruct
+    assert stats["train"] == str(7 + 7 * 4) and stats["fetch_model"] == "7"
+    assert stats["evaluate"] == str(7 * 6 + 7 * 9)
+    # KL: every Countdown run and base model, every study run and the study's base model
+    assert stats["kl"] == str(7 * 6 + 1 + 7 * 4)
+    for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
+        assert stats[rule] == "1"
+    for method in ("es_sigma0.0005", "es_sigma0.001", "es_sigma0.0015", "grpo_beta0", "grpo_beta0.01",
+                   "grpo_beta0.0167", "grpo_beta0.0464"):
+        assert f"results/kl/conciseness/qwen2.5-7b-instruct/{method}/seed3/kl.json" in out
+    assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
     assert stats["prepare_data"] == "10"
     # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, one selection each
     assert stats["train_cell"] == str(7 * 4 * 6) and stats["select_rl"] == str(7 * 4)
@@ -121,6 +131,19 @@ def test_embedded_default_writes_every_output(default_run):
     assert any("CreateAction" in str(e.get("@type")) for e in crate["@graph"])
     headline = json.loads((repo / "results/tables/table1_countdown.metrics.json").read_text())
     assert set(headline["tiny"]) >= {"base", "es"}
+    # KL and the conciseness study (Table 2, Pareto and reward-distribution figures)
+    for method in ("base", "es", "ppo", "grpo8", "grpo30", "drgrpo"):
+        kl = json.loads((repo / f"results/kl/countdown/tiny/{method}/seed0/kl.json").read_text())
+        assert kl["k3"] >= 0 and kl["exact"] >= 0 and (method != "base" or kl["k1"] == kl["k3"] == kl["exact"] == 0)
+    t2 = pd.read_csv(repo / "results/tables/table2_conciseness.csv")
+    assert {"Original", "ES", "GRPO"} <= set(t2["Method"]) and t2["Reward"].notna().all()
+    assert (t2.loc[t2["Method"] != "Original", "Seeds"] == 2).all()
+    assert "reward cut-off" in (repo / "results/tables/table2_conciseness.md").read_text().lower()
+    for fig in ("conciseness_pareto", "conciseness_distribution"):
+        assert (repo / f"results/figures/{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (repo / f"results/figures/{fig}.pdf").read_bytes()[:4] == b"%PDF"
+    run = json.loads((repo / "results/kl/conciseness/tiny/es_sigma0.005/seed0/kl.json").read_text())
+    assert [c["iteration"] for c in run["checkpoints"]] == [4, 8]
 
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -126,6 +127,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def _train_manifest(args: argparse.Namespace, run: Path, started: str, n_examples: int, extra: dict | None = None) -> None:
     from esrepro.io import write_json
+    from esrepro.kl import snapshot_dirs
     from esrepro.provenance import build_manifest
 
     write_json(
@@ -136,7 +138,8 @@ def _train_manifest(args: argparse.Namespace, run: Path, started: str, n_example
             settings={"method": args.method, "task": args.task, "model": args.model, "dtype": args.dtype,
                       "chat": args.chat, **args.spec},
             started=started,
-            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl"},
+            outputs={"checkpoint": run / "checkpoint", "log": run / "log.jsonl",
+                     **{f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}},
             extra={"seed": args.seed, "train_examples": n_examples, **(extra or {})},
         ),
     )
@@ -146,12 +149,13 @@ def _train_es(args: argparse.Namespace) -> None:
     from esrepro.backends.hf import HFBackend
     from esrepro.es.loop import ESConfig, clear_state, run_es
     from esrepro.io import atomic_path, write_jsonl
+    from esrepro.kl import SNAPSHOT_DIR, snapshot_dirs
     from esrepro.provenance import now
     from esrepro.rl.budget import es_sample_budget
     from esrepro.tasks import get_task
 
-    started = now()
     spec = args.spec
+    started = now()
     task = get_task(args.task, **spec.get("task_options", {}))
     examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
     backend = HFBackend(
@@ -164,7 +168,18 @@ def _train_es(args: argparse.Namespace) -> None:
     def score(responses: list[str]) -> list[float]:
         return [task.score(r, e).reward for r, e in zip(responses, examples, strict=True)]
 
-    log = run_es(backend, prompts, score, cfg, run / "resume")
+    save_every = spec.get("save_every")
+    if not (run / "resume" / "state.json").exists():
+        shutil.rmtree(run / SNAPSHOT_DIR, ignore_errors=True)  # a fresh start keeps no stale snapshots
+
+    def keep_snapshot(row: dict) -> None:
+        # weights after iteration row["iteration"]; the final weights go to checkpoint/ instead
+        done = row["iteration"] + 1
+        if save_every and done % save_every == 0 and done < cfg.iterations:
+            with atomic_path(run / SNAPSHOT_DIR / f"iter{done:06d}", is_dir=True) as tmp:
+                backend.save(tmp)
+
+    log = run_es(backend, prompts, score, cfg, run / "resume", on_iteration=keep_snapshot)
     with atomic_path(run / "checkpoint", is_dir=True) as tmp:
         backend.save(tmp)
     write_jsonl(run / "log.jsonl", log)
@@ -175,6 +190,7 @@ def _train_es(args: argparse.Namespace) -> None:
 def _train_rl(args: argparse.Namespace, algorithm: str) -> None:
     """GRPO / Dr.GRPO (TRL) or PPO for as many steps as the ES sample budget allows."""
     from esrepro.io import atomic_path, write_jsonl
+    from esrepro.kl import SNAPSHOT_DIR
     from esrepro.models.loading import save_checkpoint
     from esrepro.provenance import now
     from esrepro.rl.run import train_rl
@@ -184,9 +200,11 @@ def _train_rl(args: argparse.Namespace, algorithm: str) -> None:
     spec = {**args.spec, "algorithm": algorithm}
     task = get_task(args.task, **spec.get("task_options", {}))
     examples = _load_examples(task, args.data_dir, "train", spec["train_examples"])
-    model, tok, log, budget = train_rl(args.model_dir, task, examples, spec, seed=args.seed, dtype=args.dtype,
-                                       chat=args.chat)
     run = Path(args.out)
+    shutil.rmtree(run / SNAPSHOT_DIR, ignore_errors=True)  # RL runs do not resume: no stale snapshots
+    model, tok, log, budget = train_rl(args.model_dir, task, examples, spec, seed=args.seed, dtype=args.dtype,
+                                       chat=args.chat,
+                                       snapshot_dir=run / SNAPSHOT_DIR if spec.get("save_every") else None)
     with atomic_path(run / "checkpoint", is_dir=True) as tmp:
         save_checkpoint(model, tok, tmp)
     write_jsonl(run / "log.jsonl", log)
@@ -282,6 +300,62 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps({**labels, **result.metrics}))
 
 
+def cmd_kl(args: argparse.Namespace) -> None:
+    """KL(fine-tuned || base) of a run's final weights and kept snapshots, with their greedy reward."""
+    from esrepro.io import read_json, read_jsonl, write_json, write_jsonl
+    from esrepro.kl import ESTIMATORS, KLSettings, measure_checkpoint, snapshot_dirs
+    from esrepro.models.loading import load_model
+    from esrepro.provenance import build_manifest, now
+    from esrepro.tasks import get_task
+
+    _set_threads(args.threads)
+    started = now()
+    spec = args.spec
+    task = get_task(args.task, **spec.get("task_options", {}))
+    examples = _load_examples(task, args.data_dir, spec["split"], spec.get("limit"))
+    settings = KLSettings.from_settings(spec)
+    base = load_model(args.base_dir, dtype=args.dtype)
+    run = Path(args.run_dir) if args.run_dir else None
+    run_settings = read_json(run / "manifest.json")["settings"] if run else {}
+    algorithm = run_settings.get("algorithm", args.method) if run else "base"
+    final_iteration = len(read_jsonl(run / "log.jsonl")) if run and (run / "log.jsonl").exists() else 0
+    points = [(it, d) for it, d in (snapshot_dirs(run) if run else []) if it < final_iteration]
+    points.append((final_iteration, Path(args.model_dir)))
+
+    checkpoints, final = [], None
+    for it, path in points:
+        res = measure_checkpoint(path, base, task, examples, settings, dtype=args.dtype, chat=args.chat,
+                                 eval_max_new_tokens=spec.get("eval_max_new_tokens"), progress=True)
+        keep = ("reward", "accuracy", "reward_sampled", "mean_tokens",
+                *ESTIMATORS, *(f"{k}_se" for k in ESTIMATORS), *(f"{k}_per_token" for k in ESTIMATORS))
+        checkpoints.append({"iteration": it, **{k: res["summary"][k] for k in keep}})
+        print(json.dumps(checkpoints[-1]), flush=True)
+        final = res
+    assert final is not None
+    labels = {"task": args.task, "split": spec["split"], "model": args.model, "method": args.method,
+              "seed": args.seed}
+    hyper = {k: run_settings[k] for k in ("sigma", "alpha", "beta", "learning_rate") if k in run_settings}
+    out = Path(args.out)
+    write_jsonl(out / "samples.jsonl", final["responses"])
+    write_json(out / "kl.json", {
+        **labels, "algorithm": algorithm, "hyper": hyper, "iteration": final_iteration,
+        **{k: v for k, v in final["summary"].items() if k != "settings"},
+        "settings": final["summary"]["settings"],
+        "estimator_note": "per-sequence sums over response tokens (EOS included), mean over responses, "
+                          "then over prompts; *_se: standard error over all responses",
+        "prompts": final["prompts"], "greedy": final["eval"], "checkpoints": checkpoints,
+    })
+    inputs = {"model": args.model_dir, "base_model": args.base_dir,
+              "data": Path(args.data_dir) / f"{spec['split']}.jsonl"}
+    if run:
+        inputs["run_manifest"] = run / "manifest.json"
+        inputs.update({f"snapshot_iter{it}": p for it, p in points[:-1]})
+    write_json(out / "manifest.json", build_manifest(
+        "kl", inputs=inputs, settings={**labels, **spec, "dtype": args.dtype, "chat": args.chat},
+        started=started, outputs={"kl": out / "kl.json", "samples": out / "samples.jsonl"},
+    ))
+
+
 def cmd_table1(args: argparse.Namespace) -> None:
     """Write Table 1 (Countdown accuracy, ours beside the paper's) as csv, md and tex."""
     from esrepro.config import load_registry
@@ -345,6 +419,49 @@ def cmd_dvc_record(args: argparse.Namespace) -> None:
     from esrepro.dvc_record import main_dvc_record
 
     main_dvc_record(args.paths, args.out, push_to=args.remote, do_push=args.push)
+def _cutoff(text: str) -> float | None:
+    return None if text.lower() in ("none", "null", "") else float(text)
+
+
+def cmd_table2(args: argparse.Namespace) -> None:
+    """Write Table 2 (conciseness: reward and KL per configuration, mean ± std over seeds)."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.conciseness import build_table2, load_kl
+
+    started = now()
+    registry = load_registry(args.registry)
+    models = sorted(set(load_kl(args.kl)["model"]))
+    display = ", ".join(registry.get(m, {}).get("display", m) for m in models)
+    build_table2(args.kl, args.out, args.reward_cutoff, notes=args.note, model_display=display)
+    _write_report_manifest(
+        "table2", args.out, (".csv", ".md", ".tex"), started,
+        inputs={**{p: p for p in args.kl}, "registry": args.registry},
+        settings={"reward_cutoff": args.reward_cutoff, "notes": args.note},
+    )
+
+
+def cmd_pareto(args: argparse.Namespace) -> None:
+    """Plot reward against KL to the base model with each method's Pareto front (png and pdf)."""
+    from esrepro.provenance import now
+    from esrepro.report.figures import pareto_figure
+
+    started = now()
+    pareto_figure(args.kl, args.out, kl=args.estimator)
+    _write_report_manifest("pareto", args.out, (".png", ".pdf"), started, inputs={p: p for p in args.kl},
+                           settings={"estimator": args.estimator})
+
+
+def cmd_reward_distribution(args: argparse.Namespace) -> None:
+    """Plot the per-response reward distributions of base, ES and GRPO models (png and pdf)."""
+    from esrepro.provenance import now
+    from esrepro.report.figures import reward_distribution_figure
+
+    started = now()
+    reward_distribution_figure(args.kl, args.out)
+    samples = [str(Path(p).with_name("samples.jsonl")) for p in args.kl]
+    _write_report_manifest("reward_distribution", args.out, (".png", ".pdf"), started,
+                           inputs={p: p for p in [*args.kl, *samples]}, settings={})
 
 
 def _write_report_manifest(kind: str, stem: str, exts: tuple[str, ...], started: str, inputs: dict, settings: dict) -> None:
@@ -408,6 +525,22 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
         t.set_defaults(func=func)
 
+    k = sub.add_parser("kl", help=cmd_kl.__doc__)
+    k.add_argument("--task", required=True)
+    k.add_argument("--model", required=True, help="registry key (a label in outputs)")
+    k.add_argument("--method", required=True, help="method name (a label; base for the base model)")
+    k.add_argument("--seed", type=int, default=0, help="the run's seed (a label)")
+    k.add_argument("--model-dir", required=True, help="the fine-tuned weights (the base model for method base)")
+    k.add_argument("--base-dir", required=True, help="the base model KL is measured against")
+    k.add_argument("--run-dir", default=None, help="the run directory: its manifest, log and kept snapshots")
+    k.add_argument("--dtype", default="float32")
+    k.add_argument("--data-dir", required=True)
+    k.add_argument("--spec", type=_json, required=True, help="the config's kl.<task> block as JSON")
+    k.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    k.add_argument("--out", required=True)
+    k.add_argument("--threads", type=int, default=1)
+    k.set_defaults(func=cmd_kl)
+
     r = sub.add_parser("table1", help=cmd_table1.__doc__)
     r.add_argument("--metrics", nargs="+", required=True)
     r.add_argument("--published", required=True)
@@ -439,6 +572,25 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")
     c.add_argument("--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_curves)
+    t2 = sub.add_parser("table2", help=cmd_table2.__doc__)
+    t2.add_argument("--kl", nargs="+", required=True, help="kl.json of the base model and every run")
+    t2.add_argument("--registry", required=True)
+    t2.add_argument("--reward-cutoff", type=_cutoff, default=None, help="keep configurations with mean reward >= this")
+    t2.add_argument("--note", action="append", default=[])
+    t2.add_argument("--out", required=True, help="output path without extension")
+    t2.set_defaults(func=cmd_table2)
+
+    pf = sub.add_parser("pareto", help=cmd_pareto.__doc__)
+    pf.add_argument("--kl", nargs="+", required=True)
+    pf.add_argument("--estimator", default="exact", choices=["exact", "k1", "k3"])
+    pf.add_argument("--out", required=True, help="output path without extension")
+    pf.set_defaults(func=cmd_pareto)
+
+    rd = sub.add_parser("reward-distribution", help=cmd_reward_distribution.__doc__)
+    rd.add_argument("--kl", nargs="+", required=True, help="kl.json files (samples.jsonl beside each)")
+    rd.add_argument("--out", required=True, help="output path without extension")
+    rd.set_defaults(func=cmd_reward_distribution)
+
     a = sub.add_parser("audit", help=cmd_audit.__doc__)
     a.add_argument("target", help="a table, figure or any recorded output")
     a.add_argument("--root", default=".", help="the pipeline's working directory")

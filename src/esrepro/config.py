@@ -95,6 +95,25 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
         train_task = spec.get("train_task", task)
         if train_task != task and train_task not in config["train"]:
             problems.append(f"evaluate.{task}.train_task: no train.{train_task} entry")
+    for task in config.get("kl", {}):
+        if task not in config["data"]:
+            problems.append(f"kl.{task}: no data.{task} entry to measure KL on")
+    for name, study in config.get("studies", {}).items():
+        where = f"studies.{name}"
+        if study["model"] not in registry:
+            problems.append(f"{where}.model: {study['model']!r} is not in the registry {config['registry']}")
+        if study["task"] not in config["data"]:
+            problems.append(f"{where}.task: no data.{study['task']} entry to train on")
+        if study["task"] not in config.get("kl", {}):
+            problems.append(f"{where}.task: no kl.{study['task']} entry saying how KL is measured")
+        try:
+            methods = study_methods(study)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+            methods = {}
+        clash = set(methods) & set(config["train"].get(study["task"], {}).get("methods", []))
+        if clash:
+            problems.append(f"{where}: method names {sorted(clash)} also in train.{study['task']}.methods")
     if problems:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}" for p in problems))
     return registry
@@ -133,11 +152,69 @@ def _method_problems(config: dict, registry: dict, task: str, method: str) -> li
     return out
 
 
+#: A study's swept hyperparameter per algorithm: (config list key, setting name, method-name prefix).
+SWEEPS = {"es": ("sigmas", "sigma", "es_sigma"), "grpo": ("betas", "beta", "grpo_beta")}
+
+
+def format_value(x: float) -> str:
+    """A swept value as it appears in a method name: positional, at most 3 significant digits (0.0167, 0)."""
+    import numpy as np
+
+    return np.format_float_positional(float(f"{float(x):.3g}"), trim="-")
+
+
+def sweep_values(block: dict, key: str) -> list[float]:
+    """The swept values of an algorithm block: ``<key>``, or ``<key>_logspace: {start, stop, num}`` (10**start..10**stop)."""
+    spaced = block.get(f"{key}_logspace")
+    if spaced:
+        import numpy as np
+
+        return [float(v) for v in np.logspace(spaced["start"], spaced["stop"], spaced["num"])]
+    return [float(v) for v in block[key]]
+
+
+def study_methods(study: dict) -> dict[str, dict]:
+    """Expand a study into ``{method name: train settings}``: one method per swept value per algorithm.
+
+    Each method's settings are the algorithm block's ``settings`` with the swept value set
+    (``sigma`` for ES, ``beta`` for GRPO), ``algorithm`` naming the trainer, and
+    ``save_every`` = the study's ``checkpoint_every`` (weights kept along the way).
+    """
+    out: dict[str, dict] = {}
+    for algorithm, (key, setting, prefix) in SWEEPS.items():
+        block = study.get(algorithm)
+        if not block:
+            continue
+        for value in sweep_values(block, key):
+            name = f"{prefix}{format_value(value)}"
+            if name in out:
+                raise ValueError(f"{algorithm}: values {out[name][setting]} and {value} share the method name {name}")
+            out[name] = {**copy.deepcopy(block["settings"]), setting: value, "algorithm": algorithm,
+                         "save_every": study["checkpoint_every"]}
+            if algorithm != "es" and "sample_budget" not in out[name]:
+                if not study.get("es"):
+                    raise ValueError(f"{algorithm}.settings: sample_budget is needed when the study has no ES runs")
+                es = study["es"]["settings"]  # equal budgets: ES's iterations x population x train_examples
+                out[name]["sample_budget"] = int(es["iterations"]) * int(es["population"]) * int(es["train_examples"])
+    return out
+
+
 def method_settings(config: dict, registry: dict, model: str, task: str, method: str) -> dict:
     """The settings of ``method`` on ``task`` for ``model``: config defaults, registry overrides on top.
 
     The registry's ``grid`` (hyperparameter cells to try) is not a setting; see ``Plan.grid_cells``.
+    A study's method (e.g. ``es_sigma0.001``) takes the registry overrides of its
+    algorithm, except the swept value and the snapshot interval, which the study sets.
     """
+    for study in config.get("studies", {}).values():
+        methods = study_methods(study) if study["task"] == task else {}
+        if method in methods:
+            settings = methods[method]
+            swept = {k: settings[k] for k in ("sigma", "beta", "save_every", "algorithm") if k in settings}
+            overrides = registry[model].get("methods", {}).get(settings["algorithm"], {})
+            settings.update({k: v for k, v in overrides.items() if k != "grid"})
+            settings.update(swept)
+            return settings
     settings = copy.deepcopy(config["train"][task][method])
     overrides = registry[model].get("methods", {}).get(method, {})
     settings.update({k: v for k, v in overrides.items() if k != "grid"})

@@ -15,7 +15,7 @@ from typing import Any
 
 import itertools
 
-from esrepro.config import algorithm_of, method_settings, rule_resources
+from esrepro.config import algorithm_of, method_settings, rule_resources, study_methods
 from esrepro.rl.budget import Budget, es_sample_budget, rl_budget, samples_per_step
 
 BASE = "base"
@@ -98,7 +98,7 @@ class Plan:
         """A method's settings for ``model``; RL methods get ``sample_budget``, the ES run's sample count."""
         spec = method_settings(self.config, self.registry, model, task, method)
         spec["task_options"] = self.task_options(task)
-        if self.is_rl(task, method):
+        if self.is_rl(task, method) and not self.is_study_method(task, method):
             ref = spec["budget_from"]
             spec["sample_budget"] = es_sample_budget(method_settings(self.config, self.registry, model, task, ref))
         return spec
@@ -107,15 +107,31 @@ class Plan:
         return json.dumps(self.method_spec(model, task, method), sort_keys=True)
 
     # --- RL: algorithms, budgets, grids ----------------------------------------
+    def study_method_names(self, task: str | None = None) -> list[str]:
+        """Every study's method names (trained directly by the train rule, never through a grid)."""
+        return [m for study in self.config.get("studies", {}).values()
+                if task is None or study["task"] == task for m in study_methods(study)]
+
+    def is_study_method(self, task: str, method: str) -> bool:
+        return method in self.study_method_names(task)
+
     def algorithm(self, task: str, method: str) -> str:
+        for study in self.config.get("studies", {}).values():
+            methods = study_methods(study) if study["task"] == task else {}
+            if method in methods:
+                return methods[method]["algorithm"]
         return algorithm_of(method, self.config["train"][task][method])
 
     def is_rl(self, task: str, method: str) -> bool:
         return self.algorithm(task, method) != "es"
 
     def _methods(self, rl: bool) -> list[str]:
-        return sorted({m for task, spec in self.config["train"].items() for m in spec["methods"]
-                       if self.is_rl(task, m) == rl})
+        """Methods trained through a grid (``rl``), or directly: ES methods and every study method."""
+        grid = {m for task, spec in self.config["train"].items() for m in spec["methods"] if self.is_rl(task, m)}
+        if rl:
+            return sorted(grid)
+        direct = {m for task, spec in self.config["train"].items() for m in spec["methods"] if m not in grid}
+        return sorted(direct | set(self.study_method_names()))
 
     def methods_regex(self, rl: bool) -> str:
         """Wildcard regex of the methods trained directly (``rl=False``) or through a grid (``rl=True``)."""
@@ -251,6 +267,100 @@ class Plan:
             for m, meth, s in self.runs(task)
         ]
 
+    # --- KL to the base model ---------------------------------------------------
+    @staticmethod
+    def kl_dir(task: str, model: str, method: str, seed: int | str) -> str:
+        return f"results/kl/{task}/{model}/{method}/seed{seed}"
+
+    def study(self, name: str) -> dict | None:
+        return self.config.get("studies", {}).get(name)
+
+    def study_runs(self, name: str) -> list[tuple[str, str, int]]:
+        """(model, method, seed) of a study's training runs (method names like es_sigma0.001)."""
+        study = self.study(name)
+        if not study:
+            return []
+        return [(study["model"], meth, s) for meth in study_methods(study) for s in study["seeds"]]
+
+    def kl_runs(self) -> list[tuple[str, str, str, int]]:
+        """(task, model, method, seed) of every KL measurement: each run of a task with a ``kl`` entry
+        (the task's training runs and their base models, every study run and the study's base model)."""
+        out: list[tuple[str, str, str, int]] = []
+        for task in self.config.get("kl", {}):
+            methods = self.config["train"].get(task, {}).get("methods", [])
+            if methods:
+                out += [(task, m, BASE, 0) for m in self.models]
+            out += [(task, m, meth, s) for m in self.models for meth in methods for s in self.config["seeds"]]
+        for name, study in self.config.get("studies", {}).items():
+            out += [(study["task"], study["model"], BASE, 0)]
+            out += [(study["task"], m, meth, s) for m, meth, s in self.study_runs(name)]
+        return list(dict.fromkeys(out))
+
+    def kl_targets(self) -> list[str]:
+        return [f"{self.kl_dir(*r)}/kl.json" for r in self.kl_runs()]
+
+    def kl_model_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """The weights KL is measured for: the base model (method base) or the run's final checkpoint."""
+        return self.base_dir(model) if method == BASE else f"{self.run_dir(task, model, method, seed)}/checkpoint"
+
+    def kl_run_inputs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
+        """The run's manifest (which lists its kept snapshots); nothing for the base model."""
+        return [] if method == BASE else [f"{self.run_dir(task, model, method, seed)}/manifest.json"]
+
+    def kl_run_arg(self, task: str, model: str, method: str, seed: int | str) -> str:
+        return "" if method == BASE else f"--run-dir {shlex.quote(self.run_dir(task, model, method, seed))}"
+
+    def threads(self, task: str, method: str, rule: str = "train") -> int:
+        """CPU threads of a train or kl job: a study's or the kl entry's ``threads``, else the config's.
+
+        The tiny model gains nothing from a second intra-op thread, and on a loaded
+        2-core machine two spinning threads per job were measured 16x slower than one.
+        """
+        if rule == "kl" and "threads" in self.config.get("kl", {}).get(task, {}):
+            return int(self.config["kl"][task]["threads"])
+        for name, study in self.config.get("studies", {}).items():
+            if rule == "train" and study["task"] == task and method in study_methods(study):
+                return int(study.get("threads", self.config["threads"]))
+        return int(self.config["threads"])
+
+    def kl_spec_json(self, task: str) -> str:
+        spec = dict(self.config["kl"][task])
+        spec["task_options"] = self.task_options(task)
+        return json.dumps(spec, sort_keys=True)
+
+    # --- the conciseness study (Table 2, Figures 1, 3-4) ------------------------
+    def conciseness_kl(self) -> list[str]:
+        """kl.json of the conciseness study: the base model and every run."""
+        study = self.study("conciseness")
+        if not study:
+            return []
+        runs = [(study["model"], BASE, 0), *self.study_runs("conciseness")]
+        return [f"{self.kl_dir(study['task'], *r)}/kl.json" for r in runs]
+
+    def conciseness_notes(self) -> str:
+        """``--note`` arguments for Table 2: scale, model, seeds, sweeps and how KL was measured."""
+        study = self.study("conciseness")
+        kl = self.config["kl"][study["task"]]
+        notes = [f"Scale: {self.config['scale']}; model: {self.registry[study['model']]['display']}; "
+                 f"seeds: {study['seeds']}; weights kept every {study['checkpoint_every']} iterations."]
+        if study.get("es"):
+            es = study["es"]["settings"]
+            notes.append(f"ES: N={es['population']}, alpha={es['alpha']}, {es['iterations']} iterations, "
+                         f"{es['max_new_tokens']} new tokens, greedy.")
+        if study.get("grpo"):
+            g = study["grpo"]["settings"]
+            notes.append("GRPO: " + ", ".join(f"{k}={g[k]}" for k in sorted(g) if not isinstance(g[k], (dict, list))) + ".")
+        notes.append(f"KL(fine-tuned || base): {kl['n_samples']} responses sampled per {kl['split']} prompt "
+                     f"(temperature {kl.get('temperature', 1.0)}, up to {kl['max_new_tokens']} tokens), "
+                     "per-sequence sums of per-token estimates, mean over responses and prompts.")
+        return " ".join(f"--note {shlex.quote(n)}" for n in notes)
+
+    def conciseness_targets(self) -> list[str]:
+        if not self.study("conciseness"):
+            return []
+        return ([f"results/tables/table2_conciseness.{e}" for e in ("csv", "md", "tex")]
+                + [f"results/figures/conciseness_{f}.{e}" for f in ("pareto", "distribution") for e in ("png", "pdf")])
+
     def final_targets(self) -> list[str]:
         out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex", "metrics.json")]
         out += self.eval_metrics()
@@ -258,7 +368,7 @@ class Plan:
             out += [f"results/tables/table3_rl_hyperparameters.{e}" for e in ("csv", "md")]
         if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
             out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf", "csv")]
-        return out
+        return out + self.kl_targets() + self.conciseness_targets()
 
     # --- provenance -------------------------------------------------------------
     def datasets(self) -> list[str]:

@@ -3,7 +3,7 @@
 wildcard_constraints:
     task=r"[a-z0-9_]+",
     model=r"[A-Za-z0-9._-]+",
-    method=r"[a-z0-9]+",
+    method=r"[a-z0-9_.]+",
     seed=r"\d+",
     split=r"[a-z0-9_]+",
     cell=r"[A-Za-z0-9._+-]+",

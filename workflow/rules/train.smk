@@ -19,7 +19,7 @@ rule train:
         dtype=lambda wildcards: REGISTRY[wildcards.model]["dtype"],
         chat=lambda wildcards: "--chat" if PLAN.uses_chat(wildcards.model) else "",
         run="results/runs/{task}/{model}/{method}/seed{seed}",
-    threads: config["threads"]
+    threads: lambda wildcards: PLAN.threads(wildcards.task, wildcards.method)
     resources:
         **resources_of("train"),
     conda:

@@ -39,6 +39,10 @@ class HFBackend:
         if max_prompt_tokens is not None:
             self.tokenizer.truncation_side = "left"
 
+    def format_prompt(self, prompt: str) -> str:
+        """The text the model sees for ``prompt`` (wrapped in the chat template when ``chat``)."""
+        return self._format(prompt)
+
     def _format(self, prompt: str) -> str:
         if not self.chat:
             return prompt

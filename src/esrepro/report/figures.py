@@ -102,3 +102,84 @@ def write_curves_csv(logs: Mapping[str, Sequence[Mapping[str, float]]], path: Pa
             lines.append(",".join([quoted, *(repr(c) if isinstance(c, float) else str(c) for c in cells)]))
     write_text(path, "\n".join(lines) + "\n")
     return Path(path)
+# --- the conciseness study --------------------------------------------------------------
+_ALGO_STYLE = {"base": ("black", "*"), "es": ("C0", "o"), "grpo": ("C3", "s"), "dr_grpo": ("C2", "^"),
+               "ppo": ("C1", "D")}
+
+
+def _algo_label(algo: str) -> str:
+    from esrepro.report.conciseness import ALGORITHMS
+
+    return ALGORITHMS.get(algo, (algo, None))[0]
+
+
+def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "exact") -> list[Path]:
+    """Reward against KL(fine-tuned || base), every kept checkpoint of every run, with each method's
+    Pareto front (the paper's Figure 1); configurations' final means marked and labelled."""
+    from esrepro.report.conciseness import checkpoint_points, load_kl, pareto_front
+
+    runs = load_kl(kl_paths)
+    points = checkpoint_points(runs, kl)
+    fig = Figure(figsize=(7.0, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    for algo in [a for a in _ALGO_STYLE if a in set(points["algorithm"])] + sorted(
+            set(points["algorithm"]) - set(_ALGO_STYLE)):
+        color, marker = _ALGO_STYLE.get(algo, ("C7", "x"))
+        pts = points[points["algorithm"] == algo]
+        if algo == "base":
+            ax.scatter(pts["kl"], pts["reward"], color=color, marker=marker, s=140, zorder=5, label="base model")
+            continue
+        ax.scatter(pts["kl"], pts["reward"], color=color, marker=marker, s=14, alpha=0.35, linewidths=0)
+        idx = pareto_front(list(pts["kl"]), list(pts["reward"]))
+        front = pts.iloc[idx]
+        ax.step(front["kl"], front["reward"], where="post", color=color, linewidth=1.8,
+                label=f"{_algo_label(algo)}: Pareto front")
+        ax.scatter(front["kl"], front["reward"], color=color, marker=marker, s=36, zorder=4)
+        finals = runs[runs["algorithm"] == algo].groupby("value")[[kl, "reward"]].mean()
+        for value, row in finals.iterrows():
+            ax.annotate(f"{value:g}", (row[kl], row["reward"]), textcoords="offset points", xytext=(4, 4),
+                        fontsize="x-small", color=color)
+    ax.set_xlabel(f"KL(fine-tuned || base) per response ({kl})")
+    ax.set_ylabel("mean reward (greedy, held-out prompts)")
+    ax.set_title("Conciseness: reward against KL to the base model")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small",
+              title="faint: every kept checkpoint; numbers: sigma / beta", title_fontsize="x-small")
+    return save_figure(fig, out_stem)
+
+
+def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike) -> list[Path]:
+    """Per-response reward distributions of the base model and each ES / GRPO configuration
+    (responses sampled on the held-out prompts, pooled over seeds): one panel per method."""
+    import numpy as np
+
+    from esrepro.report.conciseness import sample_rewards
+
+    rewards = sample_rewards(kl_paths)
+    if not rewards:
+        raise ValueError("reward_distribution_figure: no samples")
+    base = rewards.get(("base", None), [])
+    algos = [a for a in _ALGO_STYLE if a != "base" and any(k[0] == a for k in rewards)]
+    algos += sorted({k[0] for k in rewards} - set(_ALGO_STYLE))
+    panels = algos or ["base"]
+    everything = [x for v in rewards.values() for x in v]
+    lo, hi = min(everything), max(everything)
+    bins = np.linspace(lo - 0.5, hi + 0.5, min(40, int(hi - lo) + 2) + 1)
+    fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, algo in zip(axes, panels):
+        if base:
+            ax.hist(base, bins=bins, density=True, histtype="stepfilled", color="0.7", alpha=0.6,
+                    label=f"base (n={len(base)})")
+        keys = sorted((k for k in rewards if k[0] == algo and algo != "base"), key=lambda k: k[1])
+        for i, key in enumerate(keys):
+            vals = rewards[key]
+            ax.hist(vals, bins=bins, density=True, histtype="step", linewidth=1.6, color=f"C{i % 10}",
+                    label=f"{_algo_label(algo)} {key[1]:g} (n={len(vals)})")
+        ax.set_title(_algo_label(algo) if algo != "base" else "base model")
+        ax.set_xlabel("reward of a sampled response")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", fontsize="x-small")
+    axes[0].set_ylabel("density")
+    fig.suptitle("Conciseness: reward distributions (held-out prompts, sampled responses)")
+    return save_figure(fig, out_stem)

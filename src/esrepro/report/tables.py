@@ -196,15 +196,15 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, decimals: int = 1) -> str:
     if _is_missing(value):
         return ""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.1f}"
+        return f"{value:.{decimals}f}"
     return str(value)
 
 
-def _display_frame(df: pd.DataFrame, pm: str) -> tuple[pd.DataFrame, list[bool]]:
+def _display_frame(df: pd.DataFrame, pm: str, decimals: int = 1) -> tuple[pd.DataFrame, list[bool]]:
     """Format ``df`` as strings; fold ``"{col} std"`` columns into ``col`` as ``mean{pm}std``.
 
     Returns the frame and, per column, whether it is numeric (for alignment).
@@ -217,18 +217,18 @@ def _display_frame(df: pd.DataFrame, pm: str) -> tuple[pd.DataFrame, list[bool]]
         std_col = f"{col}{STD_SUFFIX}"
         cells = []
         for i in range(len(df)):
-            cell = _fmt(df[col].iloc[i])
+            cell = _fmt(df[col].iloc[i], decimals)
             if std_col in df.columns and cell and not _is_missing(df[std_col].iloc[i]):
-                cell = f"{cell}{pm}{_fmt(df[std_col].iloc[i])}"
+                cell = f"{cell}{pm}{_fmt(df[std_col].iloc[i], decimals)}"
             cells.append(cell)
         out[str(col)] = cells
         numeric.append(pd.api.types.is_numeric_dtype(df[col]))
     return pd.DataFrame(out, columns=list(out)), numeric
 
 
-def to_markdown(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = ()) -> str:
+def to_markdown(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = (), decimals: int = 1) -> str:
     """Render ``df`` as a Markdown pipe table with the caption above and notes below."""
-    shown, numeric = _display_frame(df, " ± ")
+    shown, numeric = _display_frame(df, " ± ", decimals)
     align = ["right" if n else "left" for n in numeric]
     # disable_numparse keeps "0.0" from turning into "0" and keeps blanks blank.
     body = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
@@ -266,9 +266,9 @@ def _latex_header(columns: list[str]) -> list[str]:
     return [" & ".join(top) + r" \\", " ".join(rules), " & ".join(bottom) + r" \\"]
 
 
-def to_latex(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = ()) -> str:
+def to_latex(df: pd.DataFrame, caption: str = "", notes: Sequence[str] = (), decimals: int = 1) -> str:
     """Render ``df`` as a booktabs ``tabular`` inside a ``table`` float (hand-built, no jinja2)."""
-    shown, numeric = _display_frame(df, " ± ")
+    shown, numeric = _display_frame(df, " ± ", decimals)
     spec = "".join("r" if n else "l" for n in numeric)
     lines = [r"\begin{table}[t]", r"\centering"]
     if caption:
@@ -291,8 +291,9 @@ def write_table(
     out_stem: PathLike,
     caption: str,
     notes: Sequence[str] = (),
+    decimals: int = 1,
 ) -> list[Path]:
-    """Write ``{out_stem}.csv``, ``.md`` and ``.tex`` atomically; numbers to one decimal.
+    """Write ``{out_stem}.csv``, ``.md`` and ``.tex`` atomically; numbers to ``decimals`` decimals.
 
     The CSV keeps every column (std columns separate, blanks for missing) and the
     index when it is named; Markdown and LaTeX show ``mean ± std`` in one cell,
@@ -300,10 +301,10 @@ def write_table(
     """
     stem = Path(out_stem)
     paths = [stem.with_name(stem.name + ext) for ext in (".csv", ".md", ".tex")]
-    csv = df.to_csv(index=df.index.name is not None, float_format="%.1f", lineterminator="\n")
+    csv = df.to_csv(index=df.index.name is not None, float_format=f"%.{decimals}f", lineterminator="\n")
     write_text(paths[0], csv)
-    write_text(paths[1], to_markdown(df, caption, notes))
-    write_text(paths[2], to_latex(df, caption, notes))
+    write_text(paths[1], to_markdown(df, caption, notes, decimals))
+    write_text(paths[2], to_latex(df, caption, notes, decimals))
     return paths
 
 

@@ -89,6 +89,7 @@ def train_grpo(
     seed: int,
     dtype: str = "float32",
     chat: bool = False,
+    snapshot_dir: str | Path | None = None,
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
 
@@ -126,6 +127,19 @@ def train_grpo(
             rows.append(row)
             self.t0 = time.perf_counter()
 
+    class _Snapshot(TrainerCallback):
+        """Keep the policy every ``save_every`` steps under ``snapshot_dir/iterNNNNNN`` (not the final one)."""
+
+        def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
+            every = settings.get("save_every")
+            if snapshot_dir is None or not every or state.global_step % every or state.global_step >= steps:
+                return
+            from esrepro.io import atomic_path
+            from esrepro.models.loading import save_checkpoint
+
+            with atomic_path(Path(snapshot_dir) / f"iter{state.global_step:06d}", is_dir=True) as out:
+                save_checkpoint(model, tokenizer, out)
+
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=tmp, on_cpu=on_cpu),
                          model_init_kwargs={"dtype": DTYPES[dtype]})
@@ -135,7 +149,7 @@ def train_grpo(
             args=cfg,
             train_dataset=_dataset(task, examples, chat),
             processing_class=tokenizer,
-            callbacks=[_Log()],
+            callbacks=[_Log(), _Snapshot()],
         )
         trainer.train()
         model = trainer.model

@@ -281,7 +281,7 @@ def train_ppo(
                     vf = value_loss(v, old_v_t[j], returns[j], mk, cfg.value_clip)
                     (vf / n_micro).backward()
                     for k, val in (("pg_loss", pg), ("vf_loss", vf), ("clipfrac", cf), ("entropy", ent_m)):
-                        stats[k].append(float(val))
+                        stats[k].append(float(val.detach()))
                 torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
                 torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
                 opt_a.step()

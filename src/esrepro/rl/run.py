@@ -18,7 +18,7 @@ def budget_of(settings: dict) -> Budget:
 
 
 def train_rl(model_dir: str | Path, task: Task, examples: list[dict], settings: dict, *, seed: int,
-             dtype: str, chat: bool) -> tuple[Any, Any, list[dict], Budget]:
+             dtype: str, chat: bool, snapshot_dir: str | Path | None = None) -> tuple[Any, Any, list[dict], Budget]:
     """Dispatch to the algorithm's trainer for the budgeted number of steps; returns (policy, tokenizer, log, budget).
 
     Every log row gets ``iteration`` (= step), so the ES curve tooling reads RL logs too.
@@ -31,7 +31,10 @@ def train_rl(model_dir: str | Path, task: Task, examples: list[dict], settings: 
         from esrepro.rl.ppo import train_ppo as trainer
     else:
         raise ValueError(f"unknown RL algorithm {algorithm!r}")
+    extra = {"snapshot_dir": snapshot_dir} if snapshot_dir is not None and algorithm != "ppo" else {}
+    if snapshot_dir is not None and algorithm == "ppo" and settings.get("save_every"):
+        raise ValueError("save_every (kept snapshots) is not implemented for PPO")
     model, tok, rows = trainer(model_dir, task, examples, settings, steps=budget.steps, seed=seed, dtype=dtype,
-                               chat=chat)
+                               chat=chat, **extra)
     rows = [{"iteration": r["step"], **r} for r in rows]
     return model, tok, rows, budget

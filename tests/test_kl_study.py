@@ -1,0 +1,150 @@
+"""The conciseness study: config expansion, the plan's KL jobs, `esrepro kl`, Table 2 and the figures."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from esrepro.cli import main
+from esrepro.config import ConfigError, check_config, load_yaml, study_methods
+from esrepro.io import read_json, write_json, write_jsonl
+from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
+from esrepro.tasks.task_data import prepare_conciseness
+from esrepro.workflow import Plan
+
+
+@pytest.fixture()
+def cfg() -> dict:
+    return load_yaml(REPO / "config/config.yaml")
+
+
+def _plan(config: dict) -> Plan:
+    return Plan(config, check_config(config, "config/config.yaml", root=REPO))
+
+
+def test_study_expands_into_named_methods(cfg):
+    study = cfg["studies"]["conciseness"]
+    methods = study_methods(study)
+    assert list(methods) == ["es_sigma0.005", "es_sigma0.01", "grpo_beta0", "grpo_beta0.01", "grpo_beta0.0167",
+                             "grpo_beta0.0464"]
+    es = methods["es_sigma0.01"]
+    assert es["sigma"] == 0.01 and es["algorithm"] == "es" and es["save_every"] == study["checkpoint_every"]
+    g = methods["grpo_beta0.0167"]
+    assert g["beta"] == 0.0167 and g["algorithm"] == "grpo"
+    # equal budgets: the ES runs' iterations x population x train_examples
+    es_s = study["es"]["settings"]
+    assert g["sample_budget"] == es_s["iterations"] * es_s["population"] * es_s["train_examples"]
+
+
+def test_appendix_betas_are_ten_log_spaced_values(cfg):
+    study = copy.deepcopy(cfg["studies"]["conciseness"])
+    study["grpo"]["betas_logspace"] = {"start": -4, "stop": 0, "num": 10}
+    names = [m for m in study_methods(study) if m.startswith("grpo")]
+    assert len(names) == 10 and names[0] == "grpo_beta0.0001" and names[-1] == "grpo_beta1"
+    assert {"grpo_beta0.0167", "grpo_beta0.0464"} <= set(names)  # the paper's two non-round betas
+
+
+def test_plan_wires_study_runs_kl_and_reports(cfg):
+    plan = _plan(cfg)
+    targets = plan.final_targets()
+    for path in ("results/kl/countdown/tiny/es/seed0/kl.json", "results/kl/conciseness/tiny/base/seed0/kl.json",
+                 "results/kl/conciseness/tiny/grpo_beta0.0464/seed1/kl.json",
+                 "results/tables/table2_conciseness.tex", "results/figures/conciseness_pareto.pdf",
+                 "results/figures/conciseness_distribution.png"):
+        assert path in targets, path
+    assert "results/kl/countdown/tiny/base/seed0/kl.json" in targets
+    spec = json.loads(plan.method_spec_json("tiny", "conciseness", "es_sigma0.005"))
+    assert spec["sigma"] == 0.005 and spec["save_every"] == 4
+    import re
+
+    direct = re.compile(plan.methods_regex(rl=False))
+    assert direct.fullmatch("es_sigma0.005") and direct.fullmatch("grpo_beta0.01") and direct.fullmatch("es")
+    assert plan.threads("conciseness", "es_sigma0.005") == 1 and plan.threads("countdown", "es") == cfg["threads"]
+    assert plan.kl_run_arg("conciseness", "tiny", "base", 0) == ""
+    assert len(plan.conciseness_kl()) == 1 + 6 * 2
+
+
+def test_study_errors_are_named(cfg):
+    bad = copy.deepcopy(cfg)
+    bad["studies"]["conciseness"]["model"] = "nope"
+    del bad["kl"]["conciseness"]
+    with pytest.raises(ConfigError) as err:
+        check_config(bad, "config/config.yaml", root=REPO)
+    msg = str(err.value)
+    assert "studies.conciseness.model: 'nope' is not in the registry" in msg
+    assert "no kl.conciseness entry" in msg
+    bad = copy.deepcopy(cfg)
+    bad["studies"]["conciseness"]["es"]["sigmas"] = [0.00123, 0.001234]  # same name at 3 significant digits
+    with pytest.raises(ConfigError, match="share the method name"):
+        check_config(bad, "config/config.yaml", root=REPO)
+
+
+def test_pareto_front():
+    kl = [0.0, 1.0, 0.5, 2.0, 1.5, 3.0]
+    reward = [-20, -5, -10, -5, -2, -1]
+    assert pareto_front(kl, reward) == [0, 2, 1, 4, 5]
+    assert pareto_front([1.0, 1.0], [0.0, 0.0]) == [0]
+
+
+def _fake_kl(path: Path, algorithm: str, value, seed: int, reward: float, kl: float) -> Path:
+    param = {"es": "sigma", "grpo": "beta"}.get(algorithm)
+    rec = {"model": "tiny", "method": f"{algorithm}{value}", "seed": seed, "algorithm": algorithm,
+           "hyper": {param: value} if param else {}, "iteration": 8, "reward": reward, "reward_sampled": reward - 1,
+           "k1": kl, "k3": kl, "exact": kl,
+           "checkpoints": [{"iteration": 4, "reward": reward - 2, "k1": kl / 2, "k3": kl / 2, "exact": kl / 2},
+                           {"iteration": 8, "reward": reward, "k1": kl, "k3": kl, "exact": kl}]}
+    write_json(path / "kl.json", rec)
+    write_jsonl(path / "samples.jsonl", [{"id": "a", "reward": reward + d} for d in (-2, 0, 1)])
+    return path / "kl.json"
+
+
+def test_table2_means_stds_and_cutoff(tmp_path):
+    paths = [_fake_kl(tmp_path / "b", "base", None, 0, -20.0, 0.0)]
+    paths += [_fake_kl(tmp_path / f"e{s}", "es", 0.001, s, -10.0 + s, 0.5 + s) for s in (0, 1)]
+    paths += [_fake_kl(tmp_path / f"g{s}", "grpo", 0.01, s, -30.0, 2.0) for s in (0, 1)]
+    df = table2(load_kl(paths), reward_cutoff=-15)
+    assert list(df["Method"]) == ["Original", "ES", "GRPO"]
+    es = df.loc["ES sigma = 0.001"]
+    assert es["Reward"] == -9.5 and es["KL exact"] == 1.0 and es["Seeds"] == 2
+    assert es["Reward std"] == pytest.approx(0.7071, abs=1e-4)
+    assert list(df["Kept"]) == ["yes", "yes", "no"]
+    build_table2(paths, tmp_path / "t2", reward_cutoff=-15)
+    md = (tmp_path / "t2.md").read_text()
+    assert "-9.500 ± 0.707" in md and "dropped: GRPO beta = 0.01" in md
+    assert "\\begin{tabular}" in (tmp_path / "t2.tex").read_text()
+
+
+def test_figures_are_written(tmp_path):
+    from esrepro.report.figures import pareto_figure, reward_distribution_figure
+
+    paths = [_fake_kl(tmp_path / "b", "base", None, 0, -20.0, 0.0)]
+    paths += [_fake_kl(tmp_path / f"e{s}", "es", 0.001, s, -10.0 + s, 0.5 + s) for s in (0, 1)]
+    paths += [_fake_kl(tmp_path / f"g{s}", "grpo", 0.01, s, -3.0, 2.0) for s in (0, 1)]
+    for fn, stem in ((pareto_figure, "conciseness_pareto"), (reward_distribution_figure, "conciseness_distribution")):
+        out = fn(paths, tmp_path / stem)
+        assert [p.suffix for p in out] == [".png", ".pdf"]
+        assert out[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_esrepro_kl_on_the_base_model_is_zero_and_deterministic(tiny_model_dir, tmp_path):
+    data = tmp_path / "data"
+    prepare_conciseness(data, {"kind": "generated"}, 0)
+    spec = json.dumps({"split": "test", "limit": 2, "n_samples": 3, "max_new_tokens": 6, "batch_size": 4, "seed": 1})
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"kl{i}"
+        argv = ["kl", "--task", "conciseness", "--model", "t", "--method", "base", "--model-dir", str(tiny_model_dir),
+                "--base-dir", str(tiny_model_dir), "--data-dir", str(data), "--spec", spec, "--out", str(out)]
+        assert main(argv) == 0
+        outs.append(out)
+    kl = read_json(outs[0] / "kl.json")
+    assert kl["k1"] == kl["k3"] == kl["exact"] == 0.0 and kl["algorithm"] == "base"
+    assert kl["n_responses"] == 6 and [c["iteration"] for c in kl["checkpoints"]] == [0]
+    assert (outs[0] / "kl.json").read_bytes() == (outs[1] / "kl.json").read_bytes()
+    assert (outs[0] / "samples.jsonl").read_bytes() == (outs[1] / "samples.jsonl").read_bytes()
+    manifest = read_json(outs[0] / "manifest.json")
+    assert len(manifest["inputs"]["base_model"]["sha256"]) == 64 and "kl" in manifest["outputs"]
