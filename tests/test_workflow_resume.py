@@ -62,6 +62,7 @@ def write_small_settings(repo: Path, eval_limit: int = 20) -> str:
     registry["models"]["tiny"]["build"]["sft"].update(SMALL_SFT)
     config["registry"] = SMALL_REGISTRY
     config["train"]["countdown"]["es"].update(SMALL_ES)
+    config["train"]["countdown"]["methods"] = ["es"]  # the RL baselines are not what these tests are about
     config["evaluate"]["countdown"]["limit"] = eval_limit
     (repo / SMALL_REGISTRY).write_text(yaml.safe_dump(registry, sort_keys=False))
     (repo / SMALL_CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
