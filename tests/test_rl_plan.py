@@ -70,6 +70,7 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
     df = build_table3([out / "selection.json"], {"tiny": {"display": "tiny"}}, tmp_path / "t3")
     assert df.loc[0, "Selected"] == "learning_rate=2" and df.loc[0, "Method"] == "GRPO (8)"
     assert "learning_rate in {1, 2}" in (tmp_path / "t3.md").read_text()
+    assert "\\begin{tabular}" in (tmp_path / "t3.tex").read_text()
     assert pd.read_csv(tmp_path / "t3.csv").loc[0, "Training reward"] == pytest.approx(0.6)
 
 

@@ -262,7 +262,7 @@ def cmd_table3(args: argparse.Namespace) -> None:
     started = now()
     registry = load_registry(args.registry)
     build_table3(args.selection, registry, args.out)
-    _write_report_manifest("table3", args.out, (".csv", ".md"), started,
+    _write_report_manifest("table3", args.out, (".csv", ".md", ".tex"), started,
                            inputs={p: p for p in args.selection} | {"registry": args.registry}, settings={})
 
 

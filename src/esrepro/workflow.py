@@ -365,7 +365,7 @@ class Plan:
         out = [f"results/tables/table1_countdown.{e}" for e in ("csv", "md", "tex", "metrics.json")]
         out += self.eval_metrics()
         if self.selections(self.config["report"]["table1"]["task"]):
-            out += [f"results/tables/table3_rl_hyperparameters.{e}" for e in ("csv", "md")]
+            out += [f"results/tables/table3_rl_hyperparameters.{e}" for e in ("csv", "md", "tex")]
         if self.curve_logs(self.config["report"]["table1"]["task"], "es"):
             out += [f"results/figures/countdown_curves.{e}" for e in ("png", "pdf", "csv")]
         return out + self.kl_targets() + self.conciseness_targets()

@@ -60,7 +60,7 @@ rule table3_rl_hyperparameters:
         selections=PLAN.selections(config["report"]["table1"]["task"]),
         registry=config["registry"],
     output:
-        multiext("results/tables/table3_rl_hyperparameters", ".csv", ".md", ".manifest.json"),
+        multiext("results/tables/table3_rl_hyperparameters", ".csv", ".md", ".tex", ".manifest.json"),
     conda:
         ENV
     log:

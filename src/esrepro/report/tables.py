@@ -394,7 +394,7 @@ def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping
 
 def build_table3(selection_paths: Iterable[PathLike], models: Mapping[str, Mapping[str, Any]],
                  out_stem: PathLike) -> pd.DataFrame:
-    """Read every RL run's ``selection.json`` and write ``{out_stem}.csv`` and ``.md``."""
+    """Read every RL run's ``selection.json`` and write ``{out_stem}.csv``, ``.md`` and ``.tex``."""
     records = []
     for path in selection_paths:
         rec = dict(read_json(path))
@@ -409,4 +409,5 @@ def build_table3(selection_paths: Iterable[PathLike], models: Mapping[str, Mappi
              "optimises). Grids live in the model registry (config/models.yaml, methods.<method>.grid)."]
     body = df.astype(str).to_markdown(index=False, disable_numparse=True)
     write_text(stem.with_name(stem.name + ".md"), "\n".join([f"**{caption}**", "", body, "", *notes]) + "\n")
+    write_text(stem.with_name(stem.name + ".tex"), to_latex(df.astype(str), caption, notes))
     return df
