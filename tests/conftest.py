@@ -1,13 +1,30 @@
-"""Shared fixtures: a tiny randomly initialised Qwen2 model with a locally trained tokenizer."""
+"""Shared fixtures: a tiny randomly initialised Qwen2 model with a locally trained tokenizer;
+a copy of the repository for tests that run Snakemake."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "es-at-scale"
+
+
+
+def copy_repo(dest: Path) -> Path:
+    """The repository's files (tracked and untracked, not ignored) without results."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
 
 SMALL_ARCH = {
     "hidden_size": 32,

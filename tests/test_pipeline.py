@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_repo
 
 BIN = Path(sys.executable).parent
 
@@ -24,20 +24,8 @@ def _snakemake(args: list[str], cwd: Path, timeout: int) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _copy_repo(dest: Path) -> Path:
-    """The repository's files (tracked and untracked, not ignored) without results."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split("\n")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
 def test_paper_dag_lists_every_model(tmp_path):
-    repo = _copy_repo(tmp_path)
+    repo = copy_repo(tmp_path)
     proc = _snakemake(["-n", "--configfile", "config/paper.yaml"], repo, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
@@ -76,7 +64,7 @@ def test_lint_is_clean():
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory) -> Path:
     """The README's main job, run once on a copy of the repository."""
-    repo = _copy_repo(tmp_path_factory.mktemp("pipeline"))
+    repo = copy_repo(tmp_path_factory.mktemp("pipeline"))
     proc = _snakemake(["--profile", "workflow/profiles/default"], repo, timeout=3000)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     report = _snakemake(["--report", "results/reports/workflow_report.html"], repo, timeout=300)  # as `make reproduce`

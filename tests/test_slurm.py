@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, copy_repo
 from test_workflow_resume import (
     BIN,
     RUN,
@@ -32,7 +32,6 @@ from test_workflow_resume import (
     assert_same_tensors,
     built_cache,
     completed_iterations,
-    copy_repo,
     finish,
     keep_built,
     kill_group,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import copy_repo
 
 BIN = Path(sys.executable).parent
 RUN = "results/runs/countdown/tiny/es/seed0"
@@ -36,18 +36,6 @@ SMALL_SFT = {"problems": 1600, "epochs": 1, "learning_rate": 0.01}
 # ES: 3 iterations, a checkpoint after each; sigma large enough for reward variance.
 SMALL_ES = {"iterations": 3, "checkpoint_every": 1, "population": 4, "train_examples": 8,
             "sigma": 0.05, "alpha": 0.05}
-
-
-def copy_repo(dest: Path) -> Path:
-    """The repository's files (tracked and untracked, not ignored) without results."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split("\n")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
 
 
 def write_small_settings(repo: Path, eval_limit: int = 20) -> str:

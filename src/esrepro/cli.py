@@ -111,15 +111,27 @@ def _load_examples(task, data_dir: str, split: str, limit: int | None) -> list[d
     return examples[:limit] if limit else examples
 
 
+def _named_paths(items: Sequence[str], flag: str, form: str) -> dict[str, str]:
+    """``{name: path}`` from repeated ``NAME=PATH`` arguments; a malformed one names the flag."""
+    out = {}
+    for item in items:
+        name, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"{flag} expects {form}, got {item!r}")
+        out[name] = path
+    return out
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     """Train one run (method x task x model x seed) into a run directory; dispatches on the settings' algorithm."""
-    from esrepro.rl.run import algorithm_of
+    from esrepro.config import algorithm_of
+    from esrepro.rl import RL_ALGORITHMS
 
     _set_threads(args.threads)
     algorithm = algorithm_of(args.method, args.spec)
     if algorithm == "es":
         _train_es(args)
-    elif algorithm in ("grpo", "dr_grpo", "ppo"):
+    elif algorithm in RL_ALGORITHMS:
         _train_rl(args, algorithm)
     else:
         raise SystemExit(f"method {args.method!r}: unknown algorithm {algorithm!r} (es, grpo, dr_grpo, ppo)")
@@ -228,12 +240,7 @@ def cmd_select(args: argparse.Namespace) -> None:
     from esrepro.rl.select import select_run
 
     started = now()
-    cells = {}
-    for item in args.cell:
-        name, _, path = item.partition("=")
-        if not path:
-            raise SystemExit(f"--cell expects NAME=RUN_DIR, got {item!r}")
-        cells[name] = path
+    cells = _named_paths(args.cell, "--cell", "NAME=RUN_DIR")
     out = Path(args.out)
     record = select_run(cells, args.grid, out)
     inputs = {f"{c}_log": Path(d) / "log.jsonl" for c, d in cells.items()}
@@ -254,7 +261,7 @@ def cmd_select(args: argparse.Namespace) -> None:
 
 
 def cmd_table3(args: argparse.Namespace) -> None:
-    """Write Table 3 (RL hyperparameter grid and the selected cell per model and method) as csv and md."""
+    """Write Table 3 (RL hyperparameter grid and the selected cell per model and method) as csv, md and tex."""
     from esrepro.config import load_registry
     from esrepro.provenance import now
     from esrepro.report.tables import build_table3
@@ -380,12 +387,7 @@ def cmd_curves(args: argparse.Namespace) -> None:
     from esrepro.report.figures import build_countdown_curves
 
     started = now()
-    logs = {}
-    for item in args.log:
-        label, _, path = item.partition("=")
-        if not path:
-            raise SystemExit(f"--log expects LABEL=PATH, got {item!r}")
-        logs[label] = path
+    logs = _named_paths(args.log, "--log", "LABEL=PATH")
     build_countdown_curves(logs, args.out)
     _write_report_manifest("curves", args.out, (".png", ".pdf", ".csv"), started, inputs={p: p for p in logs.values()},
                            settings={"labels": list(logs)})
@@ -419,6 +421,8 @@ def cmd_dvc_record(args: argparse.Namespace) -> None:
     from esrepro.dvc_record import main_dvc_record
 
     main_dvc_record(args.paths, args.out, push_to=args.remote, do_push=args.push)
+
+
 def _cutoff(text: str) -> float | None:
     return None if text.lower() in ("none", "null", "") else float(text)
 
@@ -572,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--log", action="append", required=True, help="LABEL=PATH of a log.jsonl")
     c.add_argument("--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_curves)
+
     t2 = sub.add_parser("table2", help=cmd_table2.__doc__)
     t2.add_argument("--kl", nargs="+", required=True, help="kl.json of the base model and every run")
     t2.add_argument("--registry", required=True)

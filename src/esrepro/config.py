@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from esrepro.rl.budget import es_sample_budget
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 
 
@@ -194,9 +196,18 @@ def study_methods(study: dict) -> dict[str, dict]:
             if algorithm != "es" and "sample_budget" not in out[name]:
                 if not study.get("es"):
                     raise ValueError(f"{algorithm}.settings: sample_budget is needed when the study has no ES runs")
-                es = study["es"]["settings"]  # equal budgets: ES's iterations x population x train_examples
-                out[name]["sample_budget"] = int(es["iterations"]) * int(es["population"]) * int(es["train_examples"])
+                out[name]["sample_budget"] = es_sample_budget(study["es"]["settings"])  # equal budgets
     return out
+
+
+def study_method(config: dict, task: str, method: str) -> tuple[dict, dict] | None:
+    """(study, settings) of a study's ``method`` on ``task`` (see ``study_methods``); None if no study has it."""
+    for study in config.get("studies", {}).values():
+        if study["task"] == task:
+            settings = study_methods(study).get(method)
+            if settings is not None:
+                return study, settings
+    return None
 
 
 def method_settings(config: dict, registry: dict, model: str, task: str, method: str) -> dict:
@@ -206,15 +217,14 @@ def method_settings(config: dict, registry: dict, model: str, task: str, method:
     A study's method (e.g. ``es_sigma0.001``) takes the registry overrides of its
     algorithm, except the swept value and the snapshot interval, which the study sets.
     """
-    for study in config.get("studies", {}).values():
-        methods = study_methods(study) if study["task"] == task else {}
-        if method in methods:
-            settings = methods[method]
-            swept = {k: settings[k] for k in ("sigma", "beta", "save_every", "algorithm") if k in settings}
-            overrides = registry[model].get("methods", {}).get(settings["algorithm"], {})
-            settings.update({k: v for k, v in overrides.items() if k != "grid"})
-            settings.update(swept)
-            return settings
+    found = study_method(config, task, method)
+    if found is not None:
+        settings = found[1]
+        swept = {k: settings[k] for k in ("sigma", "beta", "save_every", "algorithm") if k in settings}
+        overrides = registry[model].get("methods", {}).get(settings["algorithm"], {})
+        settings.update({k: v for k, v in overrides.items() if k != "grid"})
+        settings.update(swept)
+        return settings
     settings = copy.deepcopy(config["train"][task][method])
     overrides = registry[model].get("methods", {}).get(method, {})
     settings.update({k: v for k, v in overrides.items() if k != "grid"})

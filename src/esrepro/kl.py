@@ -32,6 +32,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from esrepro.models.responses import eos_token_ids, response_mask
+
 ESTIMATORS = ("k1", "k3", "exact")
 
 
@@ -107,16 +109,6 @@ def prompt_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index * 7_919 + 12_345) % (2**63 - 1)
 
 
-def _eos_ids(tokenizer, model) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(model, "generation_config", None), tokenizer):
-        eos = getattr(src, "eos_token_id", None)
-        if eos is None:
-            continue
-        ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
-    return ids
-
-
 @torch.no_grad()
 def sample_responses(
     model: torch.nn.Module,
@@ -152,10 +144,7 @@ def sample_responses(
         out = model(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1, :]
     tokens = torch.stack(steps, dim=1)
-    is_eos = torch.isin(tokens, eos)
-    # a position is in the response if no end-of-sequence token came strictly before it
-    before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
-    return tokens, before == 0
+    return tokens, response_mask(tokens, eos_ids)
 
 
 @torch.no_grad()
@@ -212,7 +201,7 @@ def kl_on_prompts(
     (``"<est>_per_token"``). Responses carry their decoded text and token count.
     """
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
-    eos = _eos_ids(tokenizer, model_ft)
+    eos = eos_token_ids(tokenizer, model_ft)
     if not eos:
         raise ValueError("the tokenizer names no end-of-sequence token")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
@@ -224,7 +213,8 @@ def kl_on_prompts(
         tokens, mask = sample_responses(model_ft, enc, settings.n_samples, settings.max_new_tokens, eos, pad,
                                         prompt_seed(settings.seed, i), settings.temperature)
         per_tok = score_responses(model_ft, model_base, enc, tokens, settings.temperature, settings.batch_size)
-        sums = {k: sequence_sums(per_tok[k], mask).tolist() for k in ESTIMATORS}
+        seq_sums = {k: sequence_sums(per_tok[k], mask) for k in ESTIMATORS}
+        sums = {k: v.tolist() for k, v in seq_sums.items()}
         lengths = mask.sum(-1).tolist()
         texts = tokenizer.batch_decode([t[m].tolist() for t, m in zip(tokens, mask)], skip_special_tokens=True)
         for j in range(settings.n_samples):
@@ -232,7 +222,7 @@ def kl_on_prompts(
                                   **{k: float(sums[k][j]) for k in ESTIMATORS}})
         prompt_rows.append({"id": pid, "n": settings.n_samples, "mean_tokens": sum(lengths) / len(lengths),
                             **{k: sum(sums[k]) / len(sums[k]) for k in ESTIMATORS},
-                            **{f"{k}_token_sum": float(sequence_sums(per_tok[k], mask).sum()) for k in ESTIMATORS}})
+                            **{f"{k}_token_sum": float(seq_sums[k].sum()) for k in ESTIMATORS}})
         if progress:
             print(f"kl: prompt {i + 1}/{len(prompts)} {pid}: "
                   + ", ".join(f"{k}={prompt_rows[-1][k]:.4g}" for k in ESTIMATORS), flush=True)

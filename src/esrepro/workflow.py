@@ -9,13 +9,12 @@ seed irrelevant.
 from __future__ import annotations
 
 import json
+import itertools
 import re
 import shlex
 from typing import Any
 
-import itertools
-
-from esrepro.config import algorithm_of, method_settings, rule_resources, study_methods
+from esrepro.config import algorithm_of, method_settings, rule_resources, study_method, study_methods
 from esrepro.rl.budget import Budget, es_sample_budget, rl_budget, samples_per_step
 
 BASE = "base"
@@ -107,19 +106,17 @@ class Plan:
         return json.dumps(self.method_spec(model, task, method), sort_keys=True)
 
     # --- RL: algorithms, budgets, grids ----------------------------------------
-    def study_method_names(self, task: str | None = None) -> list[str]:
+    def study_method_names(self) -> list[str]:
         """Every study's method names (trained directly by the train rule, never through a grid)."""
-        return [m for study in self.config.get("studies", {}).values()
-                if task is None or study["task"] == task for m in study_methods(study)]
+        return [m for study in self.config.get("studies", {}).values() for m in study_methods(study)]
 
     def is_study_method(self, task: str, method: str) -> bool:
-        return method in self.study_method_names(task)
+        return study_method(self.config, task, method) is not None
 
     def algorithm(self, task: str, method: str) -> str:
-        for study in self.config.get("studies", {}).values():
-            methods = study_methods(study) if study["task"] == task else {}
-            if method in methods:
-                return methods[method]["algorithm"]
+        found = study_method(self.config, task, method)
+        if found is not None:
+            return found[1]["algorithm"]
         return algorithm_of(method, self.config["train"][task][method])
 
     def is_rl(self, task: str, method: str) -> bool:
@@ -318,9 +315,9 @@ class Plan:
         """
         if rule == "kl" and "threads" in self.config.get("kl", {}).get(task, {}):
             return int(self.config["kl"][task]["threads"])
-        for name, study in self.config.get("studies", {}).items():
-            if rule == "train" and study["task"] == task and method in study_methods(study):
-                return int(study.get("threads", self.config["threads"]))
+        found = study_method(self.config, task, method) if rule == "train" else None
+        if found is not None:
+            return int(found[0].get("threads", self.config["threads"]))
         return int(self.config["threads"])
 
     def kl_spec_json(self, task: str) -> str:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from esrepro.models.loading import DTYPES, load_tokenizer
+from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.tasks.base import Task
 
 
@@ -166,15 +167,6 @@ def _response_logp(model: nn.Module, seq: torch.Tensor, attn: torch.Tensor, n_pr
     return logp, entropy
 
 
-def _response_mask(resp: torch.Tensor, eos_ids: set[int]) -> torch.Tensor:
-    """1 up to and including the first EOS of each response, 0 after."""
-    is_eos = torch.zeros_like(resp, dtype=torch.bool)
-    for e in eos_ids:
-        is_eos |= resp == e
-    ended_before = (is_eos.int().cumsum(-1) - is_eos.int()) > 0
-    return (~ended_before).float()
-
-
 def train_ppo(
     model_dir: str | Path,
     task: Task,
@@ -212,7 +204,7 @@ def train_ppo(
                 mod.p = 0.0
     opt_a = torch.optim.AdamW(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
     opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)
-    eos_ids = {tok.eos_token_id} | set(np.atleast_1d(actor.generation_config.eos_token_id or []).tolist())
+    eos_ids = eos_token_ids(tok, actor)
 
     def fmt(e: dict) -> str:
         text = task.prompt(e)
@@ -240,7 +232,7 @@ def train_ppo(
         with torch.no_grad():
             seq = _generate_padded(actor, enc, cfg, tok)
         resp = seq[:, n_prompt:]
-        mask = _response_mask(resp, eos_ids)
+        mask = response_mask(resp, eos_ids).float()
         attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
         texts = tok.batch_decode(resp * mask.long() + tok.pad_token_id * (1 - mask.long()), skip_special_tokens=True)
         scores = torch.tensor([task.score(t, e).reward for t, e in zip(texts, batch, strict=True)],

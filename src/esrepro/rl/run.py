@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from esrepro.config import algorithm_of  # noqa: F401 (re-exported)
 from esrepro.rl.budget import Budget, rl_budget, samples_per_step
 from esrepro.tasks.base import Task
 
