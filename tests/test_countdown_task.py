@@ -14,7 +14,7 @@ import pytest
 
 from esrepro.fetch import ChecksumError, sha256_file
 from esrepro.io import read_jsonl
-from esrepro.tasks import get_task
+from esrepro.tasks import countdown, get_task
 from esrepro.tasks.countdown import (
     CountdownTask,
     answer_reward,
@@ -23,12 +23,17 @@ from esrepro.tasks.countdown import (
     format_reward,
     generate_problems,
     load_authors_json,
-    prepare,
     sft_completion,
     tinyzero_equation,
     tinyzero_score,
 )
 from esrepro.tasks.safe_arith import safe_eval
+
+
+def prepare(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :func:`esrepro.tasks.countdown.prepare`."""
+    return countdown.prepare(out_dir, source, seed)["splits"]
+
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "es-at-scale"
 AUTHORS_JSON = SHARED / "countdown.json"

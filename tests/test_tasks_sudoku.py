@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from esrepro.tasks import get_task
+from esrepro.tasks import get_task, sudoku
 from esrepro.tasks.sudoku import (
     count_solutions,
     from_rows,
@@ -17,7 +17,12 @@ from esrepro.tasks.sudoku import (
     sudoku_prompt,
     to_rows,
 )
-from esrepro.tasks.task_data import EMBEDDED, prepare_sudoku
+from esrepro.tasks.sources import EMBEDDED
+
+
+def prepare_sudoku(out_dir: Path, source: dict, seed: int) -> dict:
+    """The split record (``"splits"``) of :func:`esrepro.tasks.sudoku.prepare`."""
+    return sudoku.prepare(out_dir, source, seed)["splits"]
 
 
 def _answer(rows: list[str]) -> str:

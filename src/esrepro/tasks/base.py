@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from esrepro.io import read_jsonl
+
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
 
 
 @dataclass(frozen=True)
@@ -27,13 +30,29 @@ class Task:
 
     Subclasses set ``name`` and implement ``prompt`` and ``score``. Examples are
     plain dicts read from ``data/prepared/{task}/{split}.jsonl``; every example has
-    an ``id``. ``prepare`` (a module-level function per task) writes those files.
+    an ``id``. The classmethod ``prepare`` writes those files from a configured
+    source and ``split_sizes`` says how many rows it will write.
     """
 
     name: ClassVar[str] = ""
 
     def __init__(self, **options: Any) -> None:
         self.options = options
+
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """Write ``out_dir/{split}.jsonl`` from ``source`` (a config ``data.<task>.source``).
+
+        Returns ``{"splits": {split: {"n", "sha256"}}, "provenance": {...} or {}}``;
+        ``hub`` replaces the Hugging Face client for hub sources (tests).
+        """
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) has no data preparation")
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows per split that ``prepare`` will write from ``source``, without preparing;
+        None where only the data can tell (local and hub sources)."""
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) cannot tell its split sizes")
 
     def load(self, split: str, data_dir: str | Path) -> list[dict]:
         """Read the prepared examples of ``split`` from ``data_dir/{split}.jsonl``."""

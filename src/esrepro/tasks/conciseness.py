@@ -22,10 +22,16 @@ decoded prompt is taken to equal the prompt text).
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from esrepro.tasks.base import Score, Task
+from esrepro.tasks.sources import source_kind, write_prepared
 
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
+
+TASK = "conciseness"
 DATA_FILE = "data/conciseness.yaml"
 
 
@@ -52,10 +58,42 @@ def answer_matches(response: str, example: dict) -> bool:
     return any(got == _canon(a) for a in [example["solution"], *example.get("accept", [])])
 
 
+#: Prepared split -> key of the packaged data.
+SPLIT_KEYS = (("train", "train"), ("test", "eval"))
+
+
+def prepare(out_dir: str | Path, source: dict, seed: int) -> dict[str, Any]:
+    """Conciseness (``generated`` = the packaged YAML) -> ``train.jsonl``, ``test.jsonl``."""
+    source_kind(TASK, source, ("generated",))
+    data = load_data()
+    out = {}
+    for split, key in SPLIT_KEYS:
+        out[split] = [{"id": f"conciseness-{split}-{i}", **item, "source": data["source"]}
+                      for i, item in enumerate(data[key])]
+    return write_prepared(out_dir, out)
+
+
+def split_sizes(source: dict) -> dict[str, int | None]:
+    """Rows per split :func:`prepare` will write: the packaged prompts."""
+    source_kind(TASK, source, ("generated",))
+    data = load_data()
+    return {split: len(data[key]) for split, key in SPLIT_KEYS}
+
+
 class ConcisenessTask(Task):
     """Conciseness; options ``correct_by`` (``"answer"``/``"length"``), ``length_includes_prompt``."""
 
     name: ClassVar[str] = "conciseness"
+
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """The packaged prompts (the module-level :func:`prepare`); ``hub`` is unused."""
+        return prepare(out_dir, source, seed)
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
+        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return example["prompt"]

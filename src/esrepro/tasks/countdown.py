@@ -16,12 +16,15 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from esrepro.fetch import fetch_url, sha256_file
-from esrepro.io import write_jsonl
+from esrepro.fetch import fetch_url
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.safe_arith import try_safe_eval
+from esrepro.tasks.sources import write_prepared
+
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
 
 # ---------------------------------------------------------------------------------------------
 # Prompt
@@ -234,6 +237,16 @@ class CountdownTask(Task):
         super().__init__(reward=reward, **options)
         self.reward = reward
 
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """Countdown's splits (the module-level :func:`prepare`); ``hub`` is unused."""
+        return prepare(out_dir, source, seed)
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
+        return split_sizes(source)
+
     def prompt(self, example: dict) -> str:
         """The authors' prompt for ``example``."""
         return authors_prompt(example["numbers"], example["target"])
@@ -381,8 +394,11 @@ def _is_number(text: str) -> bool:
 # prepare
 
 
-def prepare(out_dir: str | Path, source: dict, seed: int) -> dict:
-    """Write ``out_dir/train.jsonl`` and ``out_dir/test.jsonl``; return {split: {n, sha256}}.
+def prepare(out_dir: str | Path, source: dict, seed: int) -> dict[str, Any]:
+    """Write ``out_dir/train.jsonl`` and ``out_dir/test.jsonl``.
+
+    Returns ``{"splits": {split: {"n", "sha256"}}, "provenance": {}}`` (the shape of
+    every task's preparer, :func:`esrepro.tasks.sources.write_prepared`).
 
     ``source["kind"]``:
       * ``"generated"``: keys ``n_train``, ``n_test`` (optional generator arguments
@@ -399,14 +415,26 @@ def prepare(out_dir: str | Path, source: dict, seed: int) -> dict:
     elif kind == "authors":
         train, test = _authors_splits(source)
     else:
-        raise ValueError(f"countdown source key 'kind': unknown kind {kind!r}; known: 'generated', 'authors'")
-    out_dir = Path(out_dir)
-    result = {}
-    for split, rows in (("train", train), ("test", test)):
-        path = out_dir / f"{split}.jsonl"
-        write_jsonl(path, rows)
-        result[split] = {"n": len(rows), "sha256": sha256_file(path)}
-    return result
+        raise _unknown_kind(kind)
+    return write_prepared(out_dir, {"train": train, "test": test})
+
+
+def split_sizes(source: dict) -> dict[str, int | None]:
+    """Rows per split :func:`prepare` will write: ``n_train`` and ``n_test``.
+
+    For ``authors`` these are the defaults 200 and 2000 unless given; :func:`prepare`
+    fails when the file holds fewer than ``n_train + n_test`` problems.
+    """
+    kind = _require(source, "kind")
+    if kind == "generated":
+        return {"train": _count(source, "n_train"), "test": _count(source, "n_test")}
+    if kind == "authors":
+        return {"train": _count(source, "n_train", 200), "test": _count(source, "n_test", 2000)}
+    raise _unknown_kind(kind)
+
+
+def _unknown_kind(kind: Any) -> ValueError:
+    return ValueError(f"countdown source key 'kind': unknown kind {kind!r}; known: 'generated', 'authors'")
 
 
 def _require(source: dict, key: str) -> Any:

@@ -34,10 +34,14 @@ from __future__ import annotations
 import logging
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, ClassVar, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, GradingPool, shared_pool
+
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
 
 QWEN_MATH_TEMPLATE = (
     "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -301,6 +305,20 @@ class MathTask(Task):
     ``grading_workers`` (processes in the grading pool)."""
 
     name: ClassVar[str] = "math"
+
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """The set's ``test.jsonl`` (:func:`esrepro.tasks.math_data.prepare`)."""
+        from esrepro.tasks import math_data
+
+        return math_data.prepare(cls.name, out_dir, source, seed, hub=hub)
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows :meth:`prepare` will write (:func:`esrepro.tasks.math_data.split_sizes`)."""
+        from esrepro.tasks import math_data
+
+        return math_data.split_sizes(cls.name, source)
 
     def prompt(self, example: dict) -> str:
         return qwen_math_prompt(example["problem"])

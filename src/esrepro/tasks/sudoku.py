@@ -25,9 +25,18 @@ unparseable. Reward:
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
+from esrepro.tasks.sources import EMBEDDED, source_count, source_kind, write_prepared
+
+if TYPE_CHECKING:
+    from esrepro.tasks.sources import HubClient
+
+TASK = "sudoku"
+DEFAULT_N_TRAIN = 64
+DEFAULT_N_TEST = 32
 
 BOX_SHAPES: dict[int, tuple[int, int]] = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
 
@@ -288,13 +297,70 @@ def grade(response: str, example: dict, partial: bool = False) -> Score:
     return Score(reward, exact, details)
 
 
+# ---------------------------------------------------------------- data
+
+
+def _counts(source: dict) -> tuple[int, int]:
+    source_kind(TASK, source, ("generated",))
+    n_train = source_count(TASK, source, "n_train", DEFAULT_N_TRAIN)
+    n_test = source_count(TASK, source, "n_test", DEFAULT_N_TEST)
+    return n_train, n_test
+
+
+def prepare(out_dir: str | Path, source: dict, seed: int) -> dict[str, Any]:
+    """Sudoku (``generated`` only) -> ``train.jsonl``, ``test.jsonl``.
+
+    Keys: ``n_train`` (default 64), ``n_test`` (default 32), ``size`` (4, 6 or 9;
+    default 4), ``max_blanks`` (optional cap on blanks per puzzle). Puzzle ``k`` is
+    :func:`generate_puzzle` with seed ``seed * 1_000_003 + k``; no puzzle appears twice.
+    """
+    n_train, n_test = _counts(source)
+    size = source.get("size", 4)
+    max_blanks = source_count(TASK, source, "max_blanks", None)
+    rows: list[dict] = []
+    seen: set[str] = set()
+    k = 0
+    while len(rows) < n_train + n_test:
+        if k > 50 * (n_train + n_test) + 100:
+            raise ValueError(f"sudoku: cannot draw {n_train + n_test} distinct {size}x{size} puzzles")
+        puzzle = generate_puzzle(size, seed * 1_000_003 + k, max_blanks=max_blanks)
+        k += 1
+        key = "".join(puzzle["puzzle"])
+        if key in seen:
+            continue
+        seen.add(key)
+        split = "train" if len(rows) < n_train else "test"
+        rows.append({"id": f"sudoku{size}-{split}-{len(rows)}", **puzzle, "source": EMBEDDED})
+    return write_prepared(out_dir, {"train": rows[:n_train], "test": rows[n_train:]})
+
+
+def split_sizes(source: dict) -> dict[str, int | None]:
+    """Rows per split :func:`prepare` will write: ``n_train`` and ``n_test``."""
+    n_train, n_test = _counts(source)
+    if source.get("size", 4) not in BOX_SHAPES:
+        raise ValueError(f"sudoku source key 'size': {source['size']!r} is not one of {sorted(BOX_SHAPES)}")
+    source_count(TASK, source, "max_blanks", None)
+    return {"train": n_train, "test": n_test}
+
+
 class SudokuTask(Task):
     """Sudoku; option ``partial`` (bool, default False) as in the module docstring."""
 
     name: ClassVar[str] = "sudoku"
+
+    @classmethod
+    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
+        """Generated puzzles (the module-level :func:`prepare`); ``hub`` is unused."""
+        return prepare(out_dir, source, seed)
+
+    @classmethod
+    def split_sizes(cls, source: dict) -> dict[str, int | None]:
+        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
+        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return sudoku_prompt(example["puzzle"])
 
     def score(self, response: str, example: dict) -> Score:
         return grade(response, example, partial=bool(self.options.get("partial", False)))
+

@@ -1,0 +1,95 @@
+"""Prepared files are byte-identical to what the code wrote before the task data moved out of
+``task_data.py``: sha256 of each split, computed with that code (commit 9a9a6f5) for the same
+source and seed."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATA
+from esrepro.tasks import prepare_task
+
+DATASETS = SHARED_DATA / "datasets"
+
+# (task, source, seed, {split: sha256 of the prepared file})
+GENERATED = [
+    ("countdown", {"kind": "generated", "n_train": 40, "n_test": 60}, 5,
+     {"train": "28390a00f8d2c3c188e71e1012c6cacb375dc9a3ddb63298a9c2d5ee0860c463",
+      "test": "9d22b7da5a5db2abd8e71d7cbb8214b4174a7d6adb23911070d4868d30284c3e"}),
+    ("gsm8k", {"kind": "generated"}, 0,
+     {"train": "2b1884ef4bcdf93faca5997d923fa2cafbe284819809050fdab1a3aba5bf434d",
+      "test": "a56c2e771bfe7840e66ea060c03d01cdf866cc6fe955fac5f2c7c88d1571f1f6"}),
+    ("gsm8k", {"kind": "generated", "n_train": 20, "n_test": 10}, 3,
+     {"train": "1a8b8cb32029b7c56e6e2c8b5a8e61ef14b7a5dedaa20b20d49fceaa617bf6ac",
+      "test": "7ca91a7ef2ce86952a7337a3351b1b99b4cb113e08b598871e1d6ebc80c85979"}),
+    ("math500", {"kind": "generated"}, 0,
+     {"test": "9ef987b87716a943e419bc74f3f945b771ac42c0ef8642e7560490d7c4295ecd"}),
+    ("minerva", {"kind": "generated"}, 0,
+     {"test": "6c625ac0dff1d8ac236970b97d9838eba09a9ae06a37c5830e97881be4e2f2d0"}),
+    ("olympiad_bench", {"kind": "generated"}, 0,
+     {"test": "e283b6e6e7ab137fa704930edf6bb3fb2e0cb9ee713527a11206f7e738a2d76c"}),
+    ("aime24", {"kind": "generated"}, 0,
+     {"test": "acda8c2324cb4ea174b44b78e70040ea1652098d3ad1a89bd1e9e8cd597d8cc8"}),
+    ("amc23", {"kind": "generated"}, 0,
+     {"test": "4900533bb45172e8164e5aefdb7ab6d96f3592f48dee746f61722a3a962f8078"}),
+    ("sudoku", {"kind": "generated", "n_train": 12, "n_test": 6, "size": 4}, 5,
+     {"train": "5badead1d9e3281a8cf4495f9d61db55e5223147471f6ea139b3a34cf5a827f3",
+      "test": "6f0e8f59e7ce4789245c29349093f4decef647e4798bb71d9955d6f85d411a52"}),
+    ("sudoku", {"kind": "generated", "n_train": 2, "n_test": 2, "size": 9}, 0,
+     {"train": "9c5cf8597b3cdfd2c9e4291bc184230e7f47ceac8431a5d3985e61f7b5409a65",
+      "test": "527482030e1f49aa53a3d9cf926ad90bf5d5d8849d6168ec68a39bc2e45c34ae"}),
+    ("arc", {"kind": "generated", "n_train": 6, "n_test": 4}, 1,
+     {"train": "cbda6a09a231125f217c5bceda49be069ab6ed415160cb54c4c970628e84f3ba",
+      "test": "276f187b4b3d91c3c53111acdd70a48b33d057fcc05cf90b1d82517928e598c9"}),
+    ("conciseness", {"kind": "generated"}, 0,
+     {"train": "f7a8e42e10e391003eda46ad7a59adfc78bdb8eb2fd9f772c9ebbb9b9954728f",
+      "test": "9dfae896bece7701a9ba7c683b4e667c97ee942fe79d79cd1de4d5bbf58f814a"}),
+    ("arc", {"kind": "generated"}, 0,
+     {"train": "4c5fbe16c6944f99f56a5553b644992315df50b41b521f38cc107543ad8af364",
+      "test": "c261249135072af158ada299e3160c74cd69659b89df7b7cebfaa1e598aeea5a"}),
+    ("sudoku", {"kind": "generated"}, 0,
+     {"train": "1d747605d6189d04ec8f4cbd46e0077955f7c3b4db5f087c242cc796f98f8e38",
+      "test": "169c799023c145297f89827542106a97663febe9716f837060e9513b8a1cbd82"}),
+]
+
+# Local sources: rows carry "source": "local:<path>", which depends on where the data
+# live; the hashes are of the files with that path replaced by "SHARED".
+LOCAL = [
+    ("math500", {"kind": "local", "path": "evaluation_suite/math"}, 0,
+     {"test": "55e07b4544332dea89e657e08004d5b3ae8aaae494c95f8ba460681397db80cb"}),
+    ("minerva", {"kind": "local", "path": "evaluation_suite/math"}, 0,
+     {"test": "2ac56fbd84644a886ce758c139b55ab2e23e75230ce5dc38f368cf512719f2c2"}),
+    ("olympiad_bench", {"kind": "local", "path": "evaluation_suite/math"}, 0,
+     {"test": "c6eb20eb5c9268aade149d33db1322feafcc6f08c9279d7256b2747b03b0cfe2"}),
+    ("aime24", {"kind": "local", "path": "evaluation_suite/math"}, 0,
+     {"test": "95fb3d02ad8aeaf99a66c1a0a4d47b6721db0f0b2bef371111824e88484049d0"}),
+    ("amc23", {"kind": "local", "path": "evaluation_suite/math"}, 0,
+     {"test": "02751bb0526942ccb47447f06263bcffda7870eeaf6c57fc77d25cbb6e96b34f"}),
+    ("gsm8k", {"kind": "local", "path": "train/gsm_8k"}, 0,
+     {"train": "23006d7d4f5c90f908833d12bcbba2be1ddc06abb54525b83210d18136c9f9e5"}),
+]
+
+
+def _ids(cases: list) -> list[str]:
+    return [f"{task}-{seed}-{i}" for i, (task, _, seed, _) in enumerate(cases)]
+
+
+@pytest.mark.parametrize(("task", "source", "seed", "expected"), GENERATED, ids=_ids(GENERATED))
+def test_generated_files_are_unchanged(tmp_path: Path, task: str, source: dict, seed: int, expected: dict) -> None:
+    result = prepare_task(task, tmp_path, source, seed)
+    assert {split: info["sha256"] for split, info in result["splits"].items()} == expected
+
+
+@pytest.mark.skipif(not DATASETS.exists(), reason=f"no shared data at {DATASETS}")
+@pytest.mark.parametrize(("task", "source", "seed", "expected"), LOCAL, ids=_ids(LOCAL))
+def test_local_files_are_unchanged(tmp_path: Path, task: str, source: dict, seed: int, expected: dict) -> None:
+    path = str(DATASETS / source["path"])
+    result = prepare_task(task, tmp_path, {**source, "path": path}, seed)
+    got = {}
+    for split in result["splits"]:
+        data = (tmp_path / f"{split}.jsonl").read_bytes().replace(f'"local:{path}"'.encode(), b'"local:SHARED"')
+        got[split] = hashlib.sha256(data).hexdigest()
+    assert got == expected
