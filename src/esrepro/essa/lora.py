@@ -1,0 +1,263 @@
+"""ESSA's first stage: LoRA supervised fine-tuning on the attention projections, and
+reading a saved adapter back as per-module factors (A, B, scaling).
+
+Training goes through TRL's ``SFTTrainer`` with a peft ``LoraConfig``: it is the
+maintained tool for this stage at the papers' scale, and on CPU it is deterministic
+for a seed (same losses and bit-identical adapter weights, checked by the tests) and
+fast enough for the tiny default (about 1.5 s for a few hundred pairs, plus about 4 s
+of imports). The loss is on completion tokens only (TRL's ``completion_only_loss`` on
+a prompt/completion dataset); TRL appends the EOS token to every completion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from esrepro.io import atomic_path, write_json, write_jsonl
+
+#: ESSA adapts the attention query, key, value and output projections.
+TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+SUMMARY = "sft_summary.json"
+LOG = "sft_log.jsonl"
+#: peft's prefix on adapter keys: ``base_model.model.<module>.lora_A.weight``.
+PEFT_PREFIX = "base_model.model."
+
+
+@dataclass(frozen=True)
+class LoraFactors:
+    """One adapted linear module: its update is ``scaling * B @ A``.
+
+    ``A`` is (rank, in_features), ``B`` is (out_features, rank), as peft stores them.
+    """
+
+    A: torch.Tensor
+    B: torch.Tensor
+    scaling: float
+
+    @property
+    def rank(self) -> int:
+        return int(self.A.shape[0])
+
+
+def _lora_config(rank: int, alpha: float, targets: Sequence[str]):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=list(targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def sft_lora(
+    model_dir: str | Path,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    rank: int,
+    alpha: float,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    out_dir: str | Path,
+    max_length: int | None = None,
+    targets: Sequence[str] = TARGET_MODULES,
+) -> dict:
+    """LoRA-SFT the model in ``model_dir`` on (prompt, completion) pairs; write the adapter to ``out_dir``.
+
+    ``out_dir`` (written atomically) holds the adapter in peft format
+    (``adapter_config.json`` whose ``base_model_name_or_path`` is ``model_dir``, and
+    ``adapter_model.safetensors``), ``sft_log.jsonl`` (TRL's per-step log) and
+    ``sft_summary.json`` (the settings, the base model's path and sha256, and the
+    completion-only loss on ``pairs`` before and after training). Returns the summary.
+    The learning rate decays linearly to zero (TRL's default schedule), without warm-up.
+    """
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from esrepro.models.loading import load_model, load_tokenizer
+    from esrepro.provenance import sha256_tree
+
+    model_dir = Path(model_dir)
+    if not pairs:
+        raise ValueError("sft_lora: no (prompt, completion) pairs to train on")
+    if rank < 1:
+        raise ValueError(f"sft_lora: rank must be >= 1, got {rank}")
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, dtype="float32")
+    if max_length is None:
+        max_length = int(model.config.max_position_embeddings)
+    dataset = Dataset.from_list([{"prompt": p, "completion": c} for p, c in pairs])
+    with tempfile.TemporaryDirectory(prefix="essa_sft_") as scratch:
+        args = SFTConfig(
+            output_dir=scratch,
+            per_device_train_batch_size=batch_size,
+            per_device_eval_batch_size=batch_size,
+            num_train_epochs=epochs,
+            learning_rate=learning_rate,
+            lr_scheduler_type="linear",
+            warmup_steps=0,
+            weight_decay=0.0,
+            seed=seed,
+            data_seed=seed,
+            max_length=max_length,
+            completion_only_loss=True,
+            packing=False,
+            use_cpu=not torch.cuda.is_available(),
+            bf16=False,
+            fp16=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            eval_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=_lora_config(rank, alpha, targets),
+        )
+        trainer.remove_callback(PrinterCallback)
+        loss_before = float(trainer.evaluate()["eval_loss"])
+        result = trainer.train()
+        loss_after = float(trainer.evaluate()["eval_loss"])
+        log = [dict(h) for h in trainer.state.log_history]
+        summary = {
+            "base_model": {"path": str(model_dir), "sha256": sha256_tree(model_dir)},
+            "rank": rank,
+            "lora_alpha": alpha,
+            "scaling": alpha / rank,
+            "target_modules": list(targets),
+            "epochs": epochs,
+            "learning_rate": learning_rate,
+            "batch_size": batch_size,
+            "seed": seed,
+            "max_length": max_length,
+            "pairs": len(pairs),
+            "steps": int(result.global_step),
+            "train_loss": float(result.training_loss),
+            "loss_before": loss_before,
+            "loss_after": loss_after,
+            "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
+        }
+        with atomic_path(out_dir, is_dir=True) as tmp:
+            trainer.model.save_pretrained(tmp)
+            config = json.loads((tmp / ADAPTER_CONFIG).read_text())
+            config["base_model_name_or_path"] = str(model_dir)
+            write_json(tmp / ADAPTER_CONFIG, config)
+            write_jsonl(tmp / LOG, log)
+            write_json(tmp / SUMMARY, summary)
+    return summary
+
+
+def _weight_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape in a (possibly sharded) safetensors checkpoint, without loading it."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {model_dir}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as fh:
+            for key in fh.keys():
+                shapes[key] = tuple(fh.get_slice(key).get_shape())
+    return shapes
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders ``layers.2`` before ``layers.10``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def load_lora(model_dir: str | Path, adapter_dir: str | Path) -> dict[str, LoraFactors]:
+    """The adapter in ``adapter_dir`` as {module name in the base model: LoraFactors}.
+
+    Module names are those of the plain transformers model (``model.layers.0.self_attn.q_proj``),
+    in natural layer order. Shapes are checked against the base model's weights in
+    ``model_dir`` (read from safetensors headers, no weights loaded). Only plain LoRA on
+    linear layers is accepted: no DoRA, no per-module rank/alpha patterns, no
+    ``fan_in_fan_out``; scaling is ``lora_alpha / r`` (``/ sqrt(r)`` with rsLoRA).
+    """
+    model_dir, adapter_dir = Path(model_dir), Path(adapter_dir)
+    cfg_file, weights_file = adapter_dir / ADAPTER_CONFIG, adapter_dir / ADAPTER_WEIGHTS
+    for f in (cfg_file, weights_file):
+        if not f.exists():
+            raise FileNotFoundError(f"no LoRA adapter in {adapter_dir} (missing {f.name})")
+    cfg = json.loads(cfg_file.read_text())
+    if cfg.get("peft_type") != "LORA":
+        raise ValueError(f"{cfg_file}: peft_type is {cfg.get('peft_type')!r}, expected 'LORA'")
+    for key in ("use_dora", "fan_in_fan_out"):
+        if cfg.get(key):
+            raise ValueError(f"{cfg_file}: {key}=true is not supported by ESSA's SVD parametrisation")
+    for key in ("rank_pattern", "alpha_pattern"):
+        if cfg.get(key):
+            raise ValueError(f"{cfg_file}: per-module {key} is not supported; every adapter must share r and alpha")
+    r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
+    scaling = alpha / r ** 0.5 if cfg.get("use_rslora") else alpha / r
+
+    tensors = load_file(str(weights_file))
+    pattern = re.compile(r"^(?:" + re.escape(PEFT_PREFIX) + r")?(.+)\.lora_([AB])(?:\.[^.]+)?\.weight$")
+    found: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        m = pattern.match(key)
+        if m is None:
+            raise ValueError(f"{weights_file}: unexpected tensor {key!r} (not a lora_A/lora_B weight)")
+        found.setdefault(m.group(1), {})[m.group(2)] = t
+    shapes = _weight_shapes(model_dir)
+    out: dict[str, LoraFactors] = {}
+    for name in sorted(found, key=natural_key):
+        ab = found[name]
+        if set(ab) != {"A", "B"}:
+            raise ValueError(f"{weights_file}: module {name!r} has only lora_{''.join(ab)}")
+        A, B = ab["A"], ab["B"]
+        weight = f"{name}.weight"
+        if weight not in shapes:
+            raise KeyError(f"adapter module {name!r} has no weight {weight!r} in the base model {model_dir}")
+        out_f, in_f = shapes[weight]
+        if A.shape != (r, in_f) or B.shape != (out_f, r):
+            raise ValueError(
+                f"adapter module {name!r}: A {tuple(A.shape)}, B {tuple(B.shape)} do not fit r={r} and the "
+                f"base weight {shapes[weight]} in {model_dir}"
+            )
+        out[name] = LoraFactors(A=A, B=B, scaling=scaling)
+    if not out:
+        raise ValueError(f"{weights_file}: no LoRA modules found")
+    return out
+
+
+def load_merged(model_dir: str | Path, adapter_dir: str | Path, dtype: str = "float32",
+                device: str = "cpu") -> torch.nn.Module:
+    """The base model with the adapter merged in by peft (``merge_and_unload``): the SFT
+    weights ``W_merged_sft`` on which ESSA candidates are applied in residual form."""
+    from peft import PeftModel
+
+    from esrepro.models.loading import load_model
+
+    base = load_model(model_dir, dtype=dtype, device=device)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.eval()
+    merged.requires_grad_(False)
+    return merged
+
+
+def copy_adapter_config(src_dir: str | Path, dst_dir: str | Path) -> None:
+    """Copy a peft adapter's config (rank, alpha, targets, base model) to another directory."""
+    shutil.copy2(Path(src_dir) / ADAPTER_CONFIG, Path(dst_dir) / ADAPTER_CONFIG)
