@@ -6,7 +6,7 @@ is needed (perturb, subtract-restore, update), tensor by tensor.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
@@ -42,10 +42,27 @@ def tensor_seed(seed: int, index: int, variant: NoiseVariant) -> int:
     raise ValueError(f"unknown noise variant {variant!r}; expected 'iid' or 'correlated'")
 
 
+def noise_like(
+    shape: Sequence[int],
+    device: torch.device | str,
+    seed: int,
+    index: int,
+    variant: NoiseVariant,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Standard normal float32 noise of ``shape`` on ``device`` for tensor ``index`` under ``seed``.
+
+    What :func:`tensor_noise` returns for a tensor of that shape on that device; for code that
+    holds only part of a tensor (a tensor-parallel shard) and regenerates the whole tensor's noise.
+    """
+    device = torch.device(device)
+    gen = generator if generator is not None else torch.Generator(device=device)
+    gen.manual_seed(tensor_seed(seed, index, variant))
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32, device=device)
+
+
 def tensor_noise(
     param: torch.Tensor, seed: int, index: int, variant: NoiseVariant, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """Standard normal float32 noise shaped like ``param``, on its device, for tensor ``index``."""
-    gen = generator if generator is not None else torch.Generator(device=param.device)
-    gen.manual_seed(tensor_seed(seed, index, variant))
-    return torch.randn(param.shape, generator=gen, dtype=torch.float32, device=param.device)
+    return noise_like(param.shape, param.device, seed, index, variant, generator)

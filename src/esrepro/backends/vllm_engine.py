@@ -1,0 +1,381 @@
+"""vLLM engine for ES: greedy generation in vLLM, weights perturbed in place inside its workers.
+
+Only seeds and scalars cross process boundaries. :class:`VLLMEngine` lives in the driver and
+talks to vLLM's workers through ``LLM.collective_rpc``; :class:`ESWorkerExtension` is mixed
+into every worker (``LLM(worker_extension_cls=...)``) and applies, on the worker's own
+tensor-parallel rank, exactly the noise the transformers backend applies to the HF
+parameters (see :mod:`esrepro.backends.vllm_layout`). Checksums and checkpoints are always
+computed over the HF layout, so every engine holding the same weights agrees.
+
+vLLM 0.30.0 API used (verified in its source): ``LLM(model, dtype=, tensor_parallel_size=,
+seed=, gpu_memory_utilization=, enable_prefix_caching=, skip_tokenizer_init=,
+worker_extension_cls="pkg.module.Class")`` (``vllm/entrypoints/llm.py``; the extension class
+is resolved by qualified name in each worker and appended to the worker class's bases,
+``vllm/v1/worker/worker_base.py``, so its attribute names must not clash with the worker's:
+all of ours start with ``es_``); ``LLM.collective_rpc(method_name, args=...)`` runs
+``getattr(worker, method_name)(*args)`` on every worker and returns their results in rank
+order; a worker reaches its model with ``self.model_runner.get_model()`` (which unwraps
+CUDA-graph wrappers); ``LLM.reset_prefix_cache()`` returns whether the cache was dropped.
+
+vLLM is imported lazily: this module imports without it (and :class:`ShardedWeights`, the
+per-rank ES state, is plain torch, tested on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator, Literal, Mapping, Sequence
+
+import torch
+
+from esrepro.backends.vllm_layout import (
+    ShardSpec,
+    VLLMLayout,
+    build_layout,
+    combine_digests,
+    param_to_hf,
+    perturb_shards_,
+    tensor_digest,
+    update_shards_,
+)
+from esrepro.es.noise import NoiseVariant
+from esrepro.io import atomic_path
+
+RestoreMode = Literal["exact", "subtract"]
+#: Qualified name vLLM resolves in every worker process.
+WORKER_EXTENSION = "esrepro.backends.vllm_engine.ESWorkerExtension"
+#: Gathers one rank's tensor from every rank (rank order) on the rank that hashes or saves, else None.
+Gather = Callable[[torch.Tensor], "list[torch.Tensor] | None"]
+
+
+class ShardedWeights:
+    """The ES state of one tensor-parallel rank: its vLLM parameters, noise variant, restore mode, masters.
+
+    ``params`` maps vLLM parameter names to the tensors changed in place; it must hold exactly
+    the parameters of ``layout`` on ``rank``, with the layout's shapes.
+    """
+
+    def __init__(
+        self,
+        params: Mapping[str, torch.Tensor],
+        layout: VLLMLayout,
+        rank: int,
+        noise: NoiseVariant = "iid",
+        restore: RestoreMode = "exact",
+        master_weights: Literal["float32"] | None = None,
+    ) -> None:
+        if noise not in ("iid", "correlated"):
+            raise ValueError(f"unknown noise variant {noise!r}; expected 'iid' or 'correlated'")
+        if restore not in ("exact", "subtract"):
+            raise ValueError(f"unknown restore mode {restore!r}; expected 'exact' or 'subtract'")
+        if master_weights not in (None, "float32"):
+            raise ValueError(f"unknown master_weights {master_weights!r}; expected None or 'float32'")
+        self.layout, self.rank, self.noise, self.restore_mode = layout, rank, noise, restore
+        self.specs: tuple[ShardSpec, ...] = layout.shards(rank)
+        expected = {s.name: s.shape for s in self.specs}
+        actual = {n: tuple(p.shape) for n, p in params.items()}
+        if expected != actual:
+            missing = sorted(set(expected) - set(actual))
+            extra = sorted(set(actual) - set(expected))
+            wrong = sorted(n for n in set(expected) & set(actual) if expected[n] != actual[n])
+            raise ValueError(
+                f"vLLM parameters on rank {rank} do not match the {layout.model_type} layout: "
+                f"missing {missing}, unexpected {extra}, wrong shape "
+                f"{[(n, actual[n], expected[n]) for n in wrong]}"
+            )
+        self.params = [params[s.name] for s in self.specs]
+        self.masters = [p.detach().to(torch.float32).clone() for p in self.params] if master_weights else None
+        # exact restore copies back from the masters, or from a snapshot refreshed after every update
+        exact_copy = restore == "exact" and self.masters is None
+        self._saved = [p.detach().clone() for p in self.params] if exact_copy else None
+        self._perturbed: tuple[int, float] | None = None
+
+    def transient_bytes(self) -> int:
+        """Upper bound of the memory one perturb / update step allocates on top of the weights and
+        their copies: a whole HF tensor's float32 noise, the float32 shard noise and accumulator,
+        and one shard cast to the weights' dtype (largest tensor)."""
+        hf = max(_numel(p.hf.shape) for s in self.specs for p in s.pieces)
+        shard = max(_numel(s.shape) for s in self.specs)
+        return 4 * hf + (4 + 4 + 4) * shard
+
+    @torch.no_grad()
+    def perturb(self, seed: int, sigma: float) -> None:
+        """theta += sigma * eps(seed); the weights must not already be perturbed."""
+        if self._perturbed is not None:
+            raise RuntimeError(f"weights already perturbed with seed {self._perturbed[0]}; restore first")
+        perturb_shards_(self.params, self.specs, seed, sigma, self.noise)
+        self._perturbed = (seed, sigma)
+
+    @torch.no_grad()
+    def restore(self, seed: int, sigma: float) -> None:
+        """Undo ``perturb(seed, sigma)``: copy back (exact) or subtract the same noise."""
+        if self._perturbed != (seed, sigma):
+            raise RuntimeError(f"restore({seed}, {sigma}) but the weights are perturbed with {self._perturbed}")
+        if self.restore_mode == "exact":
+            saved = self.masters if self.masters is not None else self._saved
+            for p, s in zip(self.params, saved, strict=True):
+                p.copy_(s)
+        else:
+            perturb_shards_(self.params, self.specs, seed, -sigma, self.noise)
+        self._perturbed = None
+
+    @torch.no_grad()
+    def apply_update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> None:
+        """theta += alpha / N * sum_n w_n * eps(seed_n), accumulated in float32."""
+        if self._perturbed is not None:
+            raise RuntimeError(f"apply_update while perturbed with seed {self._perturbed[0]}; restore first")
+        update_shards_(self.params, self.specs, seeds, weights, alpha, self.noise, self.masters)
+        if self._saved is not None:
+            for s, p in zip(self._saved, self.params):
+                s.copy_(p)
+
+    def hf_tensors(self, gather: Gather) -> Iterator[tuple[str, torch.Tensor]]:
+        """HF tensors rebuilt from every rank, one vLLM parameter at a time, on the gathering rank.
+
+        Every rank must iterate (the gathers are collective); only where ``gather`` returns the
+        per-rank values are tensors yielded, grouped by vLLM parameter (not in HF order).
+        """
+        for spec, p in zip(self.specs, self.params):
+            per_rank = gather(p)
+            if per_rank is not None:
+                yield from param_to_hf(spec.name, per_rank, self.layout).items()
+
+    def checksum(self, gather: Gather) -> str | None:
+        """HF-layout weights checksum (:func:`~esrepro.backends.vllm_layout.hf_checksum`), on the gathering rank."""
+        digests = {n: (t.dtype, tuple(t.shape), tensor_digest(t)) for n, t in self.hf_tensors(gather)}
+        if not digests:
+            return None
+        return combine_digests((t.name, digests[t.name]) for t in self.layout.hf)
+
+    def save(self, path: str | Path, gather: Gather) -> bool:
+        """Write ``model.safetensors`` (HF names and layout) into directory ``path`` on the gathering rank."""
+        from safetensors.torch import save_file
+
+        state = {n: t.detach().cpu().contiguous() for n, t in self.hf_tensors(gather)}
+        if not state:
+            return False
+        ordered = {t.name: state[t.name] for t in self.layout.hf}
+        save_file(ordered, str(Path(path) / "model.safetensors"), metadata={"format": "pt"})
+        return True
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _tp_gather(tensor: torch.Tensor) -> list[torch.Tensor] | None:
+    """All-gather ``tensor`` over vLLM's tensor-parallel group; the per-rank values on rank 0, else None."""
+    from vllm.distributed import get_tp_group
+
+    group = get_tp_group()
+    if group.world_size == 1:
+        return [tensor]
+    out = torch.empty((group.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    torch.distributed.all_gather_into_tensor(out, tensor.contiguous(), group=group.device_group)
+    return list(out.unbind(0)) if group.rank_in_group == 0 else None
+
+
+class ESWorkerExtension:
+    """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
+
+    def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None) -> int:
+        """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank."""
+        from transformers import AutoConfig
+        from vllm.distributed import get_pp_group, get_tp_group
+
+        if get_pp_group().world_size != 1:
+            raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
+        tp = get_tp_group()
+        layout = build_layout(AutoConfig.from_pretrained(model_dir), tp.world_size)
+        model = self.model_runner.get_model()
+        params = {n: p.data for n, p in model.named_parameters()}
+        weights = sum(p.numel() * p.element_size() for p in params.values())
+        copy = "float32 masters" if master_weights else "an exact-restore snapshot" if restore == "exact" else "no copy"
+        hint = (
+            f"ES keeps {copy} of this rank's {weights / 2**30:.2f} GiB of weights, plus noise buffers, "
+            "outside vLLM's gpu_memory_utilization share; lower gpu_memory_utilization"
+        )
+        try:
+            self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights)
+        except torch.OutOfMemoryError as e:
+            raise RuntimeError(f"out of GPU memory for the ES state: {hint}") from e
+        free, _ = torch.cuda.mem_get_info()
+        available = free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        need = self.es_state.transient_bytes()
+        if need > available:
+            raise RuntimeError(
+                f"an ES step needs up to {need / 2**30:.2f} GiB of GPU memory, {available / 2**30:.2f} GiB "
+                f"is left: {hint}"
+            )
+        return tp.rank_in_group
+
+    def es_perturb(self, seed: int, sigma: float) -> None:
+        self.es_state.perturb(seed, sigma)
+
+    def es_restore(self, seed: int, sigma: float) -> None:
+        self.es_state.restore(seed, sigma)
+
+    def es_update(self, seeds: list[int], weights: list[float], alpha: float) -> None:
+        self.es_state.apply_update(seeds, weights, alpha)
+
+    @torch.no_grad()
+    def es_checksum(self) -> str | None:
+        return self.es_state.checksum(_tp_gather)
+
+    @torch.no_grad()
+    def es_save(self, path: str) -> bool:
+        return self.es_state.save(path, _tp_gather)
+
+
+def stop_token_ids(model_dir: str | Path, tokenizer=None) -> list[int]:
+    """Every end-of-sequence id: generation_config.json's ``eos_token_id`` (int or list), else config.json's,
+    plus the tokenizer's ``eos_token_id``."""
+    model_dir = Path(model_dir)
+    ids: list[int] = []
+    for name in ("generation_config.json", "config.json"):
+        f = model_dir / name
+        if f.exists():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            if eos is not None:
+                ids.extend(eos if isinstance(eos, list) else [eos])
+                break
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    out = sorted({int(i) for i in ids})
+    if not out:
+        raise ValueError(f"no eos_token_id in {model_dir} (generation_config.json, config.json) or its tokenizer")
+    return out
+
+
+class VLLMEngine:
+    """A vLLM ``LLM`` whose weights ES perturbs, restores and updates in place (GPU only).
+
+    Prompts are tokenized here with the project's tokenizer loader (as the transformers
+    backend does: chat template when ``chat``, no added special tokens, left truncation to
+    ``max_prompt_tokens``) and passed to vLLM as token ids; outputs are decoded here with
+    special tokens dropped. vLLM never loads the tokenizer (``skip_tokenizer_init``), so both
+    backends see identical token ids. After every weight change the prefix cache is reset, so
+    no request reuses KV computed with other weights.
+
+    GPU memory: vLLM takes ``gpu_memory_utilization`` of each GPU for weights, activations and
+    KV cache; ES needs room outside it for a copy of the rank's weights (exact restore) or
+    float32 masters (``master_weights``), plus noise buffers of about 16 bytes per element of
+    the largest tensor. The workers check this at start and say when it does not fit.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: str = "bfloat16",
+        tensor_parallel_size: int = 1,
+        seed: int = 0,
+        noise: NoiseVariant = "iid",
+        restore: RestoreMode = "exact",
+        master_weights: Literal["float32"] | None = None,
+        gpu_memory_utilization: float = 0.9,
+        enable_prefix_caching: bool = True,
+        chat: bool = False,
+        max_prompt_tokens: int | None = None,
+        **llm_kwargs,
+    ) -> None:
+        from vllm import LLM
+
+        from esrepro.models.loading import DTYPES, load_tokenizer
+
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").exists():
+            raise FileNotFoundError(f"no model in {self.model_dir} (missing config.json)")
+        self.dtype = dtype
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
+        self.chat = chat
+        self.max_prompt_tokens = max_prompt_tokens
+        self.truncated = 0
+        self.llm = LLM(
+            model=str(self.model_dir),
+            dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=enable_prefix_caching,
+            skip_tokenizer_init=True,
+            worker_extension_cls=WORKER_EXTENSION,
+            **llm_kwargs,
+        )
+        self.prefix_caching = enable_prefix_caching
+        self.llm.collective_rpc("es_setup", args=(str(self.model_dir), noise, restore, master_weights))
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        if self.chat:
+            prompt = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+            self.truncated += 1
+            ids = ids[-self.max_prompt_tokens :]
+        return ids
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations of ``prompts`` in order (prompt excluded, special tokens dropped)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=self.stop_ids, detokenize=False
+        )
+        requests = [{"prompt_token_ids": self._prompt_ids(p)} for p in prompts]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return self.tokenizer.batch_decode([list(o.outputs[0].token_ids) for o in outputs], skip_special_tokens=True)
+
+    def _weights_changed(self) -> None:
+        if self.prefix_caching and not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight change (requests still running)")
+
+    def perturb(self, seed: int, sigma: float) -> None:
+        """theta += sigma * eps(seed), in place on every worker."""
+        self.llm.collective_rpc("es_perturb", args=(int(seed), float(sigma)))
+        self._weights_changed()
+
+    def restore(self, seed: int, sigma: float) -> None:
+        """Undo ``perturb(seed, sigma)`` (copy back or subtract, per the engine's restore mode)."""
+        self.llm.collective_rpc("es_restore", args=(int(seed), float(sigma)))
+        self._weights_changed()
+
+    def apply_update(self, seeds: list[int], weights: list[float], alpha: float) -> None:
+        """theta += alpha / N * sum_n w_n * eps(seed_n) on every worker."""
+        self.llm.collective_rpc(
+            "es_update", args=([int(s) for s in seeds], [float(w) for w in weights], float(alpha))
+        )
+        self._weights_changed()
+
+    def checksum(self) -> str:
+        """sha256 over the HF-layout weights (same as ``hf_checksum(model.named_parameters())``)."""
+        sums = [s for s in self.llm.collective_rpc("es_checksum") if s is not None]
+        if len(sums) != 1:
+            raise RuntimeError(f"expected one rank to return the checksum, got {len(sums)}")
+        return sums[0]
+
+    def save(self, path: str | Path) -> None:
+        """Write HF safetensors, config (dtype set to the engine's), generation config and tokenizer into ``path``."""
+        from transformers import AutoConfig
+
+        from esrepro.models.loading import DTYPES
+
+        with atomic_path(path, is_dir=True) as tmp:
+            tmp.mkdir(parents=True, exist_ok=True)
+            written = self.llm.collective_rpc("es_save", args=(str(tmp),))
+            if sum(bool(w) for w in written) != 1:
+                raise RuntimeError(f"expected one rank to write the weights, got {written}")
+            config = AutoConfig.from_pretrained(self.model_dir)
+            config.dtype = DTYPES[self.dtype]
+            config.save_pretrained(tmp)
+            if (self.model_dir / "generation_config.json").exists():
+                shutil.copy2(self.model_dir / "generation_config.json", tmp / "generation_config.json")
+            self.tokenizer.save_pretrained(tmp)
