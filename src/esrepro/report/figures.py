@@ -183,3 +183,22 @@ def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike)
     axes[0].set_ylabel("density")
     fig.suptitle("Conciseness: reward distributions (held-out prompts, sampled responses)")
     return save_figure(fig, out_stem)
+
+
+# --- shared helpers of the paper-figure modules (gains, sample_curves, param_shift, lr_sweep) ---
+#: One colour per Countdown method, the same in every figure.
+METHOD_COLORS: dict[str, str] = {
+    "base": "0.35", "es": "C0", "ppo": "C1", "grpo8": "C3", "grpo30": "C4", "drgrpo": "C2",
+    "grpo": "C3", "dr_grpo": "C2", "essa": "C5",
+}
+
+
+def method_color(method: str, fallback_index: int = 0) -> str:
+    """The colour of a method key (``METHOD_COLORS``), else a tab10 colour chosen by ``fallback_index``."""
+    return METHOD_COLORS.get(method, f"C{(fallback_index + 5) % 10}")
+
+
+def write_frame_csv(df, path: PathLike) -> Path:
+    """Write a DataFrame of plotted numbers as CSV (no index, full float precision), atomically."""
+    write_text(path, df.to_csv(index=False, lineterminator="\n"))
+    return Path(path)
