@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
-from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, GradingPool, shared_pool
+from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, GradingPool, shared_pool
 
 if TYPE_CHECKING:
     from esrepro.tasks.sources import HubClient
@@ -49,8 +49,8 @@ QWEN_MATH_TEMPLATE = (
 )
 #: Extracted answers longer than this are graded wrong without parsing.
 MAX_ANSWER_CHARS = 1000
-#: Modules the grading workers import once at start-up.
-GRADER_PRELOAD = ("esrepro.tasks.math", "math_verify")
+#: Modules the grading forkserver imports once (the last one warms math-verify up).
+GRADER_PRELOAD = ("esrepro.tasks.math", "math_verify", "esrepro.tasks.math_warm")
 
 
 def qwen_math_prompt(problem: str) -> str:
@@ -241,9 +241,9 @@ def warm_math_verify() -> None:
     math_verify_match(["x=\\frac{1}{2}", "(1,2]"], "0.5")
 
 
-def grading_pool(n_workers: int = 1) -> GradingPool:
-    """The shared worker pool used for math grading."""
-    return shared_pool(n_workers=n_workers, preload=GRADER_PRELOAD, initializer=warm_math_verify)
+def grading_pool(n_workers: int = DEFAULT_WORKERS) -> GradingPool:
+    """The shared worker pool used for math grading (its forkserver preloads math-verify)."""
+    return shared_pool(n_workers=n_workers, preload=GRADER_PRELOAD)
 
 
 def verify_answer(
@@ -302,7 +302,7 @@ def _preview(text: str | None, limit: int = 200) -> str | None:
 
 class MathTask(Task):
     """A boxed-answer math benchmark; options: ``grading_timeout_s``, ``max_answer_chars``,
-    ``grading_workers`` (processes in the grading pool)."""
+    ``grading_workers`` (processes in the grading pool, default 2)."""
 
     name: ClassVar[str] = "math"
 
@@ -324,7 +324,7 @@ class MathTask(Task):
         return qwen_math_prompt(example["problem"])
 
     def _pool(self) -> GradingPool:
-        return grading_pool(int(self.options.get("grading_workers", 1)))
+        return grading_pool(int(self.options.get("grading_workers", DEFAULT_WORKERS)))
 
     def extract(self, response: str) -> str | None:
         """The answer a response commits to (its last box)."""

@@ -2,59 +2,91 @@
 
 math-verify's own timeout uses ``signal.alarm``: it only works in the main thread
 and cannot interrupt long C-level work (big-integer arithmetic inside sympy, for
-example). Here each call instead runs in one of a few persistent worker
-processes, and the caller waits for the reply with ``poll(timeout)`` on a pipe,
-which works in any thread. A call that overruns is stopped for certain: its
-worker gets ``SIGKILL``, a replacement is started at once, and the caller gets a
-:class:`CallResult` with ``timed_out=True`` (never an exception). A worker that
-dies (segfault, out of memory) is replaced the same way and the call reports
-``error``.
+example). Here each call instead runs in a :class:`pebble.ProcessPool` worker with a
+per-call ``timeout``; waiting on the returned future works in any thread. A call
+that overruns is stopped for certain: pebble kills its worker (only that one) and
+starts a replacement, and the caller gets a :class:`CallResult` with
+``timed_out=True`` (never an exception). A worker that dies (segfault, out of
+memory) comes back as ``error`` the same way.
 
-Why ``subprocess`` rather than ``multiprocessing`` or ``concurrent.futures``:
+The workers come from multiprocessing's ``forkserver``: a server process, started by
+fork+exec (safe from a multi-threaded trainer with CUDA, tokenizer or vLLM threads),
+imports the modules in ``preload`` once (:func:`multiprocessing.set_forkserver_preload`
+replaces the default ``["__main__"]``, so the server does not import the caller's
+entry script), and every worker is forked from that warm server in tens of
+milliseconds. Back-to-back time-outs therefore do not wait for a replacement to
+re-import sympy, and workers never inherit the caller's modules (torch included).
 
-* a worker is a fresh ``python -c`` interpreter started by ``fork+exec``, which is
-  safe from a multi-threaded parent (a trainer with CUDA, tokenizer or vLLM
-  threads), unlike a bare ``fork``;
-* ``spawn``/``forkserver`` re-import the parent's ``__main__`` module in every
-  worker; for a pipeline's entry script that can mean importing torch in each
-  grading worker. A worker here imports only ``preload`` and what its calls need;
-* killing one worker does not break the other workers (a
-  ``ProcessPoolExecutor`` becomes unusable once one of its processes is killed).
+Caveats of the standard library's forkserver (Python 3.11):
 
-The limit counts from when a ready worker received the call: waiting for a free
-worker, or for a replacement to finish its imports, is not counted. Each worker
-optionally caps its address space (``memory_limit_mb``) so a hostile input cannot
-exhaust the host's memory. Functions passed to :meth:`GradingPool.call` must be
-importable by module and name (module-level functions; not from ``__main__``);
-workers get the parent's ``sys.path``.
+* there is one per process, so its preload is that of the pools created before its
+  first worker starts; a pool created later imports its modules in each worker
+  (correct, slower to start);
+* as with ``spawn``, each worker runs the top level of an entry script started by
+  path (as ``__mp_main__``: not its ``if __name__ == "__main__"`` part). For the
+  ``esrepro`` console script that is ``from esrepro.cli import main`` (nothing heavy);
+  a script that grades must keep its work under that guard, or its workers fail to
+  start and every call reports ``error``.
+
+Adjustments to pebble, each in :func:`_start_worker` or :class:`GradingPool`:
+
+* pebble stops a timed-out worker with SIGTERM, waits up to 3 s, then SIGKILLs it; its
+  SIGTERM handler is Python-level and waits for C code that does not check for
+  signals (``sum`` over a huge range, GMP arithmetic when sympy uses gmpy2), so such
+  a time-out took 3 s more. Workers restore the default SIGTERM action (die at once).
+* pebble marks the whole pool broken when a worker dies while no call is running on
+  it; :class:`GradingPool` then replaces the pool (the calls queued on it report
+  ``error``).
+* A worker whose ``preload`` or ``initializer`` fails stays up and answers every call
+  with that failure, instead of exiting (which pebble treats as a broken pool).
+
+The limit counts from when a worker took the call (pebble checks every 0.1 s):
+waiting for a free worker is not counted. Each worker caps its address space
+(``memory_limit_mb``) so a hostile input cannot exhaust the host's memory. Functions
+passed to :meth:`GradingPool.call` must be picklable by reference (module-level;
+not from ``__main__``).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
+import multiprocessing
 import os
-import queue
-import subprocess
-import sys
+import signal
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Sequence
+
+from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 #: Default limit in seconds of one grading call (the authors give math-verify 1 s).
 DEFAULT_TIMEOUT_S = 1.0
 #: Default cap on a worker's address space.
 DEFAULT_MEMORY_LIMIT_MB = 4096
-#: Seconds a new worker may take to import ``preload`` and report ready.
+#: Default number of worker processes: a correct answer need not queue behind a hostile one.
+DEFAULT_WORKERS = 2
+#: Seconds :meth:`GradingPool.warm` waits for every worker to report ready.
 STARTUP_TIMEOUT_S = 120.0
 
-_WORKER_CMD = "from esrepro.tasks.timeout import _worker_main; _worker_main()"
+_CONTEXT = multiprocessing.get_context("forkserver")
+_forkserver_preload: list[str] = []
+_forkserver_lock = threading.Lock()
+
+#: In a worker: why its start-up failed (then every call reports it), else None.
+_startup_failure: str | None = None
 
 
 @dataclass(frozen=True)
 class CallResult:
-    """The outcome of one call: ``value`` when ``ok``; else ``timed_out`` or ``error``."""
+    """The outcome of one call: ``value`` when ``ok``; else ``timed_out`` or ``error``.
+
+    ``elapsed_s`` is how long the caller waited, queueing for a worker included.
+    """
 
     ok: bool
     value: Any = None
@@ -63,21 +95,15 @@ class CallResult:
     elapsed_s: float = 0.0
 
 
-def _worker_main() -> None:
-    """Worker loop (run in the child): read calls from stdin, reply on the original stdout."""
-    out_fd = os.dup(1)
-    os.dup2(2, 1)  # stray prints go to stderr, never into the reply pipe
-    sys.stdout = sys.stderr
-    inbox = Connection(os.dup(0), writable=False)
-    outbox = Connection(out_fd, readable=False)
-    try:
-        _, sys_path, preload, memory_limit_mb, initializer = inbox.recv()
-    except (EOFError, OSError):
-        return
-    except Exception as exc:  # e.g. the initializer's module is not importable here
-        outbox.send(("failed", f"{type(exc).__name__}: {exc}"[:2000]))
-        return
-    sys.path[:] = list(sys_path)
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _start_worker(memory_limit_mb: int | None, preload: Sequence[str],
+                  initializer: Callable[[], Any] | None) -> None:
+    """pebble's worker initializer (runs in the worker): signals, memory cap, imports."""
+    global _startup_failure
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if memory_limit_mb:
         try:
             import resource
@@ -86,234 +112,169 @@ def _worker_main() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (ImportError, ValueError, OSError):  # not on this platform: run without a cap
             pass
-    import importlib
-
     try:
         for name in preload:
             importlib.import_module(name)
         if initializer is not None:
             initializer()
     except BaseException as exc:
-        outbox.send(("failed", f"{type(exc).__name__}: {exc}"[:2000]))
-        return
-    outbox.send(("ready", os.getpid()))
-    while True:
-        try:
-            fn, args, kwargs = inbox.recv()
-        except (EOFError, OSError):  # the parent closed the pipe or died
-            return
-        except Exception as exc:  # the call could not be unpickled here
-            outbox.send(("error", f"{type(exc).__name__}: {exc}"[:2000]))
-            continue
-        try:
-            reply: tuple[str, Any] = ("ok", fn(*args, **kwargs))
-        except BaseException as exc:  # report everything, MemoryError and RecursionError included
-            reply = ("error", f"{type(exc).__name__}: {exc}"[:2000])
-        try:
-            outbox.send(reply)
-        except Exception as exc:  # an unpicklable result
-            outbox.send(("error", f"result not sendable: {type(exc).__name__}: {exc}"[:2000]))
+        _startup_failure = _describe(exc)
 
 
-class _Worker:
-    """One worker process and the parent's ends of its pipes."""
+def _run_in_worker(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[str, Any]:
+    """Run one call in a worker; its own failures come back as ``("error", text)``."""
+    if _startup_failure is not None:
+        return "failed", _startup_failure
+    try:
+        value = fn(*args, **kwargs)
+        ForkingPickler.dumps(value)  # an unsendable result is this call's error, not the worker's death
+    except BaseException as exc:  # report everything, MemoryError and RecursionError included
+        return "error", _describe(exc)
+    return "ok", value
 
-    def __init__(self, preload: Sequence[str], memory_limit_mb: int | None,
-                 initializer: Callable[[], Any] | None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_CMD],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.tx = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
-        self.rx = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-        self.tx.send(("init", list(sys.path), tuple(preload), memory_limit_mb, initializer))
-        self.ready = False
-        self.failure = "did not report ready in time"
 
-    def wait_ready(self, timeout_s: float) -> bool:
-        if not self.ready:
-            try:
-                if self.rx.poll(timeout_s):
-                    tag, info = self.rx.recv()
-                    self.ready = tag == "ready"
-                    if not self.ready:
-                        self.failure = str(info)
-            except (EOFError, OSError):
-                self.failure = "exited during start-up"
-        return self.ready
-
-    def kill(self) -> None:
-        for conn in (self.tx, self.rx):
-            try:
-                conn.close()
-            except OSError:
-                pass
-        try:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+def _worker_pid(hold_s: float) -> int:
+    """Hold the worker ``hold_s`` seconds and return its pid (for :meth:`GradingPool.warm`)."""
+    time.sleep(hold_s)
+    return os.getpid()
 
 
 class GradingPool:
-    """A thread-safe pool of worker processes that run calls under a time limit.
+    """A thread-safe pool of ``n_workers`` processes that run calls under a time limit.
 
-    ``n_workers`` calls run at once; further callers wait for a free worker.
-    Workers start lazily on first use (or all at once with :meth:`warm`), together
-    with ``spares`` standby workers: a worker killed after a time-out is replaced
-    by a standby that is normally ready already, and a new standby starts in the
-    background, so back-to-back time-outs do not wait for start-up. Each
-    imports the modules in ``preload`` and then runs ``initializer()`` (a picklable
-    module-level function, e.g. one that exercises lazy imports) before it
-    accepts calls.
+    Further callers queue for a free worker. Workers start on first use (or with
+    :meth:`warm`); each imports the modules in ``preload`` and then runs
+    ``initializer()`` (a picklable module-level function, e.g. one that exercises lazy
+    imports) before it takes calls.
     """
 
     def __init__(
         self,
-        n_workers: int = 1,
+        n_workers: int = DEFAULT_WORKERS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         preload: Sequence[str] = (),
         memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
         initializer: Callable[[], Any] | None = None,
-        spares: int = 1,
     ) -> None:
-        if n_workers < 1 or spares < 0:
-            raise ValueError("need n_workers >= 1 and spares >= 0")
+        if n_workers < 1:
+            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        _check_limit(timeout_s)
+        try:
+            ForkingPickler.dumps(initializer)
+        except Exception as exc:
+            raise ValueError(f"initializer {initializer!r} is not picklable: {_describe(exc)}") from exc
         self.n_workers = n_workers
         self.timeout_s = timeout_s
         self.preload = tuple(preload)
         self.memory_limit_mb = memory_limit_mb
         self.initializer = initializer
-        self.spares = spares
-        self._idle: queue.Queue[_Worker | None] = queue.Queue()
-        self._spare_pool: queue.Queue[_Worker] = queue.Queue()
-        self._spares_started = False
+        self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
-        self._workers: set[_Worker] = set()
         self._closed = False
-        for _ in range(n_workers):
-            self._idle.put(None)  # a free slot; its worker is started on first use
+        with _forkserver_lock:  # takes effect only if the forkserver is not running yet
+            _forkserver_preload.extend(m for m in self.preload if m not in _forkserver_preload)
+            _CONTEXT.set_forkserver_preload(list(_forkserver_preload))
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
 
-    def _start(self) -> _Worker:
-        worker = _Worker(self.preload, self.memory_limit_mb, self.initializer)
+    def _running_pool(self) -> ProcessPool:
+        """The pebble pool, started now or replaced if it broke."""
         with self._lock:
-            self._workers.add(worker)
-        return worker
+            if self._closed:
+                raise RuntimeError("GradingPool is closed")
+            if self._pool is not None and not self._pool.active:
+                _stop(self._pool)
+                self._pool = None
+            if self._pool is None:
+                self._pool = ProcessPool(
+                    max_workers=self.n_workers, context=_CONTEXT, initializer=_start_worker,
+                    initargs=(self.memory_limit_mb, self.preload, self.initializer),
+                )
+            return self._pool
 
-    def _start_spares(self) -> None:
-        with self._lock:
-            if self._spares_started:
-                return
-            self._spares_started = True
-        for _ in range(self.spares):
-            self._spare_pool.put(self._start())
-
-    def _replacement(self) -> _Worker:
-        """A spare (usually ready already) topped up by a new spare, else a new worker."""
-        try:
-            worker = self._spare_pool.get_nowait()
-        except queue.Empty:
-            return self._start()
-        self._spare_pool.put(self._start())
-        return worker
-
-    def _discard(self, worker: _Worker) -> None:
-        worker.kill()
-        with self._lock:
-            self._workers.discard(worker)
-
-    def warm(self) -> None:
-        """Start every worker and spare and wait until each is ready (timings then exclude start-up)."""
-        self._start_spares()
-        slots = [self._idle.get() for _ in range(self.n_workers)]
-        try:
-            for i, worker in enumerate(slots):
-                if worker is None:
-                    slots[i] = worker = self._start()
-                if not worker.wait_ready(STARTUP_TIMEOUT_S):
-                    self._discard(worker)
-                    slots[i] = None
-                    raise RuntimeError(f"a grading worker did not start: {worker.failure}")
-        finally:
-            for worker in slots:
-                self._idle.put(worker)
-        spares = []
-        while True:
+    def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                limit: float) -> tuple[ProcessPool, ProcessFuture] | str:
+        """Schedule one call; a description of the failure if no running pool takes it."""
+        for _ in range(3):
+            pool = self._running_pool()
             try:
-                spares.append(self._spare_pool.get_nowait())
-            except queue.Empty:
-                break
-        for spare in spares:
-            if spare.wait_ready(STARTUP_TIMEOUT_S):
-                self._spare_pool.put(spare)
-            else:
-                self._discard(spare)
-                self._spare_pool.put(self._start())
+                return pool, pool.schedule(_run_in_worker, args=(fn, args, kwargs), timeout=limit)
+            except RuntimeError as exc:  # the pool broke or was closed since _running_pool
+                failure = _describe(exc)
+        return f"grading pool did not accept the call: {failure}"
+
+    @staticmethod
+    def _outcome(pool: ProcessPool, future: ProcessFuture, limit: float, start: float) -> CallResult:
+        """Wait for ``future``; a pool that stops under it makes this call an error."""
+        while not wait([future], timeout=0.5).done:
+            if not pool.active:
+                return CallResult(ok=False, error="grading pool stopped before the call finished",
+                                  elapsed_s=time.perf_counter() - start)
+        try:
+            tag, value = future.result()
+        except FutureTimeout:
+            return CallResult(ok=False, timed_out=True, error=f"timed out after {limit} s",
+                              elapsed_s=time.perf_counter() - start)
+        except ProcessExpired as exc:
+            return CallResult(ok=False, error=f"grading worker died (exit code {exc.exitcode})",
+                              elapsed_s=time.perf_counter() - start)
+        except Exception as exc:  # a broken pool, or a reply that could not be unpickled
+            return CallResult(ok=False, error=_describe(exc), elapsed_s=time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        if tag == "ok":
+            return CallResult(ok=True, value=value, elapsed_s=elapsed)
+        if tag == "failed":
+            return CallResult(ok=False, error=f"grading worker did not start: {value}", elapsed_s=elapsed)
+        return CallResult(ok=False, error=str(value), elapsed_s=elapsed)
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> CallResult:
         """Run ``fn(*args, **kwargs)`` in a worker within ``timeout_s`` (default: the pool's).
 
-        Never raises for the call's own failures: a time-out, an exception in
-        ``fn`` or a dead worker come back as a :class:`CallResult`.
+        Never raises for the call's own failures: a time-out, an exception in ``fn``, an
+        unpicklable call or a dead worker come back as a :class:`CallResult`. Raises
+        RuntimeError once the pool is closed, ValueError for a limit that is not > 0.
         """
-        if self._closed:
-            raise RuntimeError("GradingPool is closed")
-        limit = self.timeout_s if timeout_s is None else timeout_s
-        worker = self._idle.get()
+        limit = self.timeout_s if timeout_s is None else _check_limit(timeout_s)
+        start = time.perf_counter()
         try:
-            if worker is None:
-                worker = self._start()
-                self._start_spares()
-            if not worker.wait_ready(STARTUP_TIMEOUT_S):
-                self._discard(worker)
-                failure, worker = worker.failure, None
-                return CallResult(ok=False, error=f"grading worker failed to start: {failure}")
+            ForkingPickler.dumps((fn, args, kwargs))  # fail here, not in pebble's scheduler thread
+        except Exception as exc:
+            return CallResult(ok=False, error=f"call not sendable: {_describe(exc)}")
+        submitted = self._submit(fn, args, kwargs, limit)
+        if isinstance(submitted, str):
+            return CallResult(ok=False, error=submitted, elapsed_s=time.perf_counter() - start)
+        return self._outcome(*submitted, limit, start)
+
+    def warm(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Start the workers and wait until each has taken a call (timings then exclude start-up).
+
+        Raises RuntimeError if a worker reports a failed start or they are not all ready
+        within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
             start = time.perf_counter()
-            try:
-                worker.tx.send((fn, args, kwargs))
-                if not worker.rx.poll(limit):
-                    self._discard(worker)
-                    worker = self._replacement()
-                    return CallResult(ok=False, timed_out=True, error=f"timed out after {limit} s",
-                                      elapsed_s=time.perf_counter() - start)
-                tag, value = worker.rx.recv()
-            except (EOFError, OSError) as exc:
-                self._discard(worker)
-                worker = None
-                return CallResult(ok=False, error=f"grading worker died: {type(exc).__name__}",
-                                  elapsed_s=time.perf_counter() - start)
-            except Exception as exc:  # the call could not be pickled, or the reply unpickled
-                return CallResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
-                                  elapsed_s=time.perf_counter() - start)
-            except BaseException:  # interrupted mid-call: the worker's state is unknown
-                self._discard(worker)
-                worker = None
-                raise
-            elapsed = time.perf_counter() - start
-            if tag == "ok":
-                return CallResult(ok=True, value=value, elapsed_s=elapsed)
-            return CallResult(ok=False, error=str(value), elapsed_s=elapsed)
-        finally:
-            self._idle.put(worker)
+            # one short hold each, so that n ready workers take one each
+            submitted = [self._submit(_worker_pid, (0.05,), {}, timeout_s) for _ in range(self.n_workers)]
+            results = [CallResult(ok=False, error=s) if isinstance(s, str) else self._outcome(*s, timeout_s, start)
+                       for s in submitted]
+            failed = [r.error for r in results if not r.ok]
+            if failed:
+                raise RuntimeError(f"grading pool not ready: {failed[0]}")
+            if len({r.value for r in results}) == self.n_workers:
+                return
+        raise RuntimeError(f"grading workers did not all start within {timeout_s} s")
 
     def close(self) -> None:
-        """Kill all workers. Later calls raise RuntimeError."""
-        self._closed = True
+        """Stop all workers. Later calls raise RuntimeError."""
         with self._lock:
-            workers = list(self._workers)
-            self._workers.clear()
-        for worker in workers:
-            worker.kill()
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            _stop(pool)
 
     def __enter__(self) -> "GradingPool":
         return self
@@ -322,12 +283,28 @@ class GradingPool:
         self.close()
 
 
+def _check_limit(timeout_s: float) -> float:
+    """``timeout_s`` if it is a usable limit (pebble reads 0 or None as "no limit")."""
+    if not timeout_s or not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    return timeout_s
+
+
+def _stop(pool: ProcessPool) -> None:
+    """Stop a pebble pool and its workers without running its queued calls."""
+    pool.stop()
+    try:
+        pool.join(timeout=10)
+    except (RuntimeError, FutureTimeout):
+        pass
+
+
 _shared: dict[tuple, GradingPool] = {}
 _shared_lock = threading.Lock()
 
 
 def shared_pool(
-    n_workers: int = 1,
+    n_workers: int = DEFAULT_WORKERS,
     preload: Sequence[str] = (),
     memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
     initializer: Callable[[], Any] | None = None,
