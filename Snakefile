@@ -1,29 +1,26 @@
 # esrepro: one command regenerates the papers' tables and figures.
-#   snakemake --cores 2                                   the embedded tiny default (config/config.yaml)
+#   snakemake --profile workflow/profiles/default             the embedded tiny default (config/config.yaml)
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 # Logic lives in src/esrepro (the `esrepro` command); these files only wire paths.
 
-import copy
-
-from esrepro.config import check_config
-from esrepro.workflow import Plan
-
-configfile: "config/config.yaml"
+from esrepro import paths as P
+from esrepro import specs
+from esrepro.config import load_pipeline, workflow_config
+from esrepro.plan import Plan
 
 report: "workflow/report/workflow.rst"
 
-# A --configfile on the command line replaces config/config.yaml instead of being
-# merged into it, so no tiny setting leaks into a paper run (--config still overrides).
-if workflow.config_settings.configfiles:
-    config.clear()
-    config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
-    CONFIG_SOURCE = " + ".join(str(p) for p in workflow.config_settings.configfiles)
-else:
-    CONFIG_SOURCE = "config/config.yaml"
+# config/config.yaml, or the --configfile files instead of it (replacing, not merging, so no
+# tiny setting leaks into a paper run), read strictly; --config key=value still overrides.
+RAW_CONFIG, CONFIG_SOURCE = workflow_config(workflow.config_settings.configfiles, workflow.config_settings.config)
+config.clear()
+config.update(RAW_CONFIG)
 
-# Validate config and registry against their schemas before any job starts.
-REGISTRY = check_config(config, CONFIG_SOURCE)
-PLAN = Plan(config, REGISTRY)
+# Everything a job will read (config, registry, published numbers, data sizes) is checked
+# here, before any job starts.
+PIPELINE = load_pipeline(config, CONFIG_SOURCE)
+PLAN = Plan(PIPELINE)
+CFG = PIPELINE.cfg
 
 
 include: "workflow/rules/common.smk"
@@ -41,6 +38,6 @@ rule all:
     default_target: True
     input:
         PLAN.final_targets(),
-        "results/reports/analysis.html",
-        "results/reports/eval_summary.metrics.json",
-        "results/ro-crate/ro-crate-metadata.json",
+        f"{P.ANALYSIS}.html",
+        P.EVAL_SUMMARY,
+        f"{P.CRATE}/ro-crate-metadata.json",

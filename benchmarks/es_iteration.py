@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from esrepro.backends.hf import HFBackend
-from esrepro.config import load_registry, load_yaml, method_settings
-from esrepro.es.loop import ESConfig, run_es
+from esrepro.config import load_pipeline, load_yaml
+from esrepro.es.loop import run_es
+from esrepro.settings.methods import ESSettings
 from esrepro.es.noise import member_seed
 from esrepro.es.ops import perturb_, restore_exact_, restore_subtract_, snapshot
 from esrepro.tasks.countdown import CountdownTask, generate_problems
@@ -38,11 +39,11 @@ def _model_dir(path: Path, registry: dict) -> Path:
         return path
     from esrepro.models.tiny import build_model, train_tokenizer
 
-    build = registry["tiny"]["build"]
+    build = registry["tiny"].build
     task = CountdownTask()
-    tok = train_tokenizer([task.prompt(p) for p in generate_problems(500, seed=1)], build["tokenizer"]["vocab_size"])
+    tok = train_tokenizer([task.prompt(p) for p in generate_problems(500, seed=1)], build.tokenizer.vocab_size)
     out = Path(tempfile.mkdtemp(prefix="esrepro-bench-"))
-    build_model(build["architecture"], len(tok), tok.eos_token_id, build["seed"]).save_pretrained(out)
+    build_model(build.architecture.model_dump(), len(tok), tok.eos_token_id, build.seed).save_pretrained(out)
     tok.save_pretrained(out)
     print(f"model: random-init tiny architecture in {out} ({path} not built yet)")
     return out
@@ -53,7 +54,7 @@ def iteration_timing(model_dir: Path, settings: dict, iterations: int, threads: 
     task = CountdownTask()
     examples = generate_problems(settings["train_examples"], seed=123)
     backend = HFBackend(model_dir, batch_size=settings["batch_size"])
-    cfg = ESConfig.from_settings({**settings, "iterations": iterations, "checkpoint_every": 10**9}, seed=0)
+    cfg = ESSettings.model_validate({**settings, "iterations": iterations, "resume_every": 10**9})
     prompts = [task.prompt(e) for e in examples]
 
     def score(rs: list[str]) -> list[float]:
@@ -106,9 +107,9 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=1e-3, help="the paper's sigma")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    config = load_yaml(REPO / "config" / "config.yaml")
-    registry = load_registry(REPO / config["registry"])
-    settings = method_settings(config, registry, "tiny", "countdown", "es")
+    pipeline = load_pipeline(load_yaml(REPO / "config" / "config.yaml"), "config/config.yaml", root=REPO)
+    registry = pipeline.registry
+    settings = pipeline.method_settings("tiny", "countdown", "es").as_dict()
     print("settings:", json.dumps(settings))
     model_dir = _model_dir(args.model_dir, registry)
     iteration_timing(model_dir, settings, args.iterations, args.threads)

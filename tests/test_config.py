@@ -1,15 +1,18 @@
-"""Config and registry validation: errors name the file and the field."""
+"""Config and registry validation: every malformed input is refused before any job, naming file and field."""
 
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
 
-from esrepro.config import ConfigError, check_config, load_registry, load_yaml, method_settings, rule_resources
+from esrepro.config import ConfigError, check_config, load_pipeline, load_registry, load_yaml
 from conftest import REPO
 
 
@@ -22,21 +25,21 @@ def test_shipped_configs_validate():
     for name in ("config.yaml", "paper.yaml"):
         registry = check_config(load_yaml(REPO / "config" / name), name, root=REPO)
         assert "tiny" in registry
-    paper = load_yaml(REPO / "config" / "paper.yaml")
-    assert len(paper["models"]) == 7
-    es = paper["train"]["countdown"]["es"]
-    assert (es["population"], es["sigma"], es["alpha"], es["iterations"], es["max_new_tokens"]) == (30, 0.001, 0.0005, 500, 1024)
+    paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "paper.yaml", root=REPO)
+    assert len(paper.models) == 7
+    es = paper.method_settings("qwen2.5-7b-instruct", "countdown", "es")
+    assert (es.population, es.sigma, es.alpha, es.iterations, es.max_new_tokens) == (30, 0.001, 0.0005, 500, 1024)
 
 
 @pytest.mark.parametrize(
     "path, value, field",
     [
-        (("train", "countdown", "es", "sigma"), -1.0, "train.countdown.es.sigma"),
-        (("train", "countdown", "es", "noise"), "gaussian", "train.countdown.es.noise"),
-        (("train", "countdown", "es", "populaton"), 3, "train.countdown.es"),
+        (("defaults", "es", "sigma"), -1.0, "defaults.es.sigma"),
+        (("defaults", "es", "noise"), "gaussian", "defaults.es.noise"),
+        (("defaults", "es", "populaton"), 3, "defaults.es.populaton"),
         (("data", "countdown", "source", "kind"), "ftp", "data.countdown.source.kind"),
         (("seeds",), "zero", "seeds"),
-        (("threads",), 0, "threads"),
+        (("models",), [], "models"),
     ],
 )
 def test_config_error_names_file_and_field(cfg, path, value, field):
@@ -81,19 +84,23 @@ def test_published_numbers_are_validated(cfg, tmp_path):
         check_config(bad, "config/config.yaml", root=REPO)
 
 
-def test_registry_overrides_and_resources():
-    cfg = load_yaml(REPO / "config" / "paper.yaml")
-    reg = load_registry(REPO / "config" / "models.yaml")
-    reg["qwen2.5-7b-instruct"]["methods"] = {"es": {"sigma": 0.002}}
-    s = method_settings(cfg, reg, "qwen2.5-7b-instruct", "countdown", "es")
-    assert s["sigma"] == 0.002 and s["population"] == 30
-    assert rule_resources(reg["qwen2.5-7b-instruct"], "train")["gpu"] == 8
-    assert rule_resources(reg["qwen2.5-7b-instruct"], "evaluate")["gpu"] == 1
+def test_registry_overrides_and_resources(tmp_path):
+    reg = load_yaml(REPO / "config" / "models.yaml")
+    reg["models"]["qwen2.5-7b-instruct"]["methods"] = {"es": {"sigma": 0.002}}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "models.yaml").write_text(yaml.safe_dump(reg))
+    (tmp_path / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
+    p = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=tmp_path)
+    s = p.method_settings("qwen2.5-7b-instruct", "countdown", "es")
+    assert s.sigma == 0.002 and s.population == 30
+    assert p.resources("qwen2.5-7b-instruct", "train").gpu == 8
+    assert p.resources("qwen2.5-7b-instruct", "evaluate").gpu == 1
+    assert p.resources("qwen2.5-7b-instruct", "fetch").gpu == 0
 
 
 def test_snakemake_refuses_a_bad_config_before_any_job(tmp_path):
     bad = load_yaml(REPO / "config" / "config.yaml")
-    bad["train"]["countdown"]["es"]["restore"] = "approximately"
+    bad["defaults"]["es"]["restore"] = "approximately"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     proc = subprocess.run(
@@ -101,5 +108,183 @@ def test_snakemake_refuses_a_bad_config_before_any_job(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
-    assert "train.countdown.es.restore" in proc.stdout + proc.stderr
+    assert "defaults.es.restore" in proc.stdout + proc.stderr
     assert str(path) in proc.stdout + proc.stderr
+    assert "Job stats" not in proc.stdout + proc.stderr
+
+
+# --- malformed configs and registries: each refused with file and field, one line per problem -------------
+
+
+@pytest.fixture()
+def refused(tmp_path) -> Callable[..., list[str]]:
+    """Apply edits to copies of config/config.yaml and config/models.yaml; return the problem lines."""
+
+    def run(config_edit=None, registry_edit=None, config_text=None, registry_text=None) -> list[str]:
+        root = tmp_path / "repo"
+        (root / "config").mkdir(parents=True, exist_ok=True)
+        cfg = load_yaml(REPO / "config" / "config.yaml")
+        reg = load_yaml(REPO / "config" / "models.yaml")
+        if config_edit:
+            config_edit(cfg)
+        if registry_edit:
+            registry_edit(reg["models"])
+        (root / "config" / "models.yaml").write_text(registry_text or yaml.safe_dump(reg, sort_keys=False))
+        (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
+        path = root / "config" / "config.yaml"
+        path.write_text(config_text or yaml.safe_dump(cfg, sort_keys=False))
+        with pytest.raises(ConfigError) as err:
+            load_pipeline(load_yaml(path), "config/config.yaml", root=root)
+        lines = err.value.problems
+        assert lines and all("\n" not in line for line in lines)
+        return lines
+
+    return run
+
+
+def _set(path: str, value) -> Callable[[dict], None]:
+    def edit(d: dict) -> None:
+        keys = path.split("/")
+        for k in keys[:-1]:
+            d = d.setdefault(k, {})
+        d[keys[-1]] = value
+    return edit
+
+
+def _drop(path: str) -> Callable[[dict], None]:
+    def edit(d: dict) -> None:
+        keys = path.split("/")
+        for k in keys[:-1]:
+            d = d[k]
+        del d[keys[-1]]
+    return edit
+
+
+CONFIG = "config/config.yaml: "
+REGISTRY = "config/models.yaml: "
+MALFORMED = [
+    # (id, config edit, registry edit, expected fragment of the (first) problem line)
+    ("es-sigma-negative", _set("defaults/es/sigma", -0.5), None, CONFIG + "defaults.es.sigma: -0.5"),
+    ("registry-override-sigma", None, _set("tiny/methods/es", {"sigma": -0.5}),
+     REGISTRY + "models.tiny.methods.es.sigma: -0.5"),
+    ("registry-override-unknown-key", None, _set("tiny/methods/es", {"sigmma": 0.1}),
+     REGISTRY + "models.tiny.methods.es.sigmma: not an option here; did you mean sigma?"),
+    ("too-many-train-examples", _set("defaults/es/train_examples", 100000), None,
+     CONFIG + "defaults.es.train_examples: 100000 training examples, but data.countdown prepares 64"),
+    ("rl-train-examples-too-many", _set("methods/grpo30/train_examples", 65), None,
+     CONFIG + "methods.grpo30.train_examples: 65 training examples, but data.countdown prepares 64"),
+    ("unknown-algorithm", _set("methods/grpo8/algorithm", "reinforce"), None,
+     CONFIG + "methods.grpo8.algorithm: 'reinforce' is not an algorithm"),
+    ("unknown-method", _set("train/countdown/methods", ["es", "foo"]), None,
+     CONFIG + "train.countdown.methods: 'foo' is not an algorithm"),
+    ("misspelt-grpo-key", _set("defaults/grpo/learnig_rate", 1e-4), None,
+     CONFIG + "defaults.grpo.learnig_rate: not an option here; did you mean learning_rate?"),
+    ("misspelt-top-level-key", _set("seed", [0]), None, CONFIG + "seed: not an option here; did you mean seeds?"),
+    ("task-override-for-unlisted-method", _set("train/countdown/grpo99", {"beta": 0.1}), None,
+     CONFIG + "train.countdown.grpo99: settings for a method not in train.countdown.methods"),
+    ("budget-from-not-es", _set("methods/ppo", {"budget_from": "grpo8"}), None,
+     CONFIG + "methods.ppo.budget_from: 'grpo8' is not an ES method"),
+    ("grpo-groups", _set("methods/grpo30/per_device_train_batch_size", 100), None,
+     CONFIG + "methods.grpo30.per_device_train_batch_size: per_device_train_batch_size x gradient_accumulation_steps "
+     "(100) must be a multiple of num_generations (30)"),
+    ("dr-grpo-wrong-loss", _set("methods/drgrpo/loss_type", "grpo"), None,
+     CONFIG + "methods.drgrpo.loss_type: algorithm dr_grpo means loss_type dr_grpo"),
+    ("ppo-batches", _set("defaults/ppo/mini_batch_size", 100), None,
+     CONFIG + "defaults.ppo.mini_batch_size: batch_size (256) must be a multiple of mini_batch_size (100)"),
+    ("eval-tokens", _set("evaluate/countdown/max_new_tokens", 0), None, CONFIG + "evaluate.countdown.max_new_tokens: 0"),
+    ("kl-samples", _set("kl/conciseness/n_samples", 0), None, CONFIG + "kl.conciseness.n_samples: 0"),
+    ("eval-train-task", _set("evaluate/gsm8k/train_task", "chess"), None,
+     CONFIG + "evaluate.gsm8k.train_task: no train.chess entry"),
+    ("unknown-task", _set("data/chess", {"source": {"kind": "generated"}}), None, CONFIG + "data.chess: unknown task"),
+    ("sudoku-size", _set("data/sudoku/source/size", 5), None, CONFIG + "data.sudoku.source.size: 5"),
+    ("duplicate-models", _set("models", ["tiny", "tiny"]), None, CONFIG + "models: entries must be distinct"),
+    ("scale", _set("scale", "huge"), None, CONFIG + "scale: 'huge'"),
+    ("study-model", _set("studies/conciseness/model", "gpt-7"), None,
+     CONFIG + "studies.conciseness.model: 'gpt-7' is not in the registry"),
+    ("study-two-sweeps", _set("studies/conciseness/grpo/betas_logspace", {"start": -4, "stop": 0, "num": 10}), None,
+     CONFIG + "studies.conciseness.grpo: give exactly one of betas and betas_logspace"),
+    ("study-without-kl", _drop("kl/conciseness"), None,
+     CONFIG + "studies.conciseness.task: no kl.conciseness entry"),
+    ("study-settings-key", _set("studies/conciseness/es/settings/sigma", 0.1), None,
+     CONFIG + "studies.conciseness.es.settings.sigma: set by the study"),
+    ("table1-task", _set("report/table1/task", "gsm9k"), None, CONFIG + "report.table1.task: 'gsm9k' is not evaluated"),
+    ("grid-key", None, _set("tiny/methods/grpo8/grid", {"learnig_rate": [1e-4]}),
+     REGISTRY + "models.tiny.methods.grpo8.grid.learnig_rate: not a setting of grpo8"),
+    ("grid-on-es", None, _set("tiny/methods/es", {"grid": {"sigma": [0.1, 0.2]}}),
+     REGISTRY + "models.tiny.methods.es.grid: grids are for RL methods"),
+    ("grid-cell-invalid", None, _set("tiny/methods/grpo8/grid", {"learning_rate": [-1.0]}),
+     REGISTRY + "models.tiny.methods.grpo8.grid.learning_rate: -1.0"),
+    ("registry-no-source", None, _drop("tiny/build"),
+     REGISTRY + "models.tiny: needs exactly one of build (a locally built model) or hub_id + revision"),
+    ("registry-no-resources", None, _drop("tiny/resources"), REGISTRY + "models.tiny.resources: required"),
+    ("registry-no-default-resources", None, _drop("tiny/resources/default"),
+     REGISTRY + "models.tiny: resources needs a default entry"),
+    ("registry-hub-without-revision", None, _drop("qwen2.5-0.5b-instruct/revision"),
+     REGISTRY + "models.qwen2.5-0.5b-instruct: a hub model needs revision"),
+    ("registry-dtype", None, _set("tiny/dtype", "int4"), REGISTRY + "models.tiny.dtype: 'int4'"),
+    ("registry-build-arch", None, _set("tiny/build/architecture/num_hidden_layers", 0),
+     REGISTRY + "models.tiny.build.architecture.num_hidden_layers: 0"),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_configs_are_refused_with_file_and_field(refused, case):
+    _, config_edit, registry_edit, expected = case
+    lines = refused(config_edit, registry_edit)
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_at_least_twenty_distinct_malformed_inputs():
+    assert len({c[0] for c in MALFORMED}) >= 20
+
+
+def test_unknown_algorithm_is_one_line(refused):
+    lines = refused(_set("methods/grpo8/algorithm", "reinforce"))
+    assert len(lines) == 1, lines
+
+
+def test_registry_without_source_does_not_dump_the_entry(refused):
+    lines = refused(None, _drop("tiny/build"))
+    assert len(lines) == 1 and len(lines[0]) < 200, lines
+
+
+def test_yaml_errors_name_file_and_line(refused, tmp_path):
+    text = (REPO / "config" / "config.yaml").read_text().replace("seeds: [0]", "seeds: [0", 1)
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("seeds: [0"))
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    found = re.match(rf"{re.escape(str(path))}:(\d+):(\d+): not valid YAML", err.value.problems[0])
+    assert found and line <= int(found[1]) <= line + 2, err.value.problems
+    registry = (REPO / "config" / "models.yaml").read_text().replace("dtype: float32", "dtype: float32: x", 1)
+    lines = refused(registry_text=registry)
+    assert lines[0].startswith("config/models.yaml:") or "models.yaml:" in lines[0] and ": not valid YAML" in lines[0]
+
+
+def test_duplicate_keys_are_refused_with_their_line(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("scale: tiny\nmodels: [tiny]\nmodels: [x]\n")
+    with pytest.raises(ConfigError, match=rf"{path}:3:1: not valid YAML: duplicate key 'models'"):
+        load_yaml(path)
+
+
+def test_family_is_informational(refused, tmp_path):
+    reg = load_yaml(REPO / "config" / "models.yaml")
+    reg["models"]["tiny"]["family"] = "mistral"
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(reg))
+    assert load_registry(path)["tiny"].family == "mistral"
+
+
+def test_validate_verb_names_the_file(tmp_path):
+    bad = load_yaml(REPO / "config" / "config.yaml")
+    bad["defaults"]["es"]["sigma"] = -1
+    bad["registry"] = str(REPO / "config" / "models.yaml")
+    bad["published"] = str(REPO / "config" / "published.yaml")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = subprocess.run([sys.executable, "-m", "esrepro.cli", "validate", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"{path}: defaults.es.sigma: -1" in proc.stderr

@@ -14,14 +14,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from esrepro.es.loop import ESConfig, ResumeMismatch, run_es
-from esrepro.backends.hf import HFBackend
+from esrepro.es.loop import ResumeMismatch, run_es
+from esrepro.population.evaluators import SerialEvaluator
+from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.settings.methods import ESSettings
 from esrepro.tasks.countdown import prepare
 
 SPEC = {
     "iterations": 8, "population": 4, "sigma": 0.05, "alpha": 0.05, "train_examples": 6,
     "max_new_tokens": 10, "batch_size": 6, "noise": "iid", "restore": "subtract",
-    "master_weights": None, "checkpoint_every": 2,
+    "master_weights": None, "resume_every": 2,
 }
 
 
@@ -77,10 +79,11 @@ def test_killed_run_resumes_bit_identically(tiny_model_dir, data_dir, tmp_path):
     assert manifest["settings"]["population"] == 4 and manifest["seed"] == 3
 
 
-def test_resume_with_other_settings_is_refused(tiny_model_dir, tmp_path):
-    backend = HFBackend(tiny_model_dir)
-    cfg = ESConfig(iterations=2, population=2, sigma=0.01, alpha=0.01, max_new_tokens=2, checkpoint_every=1)
-    run_es(backend, ["a"], lambda rs: [len(r) for r in rs], cfg, tmp_path / "state", progress=False)
-    other = ESConfig(iterations=2, population=2, sigma=0.02, alpha=0.01, max_new_tokens=2, checkpoint_every=1)
+def test_resume_with_other_settings_is_refused(tiny_model_dir, data_dir, tmp_path):
+    examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][:1]
+    evaluator = SerialEvaluator(EngineSpec(str(tiny_model_dir)), Scoring("countdown", examples, 2))
+    cfg = ESSettings(iterations=2, population=2, sigma=0.01, alpha=0.01, max_new_tokens=2, resume_every=1)
+    run_es(evaluator, cfg, tmp_path / "state", progress=False)
+    other = ESSettings(iterations=2, population=2, sigma=0.02, alpha=0.01, max_new_tokens=2, resume_every=1)
     with pytest.raises(ResumeMismatch, match="delete"):
-        run_es(backend, ["a"], lambda rs: [len(r) for r in rs], other, tmp_path / "state", progress=False)
+        run_es(evaluator, other, tmp_path / "state", progress=False)

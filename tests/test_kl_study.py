@@ -10,11 +10,12 @@ import pytest
 
 from conftest import REPO
 from esrepro.cli import main
-from esrepro.config import ConfigError, check_config, load_yaml, study_methods
+from esrepro import specs
+from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml
 from esrepro.io import read_json, write_json, write_jsonl
 from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
 from esrepro.tasks.conciseness import prepare as prepare_conciseness
-from esrepro.workflow import Plan
+from esrepro.plan import Plan
 
 
 @pytest.fixture()
@@ -22,28 +23,34 @@ def cfg() -> dict:
     return load_yaml(REPO / "config/config.yaml")
 
 
+def _pipeline(config: dict):
+    return load_pipeline(config, "config/config.yaml", root=REPO)
+
+
 def _plan(config: dict) -> Plan:
-    return Plan(config, check_config(config, "config/config.yaml", root=REPO))
+    return Plan(_pipeline(config))
 
 
 def test_study_expands_into_named_methods(cfg):
-    study = cfg["studies"]["conciseness"]
-    methods = study_methods(study)
+    p = _pipeline(cfg)
+    study = p.studies()["conciseness"]
+    methods = p.study_methods("conciseness")
     assert list(methods) == ["es_sigma0.005", "es_sigma0.01", "grpo_beta0", "grpo_beta0.01", "grpo_beta0.0167",
                              "grpo_beta0.0464"]
-    es = methods["es_sigma0.01"]
-    assert es["sigma"] == 0.01 and es["algorithm"] == "es" and es["save_every"] == study["checkpoint_every"]
-    g = methods["grpo_beta0.0167"]
+    es = p.method_settings("tiny", "conciseness", "es_sigma0.01").as_dict()
+    assert es["sigma"] == 0.01 and es["algorithm"] == "es" and es["keep_every"] == study.keep_every
+    g = p.method_settings("tiny", "conciseness", "grpo_beta0.0167").as_dict()
     assert g["beta"] == 0.0167 and g["algorithm"] == "grpo"
     # equal budgets: the ES runs' iterations x population x train_examples
-    es_s = study["es"]["settings"]
-    assert g["sample_budget"] == es_s["iterations"] * es_s["population"] * es_s["train_examples"]
+    es_s = p.method_settings("tiny", "conciseness", "es_sigma0.005")
+    assert g["sample_budget"] == es_s.iterations * es_s.population * es_s.train_examples
 
 
 def test_appendix_betas_are_ten_log_spaced_values(cfg):
-    study = copy.deepcopy(cfg["studies"]["conciseness"])
-    study["grpo"]["betas_logspace"] = {"start": -4, "stop": 0, "num": 10}
-    names = [m for m in study_methods(study) if m.startswith("grpo")]
+    cfg = copy.deepcopy(cfg)
+    cfg["studies"]["conciseness"]["grpo"]["betas_logspace"] = {"start": -4, "stop": 0, "num": 10}
+    del cfg["studies"]["conciseness"]["grpo"]["betas"]
+    names = [m for m in _pipeline(cfg).study_methods("conciseness") if m.startswith("grpo")]
     assert len(names) == 10 and names[0] == "grpo_beta0.0001" and names[-1] == "grpo_beta1"
     assert {"grpo_beta0.0167", "grpo_beta0.0464"} <= set(names)  # the paper's two non-round betas
 
@@ -57,14 +64,14 @@ def test_plan_wires_study_runs_kl_and_reports(cfg):
                  "results/figures/conciseness_distribution.png"):
         assert path in targets, path
     assert "results/kl/countdown/tiny/base/seed0/kl.json" in targets
-    spec = json.loads(plan.method_spec_json("tiny", "conciseness", "es_sigma0.005"))
-    assert spec["sigma"] == 0.005 and spec["save_every"] == 4
+    spec = json.loads(specs.as_json(specs.method_spec(plan.p, "tiny", "conciseness", "es_sigma0.005")))
+    assert spec["sigma"] == 0.005 and spec["keep_every"] == 4
     import re
 
     direct = re.compile(plan.methods_regex(rl=False))
     assert direct.fullmatch("es_sigma0.005") and direct.fullmatch("grpo_beta0.01") and direct.fullmatch("es")
-    assert plan.threads("conciseness", "es_sigma0.005") == 1 and plan.threads("countdown", "es") == cfg["threads"]
-    assert plan.kl_run_arg("conciseness", "tiny", "base", 0) == ""
+    assert plan.p.resources("tiny", "train").threads() == 1 and plan.p.resources("tiny", "kl").threads() == 1
+    assert plan.kl_run_dir("conciseness", "tiny", "base", 0) is None
     assert len(plan.conciseness_kl()) == 1 + 6 * 2
 
 

@@ -9,29 +9,30 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from esrepro.config import ConfigError, check_config, load_registry, load_yaml
+from esrepro import specs
+from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml
+from esrepro.plan import Plan
 from esrepro.report.tables import build_table3
+from esrepro.rl.budget import rl_budget, samples_per_step
 from esrepro.rl.select import choose, final_train_reward, select_run
-from esrepro.workflow import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _plan(name: str) -> Plan:
-    cfg = load_yaml(REPO / "config" / name)
-    return Plan(cfg, load_registry(REPO / "config" / "models.yaml"))
+    return Plan(load_pipeline(load_yaml(REPO / "config" / name), f"config/{name}", root=REPO))
 
 
 def test_tiny_budgets_equal_the_es_budget():
     plan = _plan("config.yaml")
-    es = plan.config["train"]["countdown"]["es"]
-    budget = es["iterations"] * es["population"] * es["train_examples"]
+    es = plan.p.method_settings("tiny", "countdown", "es")
+    budget = es.iterations * es.population * es.train_examples
     for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
-        spec = plan.method_spec("tiny", "countdown", method)
+        spec = specs.method_spec(plan.p, "tiny", "countdown", method)
         assert spec["sample_budget"] == budget
-        b = plan.rl_budget("tiny", "countdown", method)
+        b = rl_budget(spec["sample_budget"], samples_per_step(spec))
         assert b.samples_used <= budget < b.samples_used + b.samples_per_step
-    assert "sample_budget" not in plan.method_spec("tiny", "countdown", "es")
+    assert "sample_budget" not in specs.method_spec(plan.p, "tiny", "countdown", "es")
     # trained directly: ES and the conciseness study's runs (es_sigma..., grpo_beta...), never a grid method
     assert plan.methods_regex(rl=False).split("|")[0] == "es"
     assert not any(m in plan.methods_regex(rl=False).split("|") for m in ("ppo", "grpo8", "grpo30", "drgrpo"))
@@ -39,13 +40,14 @@ def test_tiny_budgets_equal_the_es_budget():
 
 def test_grid_cells_and_paths():
     plan = _plan("paper.yaml")
-    cells = plan.grid_cells("qwen2.5-7b-instruct", "grpo8")
+    cells = plan.p.grid_cells("qwen2.5-7b-instruct", "grpo8")
     assert len(cells) == 6 and "lr1e-06_beta0.001" in cells
-    spec = json.loads(plan.cell_spec_json("qwen2.5-7b-instruct", "countdown", "grpo8", "lr3e-06_beta0"))
+    spec = json.loads(specs.as_json(specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8",
+                                                      "lr3e-06_beta0")))
     assert (spec["learning_rate"], spec["beta"], spec["loss_type"]) == (3e-06, 0.0, "grpo")
     assert "grid" not in spec and spec["sample_budget"] == 500 * 30 * 200
     tiny = _plan("config.yaml")
-    assert list(tiny.grid_cells("tiny", "grpo30")) == ["default"]
+    assert list(tiny.p.grid_cells("tiny", "grpo30")) == ["default"]
     assert tiny.cell_runs("countdown", "tiny", "grpo8", 0) == [
         "results/runs/countdown/tiny/grpo8/grid/lr0.0001/seed0", "results/runs/countdown/tiny/grpo8/grid/lr0.0003/seed0"]
 
@@ -77,11 +79,11 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda c: c["train"]["countdown"]["grpo8"].__setitem__("loss_type", "dapo"), "train.countdown.grpo8.loss_type"),
-        (lambda c: c["train"]["countdown"]["drgrpo"].pop("scale_rewards"), "scale_rewards"),
-        (lambda c: c["train"]["countdown"]["ppo"].__setitem__("kl_coef", -1), "train.countdown.ppo.kl_coef"),
-        (lambda c: c["train"]["countdown"]["ppo"].__setitem__("budget_from", "ppo"), "train.countdown.ppo.budget_from"),
-        (lambda c: c["train"]["countdown"]["grpo8"].__setitem__("algorithm", "reinforce"), "train.countdown.grpo8"),
+        (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "dapo"), "methods.grpo8.loss_type"),
+        (lambda c: c["methods"]["drgrpo"].__setitem__("scale_rewards", "group"), "scale_rewards"),
+        (lambda c: c["methods"].__setitem__("ppo", {"kl_coef": -1}), "methods.ppo.kl_coef"),
+        (lambda c: c["methods"].__setitem__("ppo", {"budget_from": "ppo"}), "methods.ppo.budget_from"),
+        (lambda c: c["methods"]["grpo8"].__setitem__("algorithm", "reinforce"), "methods.grpo8"),
     ],
 )
 def test_bad_rl_settings_name_the_field(edit, message):

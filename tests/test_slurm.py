@@ -84,8 +84,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     """`snakemake -n --profile workflow/profiles/slurm` needs no cluster: the registry's
     GPUs, GPU model, CPUs, memory and runtime reach every model's jobs."""
     _require_slurm(need_cluster=False)
-    from esrepro.config import check_config
-    from esrepro.workflow import Plan
+    from esrepro.config import load_pipeline
 
     repo = copy_repo(tmp_path)
     env = snakemake_env()
@@ -94,7 +93,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
                         repo, timeout=300, env=env)
 
     config = yaml.safe_load((repo / "config/paper.yaml").read_text())
-    plan = Plan(config, check_config(config, "config/paper.yaml"))
+    pipeline = load_pipeline(config, "config/paper.yaml", root=repo)
     registry_rule = {"train": "train", "evaluate": "evaluate", "fetch_model": "fetch"}
     seen: dict[str, set[str]] = {rule: set() for rule in registry_rule}
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", out):
@@ -106,7 +105,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         model = re.search(r"^\s+wildcards: .*\bmodel=([^,\s]+)", block, re.M).group(1)
         resources = dict(kv.split("=", 1) for kv in
                          re.search(r"^\s+resources: (.*)$", block, re.M).group(1).split(", "))
-        expected = plan.resources(model, registry_rule[rule])
+        expected = pipeline.resources(model, registry_rule[rule]).model_dump(exclude_none=True)
         for key, value in expected.items():
             assert resources.get(key) == str(value), (rule, model, key, resources)
         assert "slurm_extra" not in resources and "gres" not in resources
@@ -114,7 +113,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         seen[rule].add(model)
     for rule, models in seen.items():
         assert models == set(config["models"]), (rule, models)
-    assert plan.resources("qwen2.5-7b-instruct", "train")["gpu"] == 8  # the check above is not vacuous
+    assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the check above is not vacuous
 
 
 @pytest.fixture(scope="module")

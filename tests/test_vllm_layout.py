@@ -18,7 +18,6 @@ from esrepro.backends.vllm_engine import ShardedWeights, stop_token_ids
 from esrepro.backends.vllm_layout import (
     VOCAB_PADDING,
     build_layout,
-    hf_checksum,
     perturb_shards_,
     shard_noise,
     to_hf,
@@ -27,6 +26,7 @@ from esrepro.backends.vllm_layout import (
 )
 from esrepro.es.noise import noise_like, tensor_noise, tensor_seed
 from esrepro.es.ops import perturb_, restore_subtract_, update_
+from esrepro.es.weights import hf_checksum
 
 torch.set_num_threads(1)
 

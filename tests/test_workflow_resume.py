@@ -34,7 +34,7 @@ SMALL_REGISTRY = "small_models.yaml"
 # the format reward to vary between ES members, so every iteration moves the weights.
 SMALL_SFT = {"problems": 1600, "epochs": 1, "learning_rate": 0.01}
 # ES: 3 iterations, a checkpoint after each; sigma large enough for reward variance.
-SMALL_ES = {"iterations": 3, "checkpoint_every": 1, "population": 4, "train_examples": 8,
+SMALL_ES = {"iterations": 3, "resume_every": 1, "population": 4, "train_examples": 8,
             "sigma": 0.05, "alpha": 0.05}
 
 
@@ -49,7 +49,7 @@ def write_small_settings(repo: Path, eval_limit: int = 20) -> str:
     registry = yaml.safe_load((repo / config["registry"]).read_text())
     registry["models"]["tiny"]["build"]["sft"].update(SMALL_SFT)
     config["registry"] = SMALL_REGISTRY
-    config["train"]["countdown"]["es"].update(SMALL_ES)
+    config["defaults"]["es"].update(SMALL_ES)
     config["train"]["countdown"]["methods"] = ["es"]  # the RL baselines are not what these tests are about
     config["evaluate"]["countdown"]["limit"] = eval_limit
     (repo / SMALL_REGISTRY).write_text(yaml.safe_dump(registry, sort_keys=False))

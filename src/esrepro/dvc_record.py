@@ -126,14 +126,14 @@ def read_pointer(dvc_file: str | os.PathLike) -> dict[str, Any]:
     return dict(outs[0])
 
 
-def push(dvc_files: list[str], root: str | os.PathLike = ".", remote: str | None = None) -> None:
+def push_pointers(dvc_files: list[str], root: str | os.PathLike = ".", remote: str | None = None) -> None:
     """``dvc push`` the data of ``dvc_files`` to ``remote`` (the default remote when None)."""
     run_dvc(["push", "--quiet", *(["--remote", remote] if remote else []), *dvc_files], root)
 
 
-def main_dvc_record(paths: list[str], out: str, push_to: str | None = None, do_push: bool = False,
+def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push: bool = False,
                     root: str = ".") -> dict[str, Any]:
-    """Verb ``dvc-record``: record ``paths`` with DVC, optionally push, write ``out`` (JSON).
+    """Record data and checkpoint folders with DVC (dvc add), optionally push; write a JSON summary.
 
     ``out`` lists each folder with its pointer file and DVC md5, size and file count, so a
     run's log says exactly which data state the committed pointer files name.
@@ -144,8 +144,8 @@ def main_dvc_record(paths: list[str], out: str, push_to: str | None = None, do_p
     started = now()
     dvc_files = record(paths, root)
     pushed = False
-    if do_push or push_to:
-        push(dvc_files, root, push_to)
+    if push or remote:
+        push_pointers(dvc_files, root, remote)
         pushed = True
     entries = []
     for rel, dvc_file in zip(paths, dvc_files, strict=True):
@@ -156,7 +156,7 @@ def main_dvc_record(paths: list[str], out: str, push_to: str | None = None, do_p
         "kind": "dvc_record",
         "recorded": entries,
         "pushed": pushed,
-        "remote": push_to,
+        "remote": remote,
         "code": code_version(),
         "packages": package_versions(("esrepro", "snakemake")),
         "dvc": run_dvc(["--version"], root).stdout.strip(),

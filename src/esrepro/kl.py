@@ -26,13 +26,14 @@ does the sampling and scoring.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from esrepro.models.responses import eos_token_ids, response_mask
+from esrepro.models.tokens import prompt_ids
+from esrepro.settings.pipeline import KLSettings
 
 ESTIMATORS = ("k1", "k3", "exact")
 
@@ -85,25 +86,6 @@ def per_token_estimates(
 
 
 # --- sampling and scoring -------------------------------------------------------------
-@dataclass(frozen=True)
-class KLSettings:
-    """How KL is measured: responses per prompt, their length, sampling temperature, seed, micro-batch."""
-
-    n_samples: int
-    max_new_tokens: int
-    temperature: float = 1.0
-    seed: int = 0
-    batch_size: int = 16
-
-    @classmethod
-    def from_settings(cls, settings: dict, seed: int | None = None) -> "KLSettings":
-        names = set(cls.__dataclass_fields__)
-        kw = {k: v for k, v in settings.items() if k in names}
-        if seed is not None:
-            kw["seed"] = seed
-        return cls(**kw)
-
-
 def prompt_seed(seed: int, index: int) -> int:
     """The sampling seed of prompt ``index``: independent of which other prompts are measured."""
     return (seed * 1_000_003 + index * 7_919 + 12_345) % (2**63 - 1)
@@ -207,7 +189,7 @@ def kl_on_prompts(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     prompt_rows, response_rows = [], []
     for i, (pid, text) in enumerate(zip(ids, prompts, strict=True)):
-        enc = tokenizer(text, add_special_tokens=False)["input_ids"]
+        enc = prompt_ids(tokenizer, text)
         if not enc:
             raise ValueError(f"prompt {pid!r} encodes to no tokens")
         tokens, mask = sample_responses(model_ft, enc, settings.n_samples, settings.max_new_tokens, eos, pad,
@@ -229,7 +211,7 @@ def kl_on_prompts(
     n_tokens = sum(r["tokens"] for r in response_rows)
     summary: dict[str, Any] = {"n_prompts": len(prompt_rows), "n_responses": len(response_rows),
                                "mean_tokens": n_tokens / len(response_rows) if response_rows else 0.0,
-                               "settings": asdict(settings)}
+                               "settings": settings.as_dict()}
     for k in ESTIMATORS:
         summary[k] = sum(r[k] for r in prompt_rows) / len(prompt_rows) if prompt_rows else math.nan
         summary[f"{k}_se"] = _mean_se([r[k] for r in response_rows])[1] if response_rows else math.nan
@@ -240,24 +222,7 @@ def kl_on_prompts(
     return {"summary": summary, "prompts": prompt_rows, "responses": response_rows}
 
 
-# --- a run: the final weights and the kept snapshots ------------------------------------
-SNAPSHOT_DIR = "checkpoints"  # <run>/checkpoints/iter000010/ ...: weights kept every K iterations
-
-
-def snapshot_dirs(run_dir) -> list[tuple[int, Any]]:
-    """(iteration, path) of the weights a run kept along the way, in iteration order."""
-    from pathlib import Path
-
-    root = Path(run_dir) / SNAPSHOT_DIR
-    if not root.is_dir():
-        return []
-    out = []
-    for d in root.iterdir():
-        if d.is_dir() and d.name.startswith("iter") and d.name[4:].isdigit():
-            out.append((int(d.name[4:]), d))
-    return sorted(out)
-
-
+# --- one checkpoint: greedy reward and KL ---------------------------------------------------
 def measure_checkpoint(
     model_dir,
     base_model: torch.nn.Module,
@@ -267,7 +232,7 @@ def measure_checkpoint(
     *,
     dtype: str = "float32",
     chat: bool = False,
-    eval_max_new_tokens: int | None = None,
+    device: str = "cpu",
     progress: bool = False,
 ) -> dict[str, Any]:
     """Greedy reward and KL(checkpoint || base) on ``examples``; sampled responses graded too.
@@ -279,8 +244,8 @@ def measure_checkpoint(
     from esrepro.backends.hf import HFBackend
     from esrepro.evaluate import evaluate
 
-    backend = HFBackend(model_dir, dtype=dtype, batch_size=settings.batch_size, chat=chat)
-    greedy = evaluate(backend, task, examples, eval_max_new_tokens or settings.max_new_tokens,
+    backend = HFBackend(model_dir, dtype=dtype, device=device, batch_size=settings.batch_size, chat=chat)
+    greedy = evaluate(backend, task, examples, settings.eval_max_new_tokens or settings.max_new_tokens,
                       settings.batch_size, progress=False)
     prompts = [backend.format_prompt(task.prompt(e)) for e in examples]
     out = kl_on_prompts(backend.model, base_model, backend.tokenizer, prompts, settings,

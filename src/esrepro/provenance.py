@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import importlib.metadata
 import os
 import platform
@@ -14,7 +15,7 @@ from typing import Any
 from esrepro.fetch import sha256_file
 
 PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas",
-            "trl", "accelerate")
+            "trl", "accelerate", "peft", "cmaes", "ray", "vllm")
 
 
 MANIFEST = "manifest.json"
@@ -92,6 +93,49 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _newest_mtime(path: Path) -> float:
+    """Latest modification time of a file, or of any file in a directory (markers left out)."""
+    if path.is_file():
+        return path.stat().st_mtime
+    times = [f.stat().st_mtime for f in path.rglob("*") if f.is_file() and f.name not in UNHASHED]
+    return max(times, default=path.stat().st_mtime)
+
+
+def _recorded(path: Path) -> tuple[str, str] | None:
+    """(sha256, manifest) recorded for ``path`` by the step that produced it, when still trustworthy.
+
+    The producer's manifest is ``path/manifest.json`` (a model directory) or the one beside
+    ``path`` (a run's checkpoint, a prepared split). Its record is used only if nothing in
+    ``path`` changed after the manifest was written; otherwise the caller hashes afresh.
+    """
+    candidates = ([path / MANIFEST] if path.is_dir() else []) + [path.parent / MANIFEST]
+    for manifest in candidates:
+        if not manifest.is_file():
+            continue
+        try:
+            outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
+        except (ValueError, OSError):
+            continue
+        for rec in outputs.values():
+            if Path(rec.get("path", "")).resolve() == path.resolve() and rec.get("sha256"):
+                if _newest_mtime(path) <= manifest.stat().st_mtime:
+                    return rec["sha256"], str(manifest)
+    return None
+
+
+def input_record(path: str | os.PathLike) -> dict[str, str]:
+    """How a step records one input: its sha256, cited from its producer's manifest when that is current.
+
+    Hashing once where a file is produced saves every consumer (each evaluation and KL job
+    of a checkpoint) from re-reading it; ``esrepro audit`` still re-hashes everything.
+    """
+    path = Path(path)
+    found = _recorded(path) if path.exists() else None
+    if found is not None:
+        return {"path": str(path), "sha256": found[0], "cited_from": found[1]}
+    return {"path": str(path), "sha256": sha256_tree(path)}
+
+
 def build_manifest(
     kind: str,
     inputs: dict[str, str | os.PathLike],
@@ -103,7 +147,7 @@ def build_manifest(
     """A manifest for one step: inputs and outputs with sha256, settings, code, packages, host, times."""
     return {
         "kind": kind,
-        "inputs": {k: {"path": str(v), "sha256": sha256_tree(v)} for k, v in inputs.items()},
+        "inputs": {k: input_record(v) for k, v in inputs.items()},
         "outputs": {k: {"path": str(v), "sha256": sha256_tree(v)} for k, v in (outputs or {}).items()},
         "settings": settings,
         "code": code_version(),

@@ -257,10 +257,10 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
     return out_dir / "ro-crate-metadata.json"
 
 
-def main_ro_crate(out_dir: str, workflow_files: list[str], config_files: list[str], inputs: list[str],
+def main_ro_crate(out: str, workflow: list[str], config_files: list[str], inputs: list[str],
                   outputs: list[str], manifests: list[str], copy_max_bytes: int = 20_000_000) -> Path:
-    """Verb ``ro-crate``: write the Workflow Run RO-Crate into ``out_dir``; print a summary."""
-    path = export_crate(out_dir, workflow_files, config_files, inputs, outputs, manifests,
+    """Write a Workflow Run RO-Crate of the run into ``out``; print a summary."""
+    path = export_crate(out, workflow, config_files, inputs, outputs, manifests,
                         copy_max_bytes=copy_max_bytes)
     graph = json.loads(path.read_text(encoding="utf-8"))["@graph"]
     copied = sum(1 for e in graph if "File" in e.get("@type", []) and not e["@id"].startswith("#"))

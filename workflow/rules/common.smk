@@ -9,14 +9,43 @@ wildcard_constraints:
     cell=r"[A-Za-z0-9._+-]+",
 
 
-import json
+import os
+import shlex
 
 ENV = "../envs/esrepro.yaml"  # relative to this rules folder
+SNAKEMAKE_RESOURCES = ("gpu", "gpu_model", "cpus_per_gpu", "cpus_per_task", "mem_mb", "runtime", "nodes")
 
 
 def resources_of(rule_name):
-    """Snakemake resources for a rule, read from the model's registry entry."""
-    return {
-        key: (lambda wildcards, key=key: PLAN.resources(wildcards.model, rule_name)[key])
-        for key in PLAN.resource_keys(rule_name)
-    }
+    """Snakemake resources of a rule, from each model's registry entry (keys every configured model sets)."""
+    keys = [k for k in SNAKEMAKE_RESOURCES
+            if all(getattr(PIPELINE.resources(m, rule_name), k) is not None for m in PIPELINE.models)]
+    return {k: (lambda wildcards, k=k: getattr(PIPELINE.resources(wildcards.model, rule_name), k)) for k in keys}
+
+
+def threads_of(rule_name):
+    """CPU threads of a rule's jobs: the registry resources' cpus_per_task (or cpus_per_gpu x gpu)."""
+    return lambda wildcards: PIPELINE.resources(wildcards.model, rule_name).threads()
+
+
+def dtype_of(wildcards):
+    return PIPELINE.model(wildcards.model).dtype
+
+
+def chat_flag(wildcards):
+    return "--chat" if PIPELINE.model(wildcards.model).chat_template else ""
+
+
+def stem_of(wildcards, output):
+    """The path stem of a table's or figure's files (its first output without the extension)."""
+    return os.path.splitext(output[0])[0]
+
+
+def folder_of_manifest(wildcards, output):
+    """A step's output folder (run, evaluation, KL): where its manifest goes."""
+    return os.path.dirname(output.manifest)
+
+
+def note_args(notes):
+    """--note arguments, shell-quoted."""
+    return " ".join(f"--note {shlex.quote(n)}" for n in notes)

@@ -1,47 +1,56 @@
-# The conciseness study (studies.conciseness): its runs use the `train` rule (method names
-# like es_sigma0.001, grpo_beta0.01), their KL the `kl` rule; here Table 2 and the figures.
+# The conciseness study (studies.conciseness): its runs use the `train` rule (method names like
+# es_sigma0.001, grpo_beta0.01), their KL the `kl` rule; here Table 2 and the figures.
+
+from esrepro.report.notes import table2_notes
+
+CONCISENESS_KL = PLAN.conciseness_kl()
 
 
 rule table2_conciseness:
     input:
-        kl=PLAN.conciseness_kl(),
-        registry=config["registry"],
+        kl=CONCISENESS_KL,
+        registry=CFG.registry,
     output:
-        multiext("results/tables/table2_conciseness", ".csv", ".md", ".tex", ".manifest.json"),
+        multiext(P.TABLE2, ".csv", ".md", ".tex", ".manifest.json"),
     params:
-        cutoff=lambda wildcards: PLAN.study("conciseness")["reward_cutoff"],
-        notes=lambda wildcards: PLAN.conciseness_notes(),
+        cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
+        notes=lambda w: note_args(table2_notes(PIPELINE)),
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/table2_conciseness.log",
+        f"{P.LOGS}/report/table2_conciseness.log",
     shell:
         "esrepro table2 --kl {input.kl:q} --registry {input.registry} --reward-cutoff={params.cutoff} "
-        "{params.notes} --out results/tables/table2_conciseness > {log} 2>&1"
+        "{params.notes} --out {params.out} > {log} 2>&1"
 
 
 rule conciseness_pareto:
     input:
-        PLAN.conciseness_kl(),
+        CONCISENESS_KL,
     output:
-        multiext("results/figures/conciseness_pareto", ".png", ".pdf", ".manifest.json"),
+        multiext(P.PARETO, ".png", ".pdf", ".manifest.json"),
+    params:
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/conciseness_pareto.log",
+        f"{P.LOGS}/report/conciseness_pareto.log",
     shell:
-        "esrepro pareto --kl {input:q} --out results/figures/conciseness_pareto > {log} 2>&1"
+        "esrepro pareto --kl {input:q} --out {params.out} > {log} 2>&1"
 
 
 rule conciseness_distribution:
     input:
-        kl=PLAN.conciseness_kl(),
-        samples=[p.replace("kl.json", "samples.jsonl") for p in PLAN.conciseness_kl()],
+        kl=CONCISENESS_KL,
+        samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
     output:
-        multiext("results/figures/conciseness_distribution", ".png", ".pdf", ".manifest.json"),
+        multiext(P.DISTRIBUTION, ".png", ".pdf", ".manifest.json"),
+    params:
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/conciseness_distribution.log",
+        f"{P.LOGS}/report/conciseness_distribution.log",
     shell:
-        "esrepro reward-distribution --kl {input.kl:q} --out results/figures/conciseness_distribution > {log} 2>&1"
+        "esrepro reward-distribution --kl {input.kl:q} --out {params.out} > {log} 2>&1"

@@ -3,12 +3,12 @@
 
 rule prepare_data:
     output:
-        directory("data/prepared/{task}"),
+        directory(P.PREPARED),
     params:
-        spec=lambda wildcards: PLAN.data_spec_json(wildcards.task),
+        spec=lambda w: specs.as_json(specs.data_spec(PIPELINE, w.task)),
     conda:
         ENV
     log:
-        "results/logs/prepare_data/{task}.log",
+        f"{P.LOGS}/prepare_data/{{task}}.log",
     shell:
         "esrepro prepare-data --task {wildcards.task} --spec {params.spec:q} --out {output} > {log} 2>&1"

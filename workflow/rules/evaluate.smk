@@ -3,25 +3,26 @@
 
 rule evaluate:
     input:
-        model=lambda wildcards: PLAN.checkpoint_of(wildcards.task, wildcards.model, wildcards.method, wildcards.seed),
-        data="data/prepared/{task}",
+        model=lambda w: PLAN.checkpoint_of(w.task, w.model, w.method, w.seed),
+        data=P.PREPARED,
     output:
-        metrics="results/eval/{task}/{model}/{method}/seed{seed}/{split}/metrics.json",
-        responses="results/eval/{task}/{model}/{method}/seed{seed}/{split}/responses.jsonl",
-        manifest="results/eval/{task}/{model}/{method}/seed{seed}/{split}/manifest.json",
+        metrics=f"{P.EVAL}/metrics.json",
+        responses=f"{P.EVAL}/responses.jsonl",
+        manifest=f"{P.EVAL}/{P.MANIFEST}",
     params:
-        spec=lambda wildcards: PLAN.eval_spec_json(wildcards.task, wildcards.split),
-        dtype=lambda wildcards: REGISTRY[wildcards.model]["dtype"],
-        chat=lambda wildcards: "--chat" if PLAN.uses_chat(wildcards.model) else "",
-        out="results/eval/{task}/{model}/{method}/seed{seed}/{split}",
-    threads: config["threads"]
+        spec=lambda w: specs.as_json(specs.eval_spec(PIPELINE, w.task)),
+        dtype=dtype_of,
+        device=CFG.device,
+        chat=chat_flag,
+        out=folder_of_manifest,
+    threads: threads_of("evaluate")
     resources:
         **resources_of("evaluate"),
     conda:
         ENV
     log:
-        "results/logs/evaluate/{task}/{model}/{method}/seed{seed}/{split}.log",
+        f"{P.LOGS}/evaluate/{{task}}/{{model}}/{{method}}/seed{{seed}}/{{split}}.log",
     shell:
         "esrepro evaluate --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --model-dir {input.model} --dtype {params.dtype} --data-dir {input.data} "
-        "--spec {params.spec:q} {params.chat} --out {params.out} --threads {threads} > {log} 2>&1"
+        "--spec {params.spec:q} {params.chat} --out {params.out} --threads {threads} --device {params.device} > {log} 2>&1"

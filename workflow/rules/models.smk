@@ -3,22 +3,22 @@
 
 rule build_tiny:
     input:
-        data=lambda wildcards: PLAN.build_inputs(wildcards.model),
+        data=lambda w: PLAN.build_inputs(w.model),
     output:
-        directory("results/models/{model}/base"),
+        directory(P.BASE_MODEL),
     wildcard_constraints:
         model=PLAN.built_models_regex(),
     params:
-        spec=lambda wildcards: PLAN.model_spec_json(wildcards.model),
-        data_spec=lambda wildcards: PLAN.build_data_spec_json(wildcards.model),
-        exclude=lambda wildcards, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
-    threads: config["threads"]
+        spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
+        data_spec=lambda w: specs.as_json(specs.build_data_spec(PIPELINE, w.model)),
+        exclude=lambda w, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
+    threads: threads_of("build")
     resources:
         **resources_of("build"),
     conda:
         ENV
     log:
-        "results/logs/build_tiny/{model}.log",
+        f"{P.LOGS}/build_tiny/{{model}}.log",
     shell:
         "esrepro build-tiny --model {wildcards.model} --spec {params.spec:q} --data-spec {params.data_spec:q} "
         "--exclude {params.exclude:q} --out {output} --threads {threads} > {log} 2>&1"
@@ -26,16 +26,16 @@ rule build_tiny:
 
 rule fetch_model:
     output:
-        directory("results/models/{model}/base"),
+        directory(P.BASE_MODEL),
     wildcard_constraints:
         model=PLAN.hub_models_regex(),
     params:
-        spec=lambda wildcards: PLAN.model_spec_json(wildcards.model),
+        spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
     resources:
         **resources_of("fetch"),
     conda:
         ENV
     log:
-        "results/logs/fetch_model/{model}.log",
+        f"{P.LOGS}/fetch_model/{{model}}.log",
     shell:
         "esrepro fetch-model --model {wildcards.model} --spec {params.spec:q} --out {output} > {log} 2>&1"

@@ -12,7 +12,7 @@ from esrepro.report.notebook import folder_of
 WORKFLOW_FILES = [
     "Snakefile",
     *sorted(str(p) for p in Path("workflow/rules").glob("*.smk")),
-    *sorted(str(p) for p in Path("workflow/schemas").glob("*.yaml")),
+    *sorted(str(p) for p in Path("workflow/schemas").glob("*.*")),
     "workflow/envs/esrepro.yaml",
     "workflow/profiles/default/config.yaml",
     "workflow/notebooks/analysis.ipynb",
@@ -21,11 +21,11 @@ WORKFLOW_FILES = [
     "pyproject.toml",
 ]
 CONFIG_FILES = [*(str(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]),
-                config["registry"], config["published"]]
+                CFG.registry, CFG.published]
 # Each training run as the train rule declares it: checkpoint folder and per-iteration log.
-RUN_FILES = [f"{run}/{name}" for run in PLAN.run_dirs() for name in ("checkpoint", "log.jsonl")]
-REPORT_FILES = ["results/reports/analysis.ipynb", "results/reports/analysis.html"]
-EVAL_SUMMARY = "results/reports/eval_summary.metrics.json"
+RUN_FILES = [f"{run}/{name}" for run in PLAN.run_dirs() for name in (P.CHECKPOINT, P.TRAIN_LOG)]
+REPORT_FILES = [f"{P.ANALYSIS}.ipynb", f"{P.ANALYSIS}.html"]
+EVAL_SUMMARY = P.EVAL_SUMMARY
 
 
 rule eval_summary:
@@ -37,7 +37,7 @@ rule eval_summary:
     conda:
         ENV
     log:
-        "results/logs/provenance/eval_summary.log",
+        f"{P.LOGS}/provenance/eval_summary.log",
     shell:
         "esrepro eval-summary --metrics {input:q} --out {output} > {log} 2>&1"
 
@@ -45,23 +45,23 @@ rule eval_summary:
 rule report_notebook:
     input:
         notebook="workflow/notebooks/analysis.ipynb",
-        tables=[p for p in PLAN.report_files() if p.startswith("results/tables/")],
-        figures=[p for p in PLAN.report_files() if p.startswith("results/figures/")],
+        tables=[p for p in PLAN.report_files() if p.startswith(P.TABLES)],
+        figures=[p for p in PLAN.report_files() if p.startswith(P.FIGURES)],
         metrics=PLAN.eval_metrics(),
-        published=config["published"],
-        registry=config["registry"],
+        published=CFG.published,
+        registry=CFG.registry,
     output:
         ipynb=REPORT_FILES[0],
         html=report(REPORT_FILES[1], caption="../report/analysis.rst", category="Report"),
     params:
-        tables=folder_of("tables", "results/tables"),
-        figures=folder_of("figures", "results/figures"),
+        tables=folder_of("tables", P.TABLES),
+        figures=folder_of("figures", P.FIGURES),
         eval=folder_of("metrics", "results/eval"),
     localrule: True
     conda:
         ENV
     log:
-        "results/logs/provenance/report_notebook.log",
+        f"{P.LOGS}/provenance/report_notebook.log",
     shell:
         "esrepro report-notebook --notebook {input.notebook} --tables-dir {params.tables} "
         "--figures-dir {params.figures} --eval-dir {params.eval} --published {input.published} "
@@ -80,7 +80,7 @@ rule ro_crate:
         # those inside data and model folders come with their folder.
         manifests=[m for m in PLAN.manifests() if not m.startswith(("data/prepared/", "results/models/"))],
     output:
-        "results/ro-crate/ro-crate-metadata.json",
+        f"{P.CRATE}/ro-crate-metadata.json",
     params:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         manifests=PLAN.manifests(),
@@ -88,7 +88,7 @@ rule ro_crate:
     conda:
         ENV
     log:
-        "results/logs/provenance/ro_crate.log",
+        f"{P.LOGS}/provenance/ro_crate.log",
     shell:
         "esrepro ro-crate --out {params.out} --workflow {input.workflow:q} --configs {input.configs:q} "
         "--inputs {input.datasets:q} {input.models:q} --outputs {input.runs:q} {input.results:q} "
@@ -103,13 +103,13 @@ rule dvc_record:
         RUN_FILES,
         PLAN.eval_metrics(),
     output:
-        "results/dvc_record.json",
+        "results/dvc_record.json",  # beside the .dvc pointers it summarises
     params:
         paths=DVC_PATHS,
     localrule: True
     conda:
         ENV
     log:
-        "results/logs/provenance/dvc_record.log",
+        f"{P.LOGS}/provenance/dvc_record.log",
     shell:
         "esrepro dvc-record --paths {params.paths:q} --out {output} > {log} 2>&1"

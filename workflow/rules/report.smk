@@ -1,70 +1,75 @@
 # Tables (csv, md, tex) and figures (png, pdf).
 
+from esrepro.report.notes import table1_notes
+
+T1 = CFG.report.table1
+
 
 rule table1_countdown:
     input:
         metrics=PLAN.table1_metrics(),
-        published=config["published"],
-        registry=config["registry"],
+        published=CFG.published,
+        registry=CFG.registry,
     output:
         report(
-            "results/tables/table1_countdown.csv",
+            f"{P.TABLE1}.csv",
             caption="../report/table1_countdown.rst",
             category="Tables",
             labels={"table": "Table 1", "format": "csv"},
         ),
-        "results/tables/table1_countdown.md",
-        "results/tables/table1_countdown.tex",
-        "results/tables/table1_countdown.metrics.json",
-        "results/tables/table1_countdown.manifest.json",
+        f"{P.TABLE1}.md",
+        f"{P.TABLE1}.tex",
+        f"{P.TABLE1}.metrics.json",
+        f"{P.TABLE1}.manifest.json",
     params:
-        models=config["models"],
-        task=config["report"]["table1"]["task"],
-        split=config["report"]["table1"]["split"],
-        notes=PLAN.table1_notes(),
+        models=PIPELINE.models,
+        notes=note_args(table1_notes(PIPELINE)),
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/table1_countdown.log",
+        f"{P.LOGS}/report/table1_countdown.log",
     shell:
         "esrepro table1 --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
-        "--models {params.models:q} --task {params.task} --split {params.split} "
-        "{params.notes} --out results/tables/table1_countdown > {log} 2>&1"
+        f"--models {{params.models:q}} --task {T1.task} --split {T1.split} "
+        "{params.notes} --out {params.out} > {log} 2>&1"
 
 
 rule countdown_curves:
     input:
-        PLAN.curve_logs("countdown", "es"),
+        PLAN.curve_logs(T1.task, "es"),
     output:
         report(
-            "results/figures/countdown_curves.png",
+            f"{P.CURVES}.png",
             caption="../report/countdown_curves.rst",
             category="Figures",
             labels={"figure": "Countdown training curves", "format": "png"},
         ),
-        "results/figures/countdown_curves.pdf",
-        "results/figures/countdown_curves.csv",
-        "results/figures/countdown_curves.manifest.json",
+        f"{P.CURVES}.pdf",
+        f"{P.CURVES}.csv",
+        f"{P.CURVES}.manifest.json",
     params:
-        logs=lambda wildcards, input: PLAN.labelled(input, "countdown", "es"),
+        logs=lambda w, input: " ".join(f"--log {shlex.quote(x)}" for x in PLAN.labelled_logs(input)),
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/countdown_curves.log",
+        f"{P.LOGS}/report/countdown_curves.log",
     shell:
-        "esrepro curves {params.logs} --out results/figures/countdown_curves > {log} 2>&1"
+        "esrepro curves {params.logs} --out {params.out} > {log} 2>&1"
 
 
 rule table3_rl_hyperparameters:
     input:
-        selections=PLAN.selections(config["report"]["table1"]["task"]),
-        registry=config["registry"],
+        selections=PLAN.selections(T1.task),
+        registry=CFG.registry,
     output:
-        multiext("results/tables/table3_rl_hyperparameters", ".csv", ".md", ".tex", ".manifest.json"),
+        multiext(P.TABLE3, ".csv", ".md", ".tex", ".manifest.json"),
+    params:
+        out=stem_of,
     conda:
         ENV
     log:
-        "results/logs/report/table3_rl_hyperparameters.log",
+        f"{P.LOGS}/report/table3_rl_hyperparameters.log",
     shell:
-        "esrepro table3 --selection {input.selections:q} --registry {input.registry} "
-        "--out results/tables/table3_rl_hyperparameters > {log} 2>&1"
+        "esrepro table3 --selection {input.selections:q} --registry {input.registry} --out {params.out} > {log} 2>&1"

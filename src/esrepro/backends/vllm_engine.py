@@ -34,24 +34,23 @@ from esrepro.backends.vllm_layout import (
     ShardSpec,
     VLLMLayout,
     build_layout,
-    combine_digests,
     param_to_hf,
     perturb_shards_,
-    tensor_digest,
     update_shards_,
 )
 from esrepro.es.noise import NoiseVariant
+from esrepro.es.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 from esrepro.io import atomic_path
-
-RestoreMode = Literal["exact", "subtract"]
+from esrepro.models.tokens import prompt_ids
 #: Qualified name vLLM resolves in every worker process.
 WORKER_EXTENSION = "esrepro.backends.vllm_engine.ESWorkerExtension"
 #: Gathers one rank's tensor from every rank (rank order) on the rank that hashes or saves, else None.
 Gather = Callable[[torch.Tensor], "list[torch.Tensor] | None"]
 
 
-class ShardedWeights:
-    """The ES state of one tensor-parallel rank: its vLLM parameters, noise variant, restore mode, masters.
+class ShardedWeights(ESWeights):
+    """The ES state of one tensor-parallel rank: :class:`~esrepro.es.weights.ESWeights` over its vLLM parameters,
+    with each shard's noise mapped from the HF tensors it holds.
 
     ``params`` maps vLLM parameter names to the tensors changed in place; it must hold exactly
     the parameters of ``layout`` on ``rank``, with the layout's shapes.
@@ -66,13 +65,7 @@ class ShardedWeights:
         restore: RestoreMode = "exact",
         master_weights: Literal["float32"] | None = None,
     ) -> None:
-        if noise not in ("iid", "correlated"):
-            raise ValueError(f"unknown noise variant {noise!r}; expected 'iid' or 'correlated'")
-        if restore not in ("exact", "subtract"):
-            raise ValueError(f"unknown restore mode {restore!r}; expected 'exact' or 'subtract'")
-        if master_weights not in (None, "float32"):
-            raise ValueError(f"unknown master_weights {master_weights!r}; expected None or 'float32'")
-        self.layout, self.rank, self.noise, self.restore_mode = layout, rank, noise, restore
+        self.layout, self.rank = layout, rank
         self.specs: tuple[ShardSpec, ...] = layout.shards(rank)
         expected = {s.name: s.shape for s in self.specs}
         actual = {n: tuple(p.shape) for n, p in params.items()}
@@ -85,12 +78,13 @@ class ShardedWeights:
                 f"missing {missing}, unexpected {extra}, wrong shape "
                 f"{[(n, actual[n], expected[n]) for n in wrong]}"
             )
-        self.params = [params[s.name] for s in self.specs]
-        self.masters = [p.detach().to(torch.float32).clone() for p in self.params] if master_weights else None
-        # exact restore copies back from the masters, or from a snapshot refreshed after every update
-        exact_copy = restore == "exact" and self.masters is None
-        self._saved = [p.detach().clone() for p in self.params] if exact_copy else None
-        self._perturbed: tuple[int, float] | None = None
+        specs = self.specs
+        super().__init__(
+            [params[s.name] for s in specs], noise, restore, master_weights,
+            perturb_fn=lambda ps, seed, sigma, variant: perturb_shards_(ps, specs, seed, sigma, variant),
+            update_fn=lambda ps, seeds, ws, alpha, variant, masters: update_shards_(
+                ps, specs, seeds, ws, alpha, variant, masters),
+        )
 
     def transient_bytes(self) -> int:
         """Upper bound of the memory one perturb / update step allocates on top of the weights and
@@ -99,37 +93,6 @@ class ShardedWeights:
         hf = max(_numel(p.hf.shape) for s in self.specs for p in s.pieces)
         shard = max(_numel(s.shape) for s in self.specs)
         return 4 * hf + (4 + 4 + 4) * shard
-
-    @torch.no_grad()
-    def perturb(self, seed: int, sigma: float) -> None:
-        """theta += sigma * eps(seed); the weights must not already be perturbed."""
-        if self._perturbed is not None:
-            raise RuntimeError(f"weights already perturbed with seed {self._perturbed[0]}; restore first")
-        perturb_shards_(self.params, self.specs, seed, sigma, self.noise)
-        self._perturbed = (seed, sigma)
-
-    @torch.no_grad()
-    def restore(self, seed: int, sigma: float) -> None:
-        """Undo ``perturb(seed, sigma)``: copy back (exact) or subtract the same noise."""
-        if self._perturbed != (seed, sigma):
-            raise RuntimeError(f"restore({seed}, {sigma}) but the weights are perturbed with {self._perturbed}")
-        if self.restore_mode == "exact":
-            saved = self.masters if self.masters is not None else self._saved
-            for p, s in zip(self.params, saved, strict=True):
-                p.copy_(s)
-        else:
-            perturb_shards_(self.params, self.specs, seed, -sigma, self.noise)
-        self._perturbed = None
-
-    @torch.no_grad()
-    def apply_update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> None:
-        """theta += alpha / N * sum_n w_n * eps(seed_n), accumulated in float32."""
-        if self._perturbed is not None:
-            raise RuntimeError(f"apply_update while perturbed with seed {self._perturbed[0]}; restore first")
-        update_shards_(self.params, self.specs, seeds, weights, alpha, self.noise, self.masters)
-        if self._saved is not None:
-            for s, p in zip(self._saved, self.params):
-                s.copy_(p)
 
     def hf_tensors(self, gather: Gather) -> Iterator[tuple[str, torch.Tensor]]:
         """HF tensors rebuilt from every rank, one vLLM parameter at a time, on the gathering rank.
@@ -143,7 +106,7 @@ class ShardedWeights:
                 yield from param_to_hf(spec.name, per_rank, self.layout).items()
 
     def checksum(self, gather: Gather) -> str | None:
-        """HF-layout weights checksum (:func:`~esrepro.backends.vllm_layout.hf_checksum`), on the gathering rank."""
+        """HF-layout weights checksum (:func:`~esrepro.es.weights.hf_checksum`), on the gathering rank."""
         digests = {n: (t.dtype, tuple(t.shape), tensor_digest(t)) for n, t in self.hf_tensors(gather)}
         if not digests:
             return None
@@ -317,7 +280,7 @@ class VLLMEngine:
             prompt = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
             )
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(self.tokenizer, prompt)
         if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
             self.truncated += 1
             ids = ids[-self.max_prompt_tokens :]

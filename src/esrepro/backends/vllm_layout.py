@@ -32,7 +32,6 @@ running engine); ES needs both directions, and noise, without a GPU.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -294,33 +293,6 @@ def shard_noise(
         full = noise_like(pc.hf.shape, device, seed, pc.hf.index, variant, generator)
         out.narrow(pc.dim, pc.dst, pc.length).copy_(full.narrow(pc.dim, pc.src, pc.length))
     return out
-
-
-def tensor_digest(t: torch.Tensor) -> bytes:
-    """sha256 of a tensor's raw bytes in row-major order (the tensor is copied to CPU if needed)."""
-    flat = t.detach().contiguous().reshape(-1).cpu()
-    return hashlib.sha256(flat.view(torch.uint8).numpy().data).digest()
-
-
-def combine_digests(entries: Iterable[tuple[str, torch.Tensor | tuple[torch.dtype, tuple[int, ...], bytes]]]) -> str:
-    """The weights checksum from ``(name, tensor)`` or ``(name, (dtype, shape, digest))`` in HF order."""
-    h = hashlib.sha256()
-    for name, value in entries:
-        if isinstance(value, torch.Tensor):
-            value = (value.dtype, tuple(value.shape), tensor_digest(value))
-        dtype, shape, digest = value
-        h.update(f"{name}\0{str(dtype).removeprefix('torch.')}\0{','.join(map(str, shape))}\0".encode())
-        h.update(digest)
-    return h.hexdigest()
-
-
-def hf_checksum(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
-    """sha256 over HF-layout weights (name, dtype, shape, bytes of each, in the order given), bit-exact.
-
-    Every engine (transformers or vLLM, any tensor-parallel size) holding the same HF weights in
-    the same dtype returns the same string; pass ``model.named_parameters()``.
-    """
-    return combine_digests(named_tensors)
 
 
 def perturb_shards_(

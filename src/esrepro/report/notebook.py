@@ -263,7 +263,7 @@ def folder_of(key: str, fallback: str):
 def main_report_notebook(notebook: str, out_ipynb: str, out_html: str, tables_dir: str, figures_dir: str,
                          eval_dir: str, published: str, registry: str, timeout: int = 600,
                          show_code: bool = False) -> None:
-    """Verb ``report-notebook``: execute the analysis notebook; write .ipynb and .html."""
+    """Execute the analysis notebook (papermill) and render it to HTML."""
     execute_report(notebook, out_ipynb, out_html,
                    {"tables_dir": tables_dir, "figures_dir": figures_dir, "eval_dir": eval_dir,
                     "published": published, "registry": registry},
@@ -271,7 +271,7 @@ def main_report_notebook(notebook: str, out_ipynb: str, out_html: str, tables_di
 
 
 def main_eval_summary(metrics: list[str], out: str) -> dict:
-    """Verb ``eval-summary``: ``{task: {model: {method: accuracy_percent}}}`` of ``metrics`` to ``out``."""
+    """Write ``{task: {model: {method: accuracy_percent}}}`` of evaluation metrics (for dvc metrics)."""
     summary = eval_summary(load_eval_metrics(metrics))
     write_json(out, summary)
     return summary

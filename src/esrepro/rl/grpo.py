@@ -24,20 +24,17 @@ import torch
 
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
+from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
 
-#: Settings that must be given explicitly (they decide the algorithm or changed default between TRL releases).
-PINNED_KEYS: tuple[str, ...] = (
-    "loss_type", "scale_rewards", "beta", "num_generations", "learning_rate", "temperature", "top_p", "top_k",
-    "max_completion_length", "per_device_train_batch_size", "gradient_accumulation_steps", "epsilon",
-    "num_iterations", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "bf16",
-    "gradient_checkpointing", "disable_dropout", "mask_truncated_completions", "importance_sampling_level",
-)
-#: Further GRPOConfig keys a config may set.
-OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "adam_beta1", "adam_beta2", "adam_epsilon", "repetition_penalty",
-                                  "min_p", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization")
+#: GRPOConfig keys: every GRPOSettings field that is not one of our own run options.
+TRL_KEYS: tuple[str, ...] = tuple(k for k in GRPOSettings.model_fields if k not in RLSettings.model_fields)
+#: Keys that may be left out (TRL's default is ours); every other TRL key must be given explicitly,
+#: since TRL's defaults moved between releases.
+OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "use_vllm")
+PINNED_KEYS: tuple[str, ...] = tuple(k for k in TRL_KEYS if k not in OPTIONAL_KEYS)
 #: The algorithm each name stands for (checked, so a config cannot call dapo "grpo").
-ALGORITHM_LOSS = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none")}
+ALGORITHM_LOSS = GRPO_VARIANTS
 
 
 def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool) -> dict[str, Any]:
@@ -52,7 +49,7 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
     if (settings["loss_type"], settings["scale_rewards"]) != want:
         raise ValueError(f"algorithm {algorithm}: loss_type/scale_rewards must be {want[0]}/{want[1]}, got "
                          f"{settings['loss_type']}/{settings['scale_rewards']}")
-    kw = {k: settings[k] for k in PINNED_KEYS + OPTIONAL_KEYS if k in settings}
+    kw = {k: settings[k] for k in TRL_KEYS if k in settings}
     if on_cpu:
         kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
     kw.update(
@@ -128,16 +125,17 @@ def train_grpo(
             self.t0 = time.perf_counter()
 
     class _Snapshot(TrainerCallback):
-        """Keep the policy every ``save_every`` steps under ``snapshot_dir/iterNNNNNN`` (not the final one)."""
+        """Keep the policy every ``keep_every`` steps under ``snapshot_dir/iterNNNNNN`` (not the final one)."""
 
         def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
-            every = settings.get("save_every")
+            every = settings.get("keep_every")
             if snapshot_dir is None or not every or state.global_step % every or state.global_step >= steps:
                 return
             from esrepro.io import atomic_path
             from esrepro.models.loading import save_checkpoint
+            from esrepro.paths import snapshot_name
 
-            with atomic_path(Path(snapshot_dir) / f"iter{state.global_step:06d}", is_dir=True) as out:
+            with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
                 save_checkpoint(model, tokenizer, out)
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:

@@ -21,7 +21,6 @@ are unit-tested against their defining properties.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,9 @@ import torch
 from torch import nn
 
 from esrepro.models.loading import DTYPES, load_tokenizer
+from esrepro.settings.methods import PPOSettings
 from esrepro.models.responses import eos_token_ids, response_mask
+from esrepro.models.tokens import adds_special_tokens
 from esrepro.tasks.base import Task
 
 
@@ -119,39 +120,6 @@ class Critic(nn.Module):
         return self.head(h.to(self.head.weight.dtype)).squeeze(-1)
 
 
-@dataclass(frozen=True)
-class PPOConfig:
-    """Hyperparameters of one PPO run (TinyZero on verl: actor 1e-6, critic 1e-5, KL 1e-3, batch 256)."""
-
-    actor_learning_rate: float
-    critic_learning_rate: float
-    kl_coef: float
-    batch_size: int              # prompts (= responses) per step
-    mini_batch_size: int         # responses per optimiser step
-    micro_batch_size: int        # responses per forward/backward
-    ppo_epochs: int
-    clip_ratio: float
-    value_clip: float
-    gamma: float
-    lam: float
-    entropy_coef: float
-    max_grad_norm: float
-    weight_decay: float
-    max_new_tokens: int
-    temperature: float
-
-    @classmethod
-    def from_settings(cls, settings: dict) -> "PPOConfig":
-        names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in settings]
-        if missing:
-            raise ValueError(f"PPO settings are missing {', '.join(missing)}")
-        cfg = cls(**{n: settings[n] for n in names})
-        if cfg.batch_size % cfg.mini_batch_size or cfg.mini_batch_size % cfg.micro_batch_size:
-            raise ValueError("PPO: batch_size must be a multiple of mini_batch_size, and that of micro_batch_size")
-        return cfg
-
-
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
@@ -171,7 +139,7 @@ def train_ppo(
     model_dir: str | Path,
     task: Task,
     examples: list[dict],
-    settings: dict,
+    settings: dict | PPOSettings,
     *,
     steps: int,
     seed: int,
@@ -186,7 +154,7 @@ def train_ppo(
     """
     from transformers import AutoModelForCausalLM
 
-    cfg = PPOConfig.from_settings(settings)
+    cfg = settings if isinstance(settings, PPOSettings) else PPOSettings.model_validate({"algorithm": "ppo", **settings})
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     tok = load_tokenizer(model_dir)
@@ -224,7 +192,8 @@ def train_ppo(
             order += rng.permutation(len(examples)).tolist()
         idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
         batch = [examples[i] for i in idx]
-        enc = tok([fmt(e) for e in batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        texts = [fmt(e) for e in batch]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=adds_special_tokens(tok, texts)).to(device)
         n_prompt = enc["input_ids"].shape[1]
 
         # rollout

@@ -1,39 +1,52 @@
-"""One RL run into a run directory shaped like ES's: checkpoint/, log.jsonl, manifest.json."""
+"""The RL trainer: GRPO / Dr.GRPO (TRL) or PPO for as many steps as the ES sample budget allows."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Any
 
+from esrepro import paths as P
 from esrepro.rl.budget import Budget, rl_budget, samples_per_step
-from esrepro.tasks.base import Task
+from esrepro.trainer import TrainContext, TrainOutcome
 
 
 def budget_of(settings: dict) -> Budget:
     """The run's steps from the ES sample budget the plan put in its settings (``sample_budget``)."""
-    if "sample_budget" not in settings:
+    if not settings.get("sample_budget"):
         raise ValueError("RL settings need sample_budget (the ES run's iterations x population x train_examples)")
     return rl_budget(int(settings["sample_budget"]), samples_per_step(settings))
 
 
-def train_rl(model_dir: str | Path, task: Task, examples: list[dict], settings: dict, *, seed: int,
-             dtype: str, chat: bool, snapshot_dir: str | Path | None = None) -> tuple[Any, Any, list[dict], Budget]:
-    """Dispatch to the algorithm's trainer for the budgeted number of steps; returns (policy, tokenizer, log, budget).
-
-    Every log row gets ``iteration`` (= step), so the ES curve tooling reads RL logs too.
-    """
+def train_rl(ctx: TrainContext) -> TrainOutcome:
+    """Train with the run's RL algorithm; every log row gets ``iteration`` (= step), as ES logs have."""
+    settings = ctx.settings.as_dict()
     budget = budget_of(settings)
     algorithm = settings["algorithm"]
+    snapshots = ctx.run_dir / P.SNAPSHOTS
+    shutil.rmtree(snapshots, ignore_errors=True)  # RL runs do not resume: no stale snapshots
     if algorithm in ("grpo", "dr_grpo"):
         from esrepro.rl.grpo import train_grpo as trainer
     elif algorithm == "ppo":
         from esrepro.rl.ppo import train_ppo as trainer
     else:
         raise ValueError(f"unknown RL algorithm {algorithm!r}")
-    extra = {"snapshot_dir": snapshot_dir} if snapshot_dir is not None and algorithm != "ppo" else {}
-    if snapshot_dir is not None and algorithm == "ppo" and settings.get("save_every"):
-        raise ValueError("save_every (kept snapshots) is not implemented for PPO")
-    model, tok, rows = trainer(model_dir, task, examples, settings, steps=budget.steps, seed=seed, dtype=dtype,
-                               chat=chat, **extra)
+    extra = {}
+    if settings.get("keep_every"):
+        if algorithm == "ppo":
+            raise ValueError("keep_every (kept snapshots) is not implemented for PPO")
+        extra["snapshot_dir"] = snapshots
+    model, tok, rows = trainer(ctx.model_dir, ctx.task, ctx.examples, settings, steps=budget.steps, seed=ctx.seed,
+                               dtype=ctx.dtype, chat=ctx.chat, **extra)
     rows = [{"iteration": r["step"], **r} for r in rows]
-    return model, tok, rows, budget
+    manifest: dict = {"budget": budget.as_dict()}
+    if algorithm in ("grpo", "dr_grpo") and ctx.device == "cpu":
+        from esrepro.rl.grpo import cpu_overrides
+
+        manifest["cpu_overrides"] = cpu_overrides(settings)
+
+    def save(path: Path) -> None:
+        from esrepro.models.loading import save_checkpoint
+
+        save_checkpoint(model, tok, path)
+
+    return TrainOutcome(log=rows, save=save, extra=manifest)

@@ -1,0 +1,80 @@
+"""The ES trainer: the population evaluator (one engine, or several as Ray actors), the ES loop,
+kept snapshots and resume state."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from esrepro import paths as P
+from esrepro.trainer import TrainContext, TrainOutcome
+
+
+def engine_count(requested: int | None, device: str) -> int:
+    """Engines for a run: the setting, else one per visible GPU on CUDA, else 1."""
+    if requested:
+        return requested
+    if device.startswith("cuda"):
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return 1
+
+
+def make_evaluator(ctx: TrainContext):
+    """A serial evaluator for one engine, a Ray evaluator for several (``settings.engines``)."""
+    import torch
+
+    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
+    from esrepro.population.spec import EngineSpec, Scoring
+
+    cfg = ctx.settings
+    threads = torch.get_num_threads()
+    spec = EngineSpec(model_dir=str(ctx.model_dir), backend=cfg.backend, dtype=ctx.dtype, device=ctx.device,
+                      batch_size=cfg.batch_size, chat=ctx.chat, noise=cfg.noise, restore=cfg.restore,
+                      master_weights=cfg.master_weights, threads=threads,
+                      tensor_parallel_size=cfg.tensor_parallel_size)
+    scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
+                      options=dict(ctx.task.options))
+    engines = engine_count(cfg.engines, ctx.device)
+    if engines == 1:
+        return SerialEvaluator(spec, scoring)
+    from esrepro.population.ray_session import ensure_ray
+
+    on_gpu = ctx.device.startswith("cuda")
+    ensure_ray(num_cpus=None if on_gpu else engines * threads)
+    per_engine = {"num_gpus": cfg.tensor_parallel_size, "num_cpus": 1} if on_gpu else {"num_cpus": threads}
+    if on_gpu:
+        spec = EngineSpec(**{**spec.__dict__, "device": "cuda"})
+    return RayEvaluator(spec, scoring, engines, per_engine)
+
+
+def train_es(ctx: TrainContext) -> TrainOutcome:
+    """Run ES on ``ctx``'s model; resumes from ``<run>/resume`` when a killed run left state there."""
+    from esrepro.es.loop import clear_state, run_es
+    from esrepro.io import atomic_path
+    from esrepro.rl.budget import es_sample_budget
+
+    cfg = ctx.settings
+    evaluator = make_evaluator(ctx)
+    resume = ctx.run_dir / P.RESUME
+    if not (resume / "state.json").exists():
+        shutil.rmtree(ctx.run_dir / P.SNAPSHOTS, ignore_errors=True)  # a fresh start keeps no stale snapshots
+
+    def keep_snapshot(row: dict) -> None:
+        # weights after iteration row["iteration"]; the final weights go to checkpoint/ instead
+        done = row["iteration"] + 1
+        if cfg.keep_every and done % cfg.keep_every == 0 and done < cfg.iterations:
+            with atomic_path(ctx.run_dir / P.SNAPSHOTS / P.snapshot_name(done), is_dir=True) as tmp:
+                evaluator.save(tmp)
+
+    log = run_es(evaluator, cfg, resume, seed=ctx.seed, on_iteration=keep_snapshot)
+
+    def finish() -> None:
+        evaluator.close()
+        clear_state(resume)
+
+    return TrainOutcome(log=log, save=lambda path: evaluator.save(Path(path)),
+                        extra={"budget": {"sample_budget": es_sample_budget(cfg.as_dict())},
+                               "engines": evaluator.engines, "backend": cfg.backend},
+                        finish=finish)

@@ -1,0 +1,50 @@
+"""Every path the pipeline writes, as one template each; rules and library code both use these.
+
+Templates use Snakemake's wildcard names, so a rule's output is a template as it stands
+and library code fills it with :func:`fill`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREPARED = "data/prepared/{task}"  # {split}.jsonl + manifest.json
+RAW = "data/raw"
+BASE_MODEL = "results/models/{model}/base"  # a built or fetched model, with its manifest.json inside
+RUN = "results/runs/{task}/{model}/{method}/seed{seed}"  # every method's run directory (same shape)
+CELL_RUN = "results/runs/{task}/{model}/{method}/grid/{cell}/seed{seed}"  # one RL grid cell's run
+EVAL = "results/eval/{task}/{model}/{method}/seed{seed}/{split}"  # metrics.json, responses.jsonl, manifest.json
+KL = "results/kl/{task}/{model}/{method}/seed{seed}"  # kl.json, samples.jsonl, manifest.json
+TABLES = "results/tables"
+FIGURES = "results/figures"
+REPORTS = "results/reports"
+LOGS = "results/logs"
+CRATE = "results/ro-crate"
+
+# Inside a run directory.
+CHECKPOINT = "checkpoint"  # final weights (HF safetensors + tokenizer)
+TRAIN_LOG = "log.jsonl"  # one row per iteration / step
+MANIFEST = "manifest.json"
+SELECTION = "selection.json"  # RL: the grid cell kept
+SNAPSHOTS = "checkpoints"  # weights kept every keep_every iterations: checkpoints/iter000010/ ...
+RESUME = "resume"  # ES resume state (not a declared output)
+
+# Tables and figures (stems: .csv/.md/.tex or .png/.pdf are added).
+TABLE1 = f"{TABLES}/table1_countdown"
+TABLE2 = f"{TABLES}/table2_conciseness"
+TABLE3 = f"{TABLES}/table3_rl_hyperparameters"
+CURVES = f"{FIGURES}/countdown_curves"
+PARETO = f"{FIGURES}/conciseness_pareto"
+DISTRIBUTION = f"{FIGURES}/conciseness_distribution"
+EVAL_SUMMARY = f"{REPORTS}/eval_summary.metrics.json"
+ANALYSIS = f"{REPORTS}/analysis"  # .ipynb and .html
+
+
+def fill(template: str, **values: Any) -> str:
+    """A template with its wildcards filled in (every wildcard must be given)."""
+    return template.format(**values)
+
+
+def snapshot_name(iteration: int) -> str:
+    """The directory name of the weights kept after ``iteration`` iterations."""
+    return f"iter{iteration:06d}"

@@ -1,0 +1,240 @@
+"""A validated run configuration: every setting a job reads, resolved through its layers.
+
+Method settings are layered, later layers winning: the code's defaults (the paper's
+values, :mod:`esrepro.settings.methods`), ``defaults.<family>``, ``methods.<method>``,
+``train.<task>.<method>``, the registry's ``models.<model>.methods.<method>`` and, for
+an RL grid, the cell's values. Studies expand into methods of their own
+(``es_sigma<value>``, ``grpo_beta<value>``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from esrepro.rl.budget import es_sample_budget
+from esrepro.settings.layers import ConfigError, Layer, at, resolve
+from esrepro.settings.methods import Algorithm, MethodSettings, algorithm
+from esrepro.settings.pipeline import EvalSettings, KLSettings, PipelineConfig, Study
+from esrepro.settings.registry import ModelEntry, Resources
+
+BASE = "base"  # the untrained model, evaluated as a method of its own
+CODE = "esrepro.settings"  # where the code's defaults come from, in messages
+#: Short names of grid keys in cell directory names.
+CELL_KEY_NAMES = {"learning_rate": "lr", "actor_learning_rate": "alr", "critic_learning_rate": "clr",
+                  "kl_coef": "kl", "beta": "beta"}
+DEFAULT_CELL = "default"
+CPU_ONLY_RULES = ("fetch",)
+FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs ask for
+#: A study's swept hyperparameter per algorithm: (sweep block key, setting name, method-name prefix).
+SWEEPS = {"es": ("sigmas", "sigma", "es_sigma"), "grpo": ("betas", "beta", "grpo_beta")}
+
+
+def cell_name(cell: dict) -> str:
+    """A grid cell's directory name, e.g. ``lr0.0001_beta0`` (``default`` for the empty cell)."""
+    if not cell:
+        return DEFAULT_CELL
+    return "_".join(f"{CELL_KEY_NAMES.get(k, k)}{v:g}" if isinstance(v, float) else f"{CELL_KEY_NAMES.get(k, k)}{v}"
+                    for k, v in cell.items())
+
+
+def format_value(x: float) -> str:
+    """A swept value as it appears in a method name: positional, at most 3 significant digits (0.0167, 0)."""
+    import numpy as np
+
+    return np.format_float_positional(float(f"{float(x):.3g}"), trim="-")
+
+
+@dataclass(frozen=True)
+class StudyMethod:
+    """One run configuration of a study: its algorithm and the values the study sets."""
+
+    study: str
+    algorithm: str
+    swept: dict[str, Any]
+
+
+class Pipeline:
+    """The validated config and registry of one run, and the settings of every job derived from them."""
+
+    def __init__(self, cfg: PipelineConfig, registry: dict[str, ModelEntry], source: str = "config",
+                 registry_source: str = "registry") -> None:
+        self.cfg = cfg
+        self.registry = registry
+        self.source = source
+        self.registry_source = registry_source
+        self.models: list[str] = list(cfg.models)
+        self.seeds: list[int] = list(cfg.seeds)
+
+    # --- models ------------------------------------------------------------------
+    def model(self, key: str) -> ModelEntry:
+        """The registry entry of ``key``."""
+        if key not in self.registry:
+            raise KeyError(f"{key!r} is not in the registry {self.registry_source}")
+        return self.registry[key]
+
+    def resources(self, model: str, rule: str) -> Resources:
+        """Cluster resources of ``rule``'s jobs for ``model``; a download never holds a GPU or much memory."""
+        res = self.model(model).rule_resources(rule)
+        if rule in CPU_ONLY_RULES:
+            res = res.model_copy(update={"gpu": 0, "gpu_model": None, "cpus_per_gpu": None, "cpus_per_task": 1,
+                                         "nodes": 1, "mem_mb": min(res.mem_mb, FETCH_MEM_MB)})
+        return res
+
+    # --- methods -------------------------------------------------------------------
+    def train_methods(self, task: str) -> list[str]:
+        """Methods trained on ``task`` (``train.<task>.methods``), in table order."""
+        block = self.cfg.train.get(task)
+        return list(block.methods) if block else []
+
+    def study_method(self, task: str, method: str) -> StudyMethod | None:
+        """The study configuration called ``method`` on ``task``, if a study has one."""
+        for name, study in self._studies().items():
+            if study.task == task:
+                found = self.study_methods(name).get(method)
+                if found is not None:
+                    return found
+        return None
+
+    def algorithm_of(self, task: str, method: str) -> Algorithm:
+        """The algorithm ``method`` runs on ``task``: a study's, else ``methods.<method>.algorithm``, else its name."""
+        found = self.study_method(task, method)
+        name = found.algorithm if found else self.cfg.methods.get(method, {}).get("algorithm", method)
+        try:
+            return algorithm(name)
+        except KeyError:
+            where = at(self.source, "methods", method, "algorithm") if method in self.cfg.methods else \
+                at(self.source, "train", task, "methods")
+            raise ConfigError(f"{where}: {name!r} is not an algorithm (es, grpo, dr_grpo, ppo); a method named "
+                              "otherwise needs methods.<name>.algorithm") from None
+
+    def is_rl(self, task: str, method: str) -> bool:
+        """Whether ``method`` is an RL baseline (budgeted, trained per grid cell, best cell kept)."""
+        return self.algorithm_of(task, method).rl
+
+    def grid(self, model: str, method: str) -> dict[str, list]:
+        """The registry's hyperparameter grid of ``method`` for ``model`` (empty: the settings alone)."""
+        return dict(self.model(model).methods.get(method, {}).get("grid", {}))
+
+    def grid_cells(self, model: str, method: str) -> dict[str, dict]:
+        """``{cell name: overrides}``, the product of the grid's value lists, in grid order."""
+        grid = self.grid(model, method)
+        keys = list(grid)
+        cells = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+        return {cell_name(c): c for c in cells}
+
+    def _registry_layer(self, model: str, method: str) -> Layer:
+        values = {k: v for k, v in self.model(model).methods.get(method, {}).items() if k != "grid"}
+        return Layer(self.registry_source, f"models.{model}.methods.{method}", values)
+
+    def method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
+        """The layers of ``method``'s settings on ``task`` for ``model`` (and grid ``cell``), in order."""
+        found = self.study_method(task, method)
+        if found is not None:
+            return self._study_layers(model, method, found)
+        algo = self.algorithm_of(task, method)
+        layers = [
+            Layer(self.source, f"defaults.{algo.defaults}", dict(getattr(self.cfg.defaults, algo.defaults))),
+            Layer(self.source, f"methods.{method}", {"algorithm": algo.name, **self.cfg.methods.get(method, {})}),
+        ]
+        block = self.cfg.train.get(task)
+        if block is not None and method in block.overrides():
+            layers.append(Layer(self.source, f"train.{task}.{method}", block.overrides()[method]))
+        layers.append(self._registry_layer(model, method))
+        if cell is not None:
+            cells = self.grid_cells(model, method)
+            if cell not in cells:
+                raise KeyError(f"{model}/{method}: no grid cell {cell!r}; cells: {', '.join(cells)}")
+            layers.append(Layer(self.registry_source, f"models.{model}.methods.{method}.grid", cells[cell]))
+        return layers
+
+    def _study_layers(self, model: str, method: str, found: StudyMethod) -> list[Layer]:
+        study = self._studies()[found.study]
+        sweep = getattr(study, found.algorithm)
+        family = algorithm(found.algorithm).defaults
+        return [
+            Layer(self.source, f"defaults.{family}", dict(getattr(self.cfg.defaults, family))),
+            Layer(self.source, f"studies.{found.study}.{found.algorithm}.settings", dict(sweep.settings)),
+            self._registry_layer(model, found.algorithm),
+            Layer(self.source, f"studies.{found.study}", {**found.swept, "algorithm": found.algorithm,
+                                                          "keep_every": study.keep_every}),
+        ]
+
+    def method_settings(self, model: str, task: str, method: str, cell: str | None = None) -> MethodSettings:
+        """The validated settings of one run; an RL run's ``sample_budget`` is filled from its ES method."""
+        algo = self.algorithm_of(task, method)
+        settings = resolve(algo.settings, self.method_layers(model, task, method, cell))
+        if algo.rl and settings.sample_budget is None:
+            settings = settings.model_copy(update={"sample_budget": self._es_budget(model, task, method, settings)})
+        return settings
+
+    def _es_budget(self, model: str, task: str, method: str, settings: Any) -> int:
+        found = self.study_method(task, method)
+        if found is not None:
+            study = self._studies()[found.study]
+            if study.es is None:
+                raise ConfigError(at(self.source, "studies", found.study, found.algorithm, "settings", "sample_budget")
+                                  + ": required when the study has no ES runs")
+            first = next(m for m, s in self.study_methods(found.study).items() if s.algorithm == "es")
+            return es_sample_budget(self.method_settings(model, task, first).as_dict())
+        ref = settings.budget_from
+        if ref not in self.train_methods(task) or self.algorithm_of(task, ref).name != "es":
+            raise ConfigError(at(self.source, "methods", method, "budget_from")
+                              + f": {ref!r} is not an ES method of train.{task}.methods")
+        return es_sample_budget(self.method_settings(model, task, ref).as_dict())
+
+    # --- studies ---------------------------------------------------------------------
+    def _studies(self) -> dict[str, Study]:
+        return {k: v for k, v in self.cfg.studies if v is not None}
+
+    def studies(self) -> dict[str, Study]:
+        """The studies this config runs, by name."""
+        return self._studies()
+
+    def study_methods(self, name: str) -> dict[str, StudyMethod]:
+        """A study's run configurations by method name: one per swept value per algorithm."""
+        import numpy as np
+
+        study = self._studies()[name]
+        out: dict[str, StudyMethod] = {}
+        for algo, (key, setting, prefix) in SWEEPS.items():
+            sweep = getattr(study, algo)
+            if sweep is None:
+                continue
+            spaced = getattr(sweep, f"{key}_logspace", None)
+            values = ([float(v) for v in np.logspace(spaced.start, spaced.stop, spaced.num)] if spaced
+                      else [float(v) for v in getattr(sweep, key)])
+            for value in values:
+                method = f"{prefix}{format_value(value)}"
+                if method in out:
+                    raise ConfigError(at(self.source, "studies", name, algo) + f": values {out[method].swept[setting]} "
+                                      f"and {value} share the method name {method}")
+                out[method] = StudyMethod(name, algo, {setting: value})
+        return out
+
+    def study_runs(self, name: str) -> list[tuple[str, str, int]]:
+        """(model, method, seed) of a study's training runs."""
+        study = self._studies().get(name)
+        if study is None:
+            return []
+        return [(study.model, m, s) for m in self.study_methods(name) for s in study.seeds]
+
+    # --- evaluation, KL, task options -------------------------------------------------
+    def task_options(self, task: str) -> dict:
+        """A task's options (``task_options.<task>``), for training and evaluation alike."""
+        return dict(self.cfg.task_options.get(task, {}))
+
+    def eval_settings(self, task: str) -> EvalSettings:
+        """``evaluate.<task>`` over ``defaults.evaluate``."""
+        return resolve(EvalSettings, [Layer(self.source, "defaults.evaluate", dict(self.cfg.defaults.evaluate)),
+                                      Layer(self.source, f"evaluate.{task}", dict(self.cfg.evaluate[task] or {}))])
+
+    def kl_settings(self, task: str) -> KLSettings:
+        """``kl.<task>`` over ``defaults.kl``."""
+        return resolve(KLSettings, [Layer(self.source, "defaults.kl", dict(self.cfg.defaults.kl)),
+                                    Layer(self.source, f"kl.{task}", dict(self.cfg.kl[task] or {}))])
+
+    def train_task_of(self, task: str) -> str:
+        """The training task whose runs are evaluated on ``task`` (itself unless ``evaluate.<task>.train_task``)."""
+        return (self.cfg.evaluate.get(task) or {}).get("train_task") or task

@@ -1,0 +1,191 @@
+"""The files of a pipeline run: which runs, evaluations, KL measurements, tables and figures exist.
+
+The Snakefiles call this to wire paths (templates from :mod:`esrepro.paths`); keeping it
+here makes the DAG's shape unit-testable without Snakemake. Method ``base`` is the
+untrained model: its "checkpoint" is the base model directory, and it is evaluated once
+(tag seed0), as greedy decoding makes the seed irrelevant.
+"""
+
+from __future__ import annotations
+
+import re
+
+from esrepro import paths as P
+from esrepro.pipeline import BASE, Pipeline
+
+Run = tuple[str, str, int]  # (model, method, seed)
+
+
+def _regex(keys: list[str]) -> str:
+    """A wildcard constraint matching exactly ``keys`` (nothing when empty)."""
+    return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
+
+
+class Plan:
+    """Paths of every job of a validated pipeline."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.p = pipeline
+        self.models = pipeline.models
+        self.seeds = pipeline.seeds
+
+    # --- training runs -------------------------------------------------------------
+    def runs(self, task: str) -> list[Run]:
+        """(model, method, seed) of every run evaluated on ``task``, base models included."""
+        methods = self.p.train_methods(self.p.train_task_of(task))
+        return [(m, BASE, 0) for m in self.models] + [(m, meth, s) for m in self.models for meth in methods
+                                                      for s in self.seeds]
+
+    def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """The weights evaluated on ``task``: the base model, or the run's final checkpoint."""
+        if method == BASE:
+            return P.fill(P.BASE_MODEL, model=model)
+        run = P.fill(P.RUN, task=self.p.train_task_of(task), model=model, method=method, seed=seed)
+        return f"{run}/{P.CHECKPOINT}"
+
+    def methods_regex(self, rl: bool) -> str:
+        """Methods trained through a grid (``rl``), or directly (ES and every study method)."""
+        trained = {(task, m) for task in self.p.cfg.train for m in self.p.train_methods(task)}
+        grid = {m for task, m in trained if self.p.is_rl(task, m)}
+        if rl:
+            return _regex(sorted(grid))
+        direct = {m for _, m in trained if m not in grid}
+        direct |= {m for name in self.p.studies() for m in self.p.study_methods(name)}
+        return _regex(sorted(direct))
+
+    def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
+        """Run directories of every grid cell of an RL method."""
+        return [P.fill(P.CELL_RUN, task=task, model=model, method=method, cell=c, seed=seed)
+                for c in self.p.grid_cells(model, method)]
+
+    def selections(self, task: str) -> list[str]:
+        """selection.json of every RL run trained on ``task`` (Table 3's inputs)."""
+        return [f"{P.fill(P.RUN, task=task, model=m, method=meth, seed=s)}/{P.SELECTION}"
+                for m in self.models for meth in self.p.train_methods(task) if self.p.is_rl(task, meth)
+                for s in self.seeds]
+
+    def curve_logs(self, task: str, method: str) -> list[str]:
+        """Training logs of ``method`` on ``task`` (the training-curve figure's inputs)."""
+        return [f"{P.fill(P.RUN, task=task, model=m, method=meth, seed=s)}/{P.TRAIN_LOG}"
+                for m, meth, s in self.runs(task) if meth == method]
+
+    def labelled_logs(self, logs: list[str]) -> list[str]:
+        """``LABEL=PATH`` of training logs, labelled ``<model display> / <METHOD> / seed<s>``."""
+        pattern = re.compile(P.RUN.replace("{task}", "[^/]+").replace("{model}", "(?P<model>[^/]+)")
+                             .replace("{method}", "(?P<method>[^/]+)").replace("{seed}", "(?P<seed>\\d+)"))
+        out = []
+        for path in map(str, logs):
+            m = pattern.match(path)
+            if m is None:
+                raise ValueError(f"{path} is not a training log under {P.RUN}")
+            label = f"{self.p.model(m['model']).display} / {m['method'].upper()} / seed{m['seed']}"
+            out.append(f"{label}={path}")
+        return out
+
+    def run_dirs(self) -> list[str]:
+        """Every training run directory the evaluations read."""
+        dirs = [P.fill(P.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
+                for task in self.p.cfg.evaluate for m, meth, s in self.runs(task) if meth != BASE]
+        return list(dict.fromkeys(dirs))
+
+    # --- models and data ---------------------------------------------------------------
+    def built_models_regex(self) -> str:
+        return _regex([k for k, e in self.p.registry.items() if e.build is not None])
+
+    def hub_models_regex(self) -> str:
+        return _regex([k for k, e in self.p.registry.items() if e.hub_id is not None])
+
+    def build_inputs(self, model: str) -> list[str]:
+        """Prepared data a built model's warm start must stay disjoint from."""
+        task = self.p.model(model).build.sft.task
+        return [P.fill(P.PREPARED, task=task)] if task in self.p.cfg.data else []
+
+    def model_dirs(self) -> list[str]:
+        return [P.fill(P.BASE_MODEL, model=m) for m in self.models]
+
+    def datasets(self) -> list[str]:
+        """data/prepared/{task} of every task the run reads: evaluated, trained on, warm-started on."""
+        dirs: list[str] = []
+        for task in self.p.cfg.evaluate:
+            dirs.append(P.fill(P.PREPARED, task=task))
+            if any(meth != BASE for _, meth, _ in self.runs(task)):
+                dirs.append(P.fill(P.PREPARED, task=self.p.train_task_of(task)))
+        for model in self.models:
+            if self.p.model(model).build is not None:
+                dirs += self.build_inputs(model)
+        return list(dict.fromkeys(dirs))
+
+    # --- evaluation and KL ---------------------------------------------------------------
+    def eval_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
+        return P.fill(P.EVAL, task=task, model=model, method=method, seed=seed, split=self.p.eval_settings(task).split)
+
+    def eval_metrics(self) -> list[str]:
+        """metrics.json of every configured evaluation (each task, model, method, seed)."""
+        return [f"{self.eval_dir(task, *run)}/metrics.json" for task in self.p.cfg.evaluate for run in self.runs(task)]
+
+    def table1_metrics(self) -> list[str]:
+        task = self.p.cfg.report.table1.task
+        return [f"{self.eval_dir(task, *run)}/metrics.json" for run in self.runs(task)]
+
+    def kl_runs(self) -> list[tuple[str, str, str, int]]:
+        """(task, model, method, seed) of every KL measurement: each run of a task with a ``kl`` entry (the
+        task's training runs and their base models, every study run and the study's base model)."""
+        out: list[tuple[str, str, str, int]] = []
+        for task in self.p.cfg.kl:
+            methods = self.p.train_methods(task)
+            if methods:
+                out += [(task, m, BASE, 0) for m in self.models]
+            out += [(task, m, meth, s) for m in self.models for meth in methods for s in self.seeds]
+        for name, study in self.p.studies().items():
+            out += [(study.task, study.model, BASE, 0)]
+            out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)]
+        return list(dict.fromkeys(out))
+
+    def kl_targets(self) -> list[str]:
+        return [f"{P.fill(P.KL, task=t, model=m, method=meth, seed=s)}/kl.json" for t, m, meth, s in self.kl_runs()]
+
+    def kl_model_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """The weights KL is measured for: the base model, or the run's final checkpoint."""
+        if method == BASE:
+            return P.fill(P.BASE_MODEL, model=model)
+        return f"{P.fill(P.RUN, task=task, model=model, method=method, seed=seed)}/{P.CHECKPOINT}"
+
+    def kl_run_dir(self, task: str, model: str, method: str, seed: int | str) -> str | None:
+        """The run whose manifest lists the kept snapshots (None for the base model)."""
+        return None if method == BASE else P.fill(P.RUN, task=task, model=model, method=method, seed=seed)
+
+    # --- the conciseness study ---------------------------------------------------------------
+    def conciseness_kl(self) -> list[str]:
+        """kl.json of the conciseness study: the base model and every run."""
+        study = self.p.studies().get("conciseness")
+        if study is None:
+            return []
+        runs = [(study.model, BASE, 0), *self.p.study_runs("conciseness")]
+        return [f"{P.fill(P.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json" for m, meth, s in runs]
+
+    # --- tables, figures, reports ----------------------------------------------------------------
+    def table_targets(self) -> list[str]:
+        """Every table and figure file of the run (their manifests excluded)."""
+        t1 = self.p.cfg.report.table1.task
+        out = [f"{P.TABLE1}.{e}" for e in ("csv", "md", "tex", "metrics.json")]
+        if self.selections(t1):
+            out += [f"{P.TABLE3}.{e}" for e in ("csv", "md", "tex")]
+        if self.curve_logs(t1, "es"):
+            out += [f"{P.CURVES}.{e}" for e in ("png", "pdf", "csv")]
+        if self.p.studies().get("conciseness"):
+            out += [f"{P.TABLE2}.{e}" for e in ("csv", "md", "tex")]
+            out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf")]
+        return out
+
+    def final_targets(self) -> list[str]:
+        return self.table_targets() + self.eval_metrics() + self.kl_targets()
+
+    def report_files(self) -> list[str]:
+        return [p for p in self.table_targets() if p.startswith((P.TABLES, P.FIGURES))]
+
+    def manifests(self) -> list[str]:
+        """Every step manifest of the run: data, models, runs, evaluations, tables and figures."""
+        out = [f"{d}/{P.MANIFEST}" for d in self.datasets() + self.model_dirs() + self.run_dirs()]
+        out += [f"{p.rsplit('/', 1)[0]}/{P.MANIFEST}" for p in self.eval_metrics()]
+        stems = dict.fromkeys(p.split(".", 1)[0] for p in self.report_files())
+        return out + [f"{stem}.manifest.json" for stem in stems]

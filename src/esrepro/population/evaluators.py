@@ -1,0 +1,169 @@
+"""Evaluators: map member seeds to mean rewards and keep every engine's weights in step.
+
+:class:`SerialEvaluator` runs one engine in this process (the default on CPU).
+:class:`RayEvaluator` runs K engines as Ray actors (one per GPU, or K CPU processes),
+splitting each population between them; an actor that dies is replaced by a fresh one that
+loads the last resume state and replays the weight changes since, so the run goes on
+bit-identically. After every update the engines' checksums must agree.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from esrepro.es.strategy import Update
+from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.population.worker import PopulationWorker
+
+STATE_FILE = "state.safetensors"
+
+
+class EngineMismatch(RuntimeError):
+    """Engines that applied the same updates hold different weights."""
+
+
+class SerialEvaluator:
+    """One engine, in this process: every member in turn."""
+
+    def __init__(self, engine: EngineSpec, scoring: Scoring) -> None:
+        self.worker = PopulationWorker(engine, scoring)
+        self.engines = 1
+
+    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
+        rewards, seconds = self.worker.members(seeds, sigma, list(range(len(seeds))))
+        return rewards, seconds
+
+    def apply_update(self, update: Update) -> float:
+        return self.worker.update(update.seeds, update.weights, update.alpha)
+
+    def checksums(self) -> list[str]:
+        return [self.worker.checksum()]
+
+    def save(self, path: str | Path) -> None:
+        self.worker.save(str(path))
+
+    def save_state(self, directory: str | Path) -> None:
+        self.worker.save_state(str(Path(directory) / STATE_FILE))
+
+    def load_state(self, directory: str | Path) -> None:
+        self.worker.load_state(str(Path(directory) / STATE_FILE))
+
+    def mark_state(self, directory: str | Path) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RayEvaluator:
+    """K engines as Ray actors; members are split round-robin, rewards come back in seed order.
+
+    ``per_engine`` holds the Ray resources of one actor (``num_gpus``, ``num_cpus``).
+    ``retries`` bounds how often one call is retried after its actor died.
+    """
+
+    def __init__(self, engine: EngineSpec, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
+                 retries: int = 3) -> None:
+        import ray
+
+        if engines < 1:
+            raise ValueError(f"engines must be at least 1, got {engines}")
+        self.engines = engines
+        self._actor_class = ray.remote(PopulationWorker).options(**(per_engine or {"num_cpus": engine.threads}))
+        self._spec, self._scoring, self.retries = engine, scoring, retries
+        self._state: str | None = None  # the resume file the replay starts from (None: the base model)
+        self._ops: list[tuple] = []  # weight changes since that state, in order
+        self.actors = [self._actor_class.remote(engine, scoring) for _ in range(engines)]
+        self.respawned = 0
+
+    def _respawn(self, k: int) -> None:
+        import ray
+
+        try:
+            ray.kill(self.actors[k])
+        except Exception:  # already gone
+            pass
+        actor = self._actor_class.remote(self._spec, self._scoring)
+        if self._state is not None:
+            ray.get(actor.load_state.remote(self._state))
+        ray.get(actor.replay.remote(self._ops))
+        self.actors[k] = actor
+        self.respawned += 1
+
+    def _all(self, method: str, args: Sequence[tuple]) -> list[Any]:
+        """Call ``method`` on every actor (``args[k]`` for actor k); a dead actor is replaced and its call retried."""
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        futures = [getattr(a, method).remote(*args[k]) for k, a in enumerate(self.actors)]
+        out: list[Any] = [None] * len(self.actors)
+        for k, fut in enumerate(futures):
+            for attempt in range(self.retries + 1):
+                try:
+                    out[k] = ray.get(fut)
+                    break
+                except (ActorDiedError, ActorUnavailableError, RayActorError):
+                    if attempt == self.retries:
+                        raise
+                    self._respawn(k)
+                    fut = getattr(self.actors[k], method).remote(*args[k])
+        return out
+
+    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
+        seeds = list(seeds)
+        mine = [list(range(k, len(seeds), self.engines)) for k in range(self.engines)]
+        t0 = time.perf_counter()
+        results = self._all("members", [(seeds, sigma, m) for m in mine])
+        rewards: list[float] = [0.0] * len(seeds)
+        seconds = {"perturb": 0.0, "generation": 0.0, "restore": 0.0}
+        for m, (r, t) in zip(mine, results):
+            for i, value in zip(m, r):
+                rewards[i] = value
+            for key in seconds:
+                seconds[key] = max(seconds[key], t[key])  # the slowest engine sets the pace
+        seconds["wall"] = time.perf_counter() - t0
+        self._ops.append(("members", seeds, sigma))
+        return rewards, seconds
+
+    def apply_update(self, update: Update) -> float:
+        t0 = time.perf_counter()
+        self._all("update", [(update.seeds, update.weights, update.alpha)] * self.engines)
+        self._ops.append(("update", update.seeds, update.weights, update.alpha))
+        return time.perf_counter() - t0
+
+    def checksums(self) -> list[str]:
+        return self._all("checksum", [()] * self.engines)
+
+    def save(self, path: str | Path) -> None:
+        import ray
+
+        ray.get(self.actors[0].save.remote(str(path)))
+
+    def save_state(self, directory: str | Path) -> None:
+        import ray
+
+        path = str(Path(directory).resolve() / STATE_FILE)
+        ray.get(self.actors[0].save_state.remote(path))
+
+    def mark_state(self, directory: str | Path) -> None:
+        """The resume state in ``directory`` is now where a replacement starts from (after it is in place)."""
+        self._state, self._ops = str(Path(directory).resolve() / STATE_FILE), []
+
+    def load_state(self, directory: str | Path) -> None:
+        path = str(Path(directory).resolve() / STATE_FILE)
+        self._all("load_state", [(path,)] * self.engines)
+        self._state, self._ops = path, []
+
+    def pids(self) -> list[int]:
+        return self._all("pid", [()] * self.engines)
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor)
+            except Exception:
+                pass

@@ -1,0 +1,96 @@
+"""One engine evaluating population members: in-process (serial) or as a Ray actor (one per GPU or CPU process)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from esrepro.population.spec import EngineSpec, Scoring
+
+#: A step every engine applies in the same order: ("members", seeds, sigma) or ("update", seeds, weights, alpha).
+Op = tuple
+
+
+class PopulationWorker:
+    """An engine, the training prompts and the grader; evaluates the members it is given.
+
+    With ``restore: subtract`` every engine perturbs and restores *every* member of an
+    iteration, in order (generating only for its own), so its weights follow exactly the
+    float sequence of a single engine running the whole population: subtract-restore is not
+    exact, and engines that skipped members would drift apart. With exact restore only a
+    worker's own members are applied.
+    """
+
+    def __init__(self, engine: EngineSpec, scoring: Scoring) -> None:
+        self.spec = engine
+        self.engine = engine.build()
+        self.prompts, self.mean_reward = scoring.build()
+        self.max_new_tokens = scoring.max_new_tokens
+
+    def pid(self) -> int:
+        """The worker's process id (tests kill it to check recovery)."""
+        return os.getpid()
+
+    def members(self, seeds: Sequence[int], sigma: float, mine: Sequence[int]) -> tuple[list[float], dict]:
+        """Mean rewards of members ``mine`` (indices into ``seeds``) and seconds per phase."""
+        own = set(mine)
+        every = self.spec.restore == "subtract"
+        rewards: dict[int, float] = {}
+        t = {"perturb": 0.0, "generation": 0.0, "restore": 0.0, "tokens": 0}
+        for i, seed in enumerate(seeds):
+            if i not in own and not every:
+                continue
+            t0 = time.perf_counter()
+            self.engine.perturb(seed, sigma)
+            t1 = time.perf_counter()
+            if i in own:
+                responses = self.engine.generate(self.prompts, self.max_new_tokens)
+                rewards[i] = self.mean_reward(responses)
+            t2 = time.perf_counter()
+            self.engine.restore(seed, sigma)
+            t3 = time.perf_counter()
+            t["perturb"] += t1 - t0
+            t["generation"] += t2 - t1
+            t["restore"] += t3 - t2
+        return [rewards[i] for i in mine], t
+
+    def update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> float:
+        """Apply the ES update; returns its seconds."""
+        t0 = time.perf_counter()
+        self.engine.apply_update(seeds, weights, alpha)
+        return time.perf_counter() - t0
+
+    def replay(self, ops: Sequence[Op]) -> None:
+        """Bring a fresh engine to the others' state: repeat every weight change since the loaded state."""
+        for op in ops:
+            if op[0] == "members":
+                _, seeds, sigma = op
+                if self.spec.restore == "subtract":
+                    for seed in seeds:
+                        self.engine.perturb(seed, sigma)
+                        self.engine.restore(seed, sigma)
+            elif op[0] == "update":
+                self.engine.apply_update(*op[1:])
+            else:
+                raise ValueError(f"unknown op {op[0]!r}")
+
+    def checksum(self) -> str:
+        return self.engine.checksum()
+
+    def save(self, path: str) -> None:
+        """Write the current weights as an HF checkpoint into ``path``."""
+        self.engine.save(Path(path))
+
+    def save_state(self, path: str) -> None:
+        """Write the resume tensors (weights and fp32 masters) to ``path``."""
+        self.engine.save_state(path)
+
+    def load_state(self, path: str) -> None:
+        """Set the weights (and masters) from a resume file written by :meth:`save_state`."""
+        self.engine.load_state(path)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call an engine method by name (for programs beyond ES, e.g. ESSA candidates)."""
+        return getattr(self.engine, method)(*args)

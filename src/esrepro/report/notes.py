@@ -1,0 +1,60 @@
+"""The notes printed under tables: data provenance, settings and sample budgets, in words."""
+
+from __future__ import annotations
+
+from esrepro.pipeline import Pipeline
+from esrepro.rl.budget import es_sample_budget, rl_budget, samples_per_step
+
+
+def table1_notes(p: Pipeline) -> list[str]:
+    """Table 1's notes: scale and data source, the ES settings, the RL budgets and the seeds."""
+    task = p.cfg.report.table1.task
+    source = p.cfg.data[task].source.kind
+    notes = [f"Scale: {p.cfg.scale}; {task} data source: {source}"
+             + (" (not the paper's data)" if source == "generated" else "")]
+    model = p.models[0]
+    rl = []
+    for method in p.train_methods(task):
+        s = p.method_settings(model, task, method).as_dict()
+        if not p.is_rl(task, method):
+            notes.append(
+                f"{method.upper()}: N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, {s['iterations']} "
+                f"iterations, {s['train_examples']} training examples, greedy, noise={s['noise']}, "
+                f"restore={s['restore']}; sample budget {s['iterations']} x {s['population']} x {s['train_examples']} "
+                f"= {es_sample_budget(s):,} scored training samples")
+            continue
+        budgets = {rl_budget(p.method_settings(m, task, method).sample_budget,
+                             samples_per_step(p.method_settings(m, task, method).as_dict())) for m in p.models}
+        b = min(budgets, key=lambda x: x.steps)
+        per_model = "" if len(budgets) == 1 else " (first model; see manifests)"
+        rl.append(f"{method} ({p.algorithm_of(task, method).name}): {b.steps:,} steps x {b.samples_per_step} = "
+                  f"{b.samples_used:,}{per_model}")
+    if rl:
+        notes.append("Equal sample budgets: each RL method runs floor(ES budget / samples per step) steps; "
+                     + "; ".join(rl) + ". RL hyperparameters: best cell of each model's grid by training reward "
+                     "(Table 3).")
+    notes.append(f"Seeds: {p.seeds} (mean over seeds; base model evaluated once)")
+    return notes
+
+
+def table2_notes(p: Pipeline) -> list[str]:
+    """Table 2's notes: scale, model, seeds, the sweeps' settings and how KL was measured."""
+    study = p.studies()["conciseness"]
+    kl = p.kl_settings(study.task)
+    notes = [f"Scale: {p.cfg.scale}; model: {p.model(study.model).display}; seeds: {study.seeds}; weights kept "
+             f"every {study.keep_every} iterations."]
+    methods = p.study_methods("conciseness")
+    first = {algo: next((m for m, s in methods.items() if s.algorithm == algo), None) for algo in ("es", "grpo")}
+    if first["es"]:
+        es = p.method_settings(study.model, study.task, first["es"]).as_dict()
+        notes.append(f"ES: N={es['population']}, alpha={es['alpha']}, {es['iterations']} iterations, "
+                     f"{es['max_new_tokens']} new tokens, greedy.")
+    if first["grpo"]:
+        g = p.method_settings(study.model, study.task, first["grpo"]).as_dict()
+        shown = {k: v for k, v in g.items() if k not in ("beta", "keep_every", "algorithm") and v is not None
+                 and not isinstance(v, (dict, list))}
+        notes.append("GRPO: " + ", ".join(f"{k}={shown[k]}" for k in sorted(shown)) + ".")
+    notes.append(f"KL(fine-tuned || base): {kl.n_samples} responses sampled per {kl.split} prompt (temperature "
+                 f"{kl.temperature}, up to {kl.max_new_tokens} tokens), per-sequence sums of per-token estimates, "
+                 "mean over responses and prompts.")
+    return notes

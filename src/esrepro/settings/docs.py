@@ -1,0 +1,128 @@
+"""Documentation generated from the settings classes: ``esrepro options``, config/README.md, the JSON schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from esrepro.settings.base import fields_help
+from esrepro.settings.methods import ESSettings, GRPOSettings, PPOSettings
+from esrepro.settings.pipeline import (
+    DataSource, Dataset, Defaults, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report, Study,
+    TrainTask,
+)
+from esrepro.settings.registry import Architecture, Build, ModelEntry, Registry, Resources, Tokenizer, WarmStart
+
+#: (name, class, where it is written) of every documented block, in reading order.
+BLOCKS: list[tuple[str, type[BaseModel], str]] = [
+    ("pipeline", PipelineConfig, "top level of config/config.yaml and config/paper.yaml"),
+    ("defaults", Defaults, "defaults"),
+    ("es", ESSettings, "defaults.es, methods.<name>, train.<task>.<method>, a study's es.settings, "
+                       "models.<key>.methods.<name> (registry)"),
+    ("grpo", GRPOSettings, "defaults.grpo, methods.<name>, train.<task>.<method>, a study's grpo.settings, "
+                           "models.<key>.methods.<name> (registry; grid too)"),
+    ("ppo", PPOSettings, "defaults.ppo, methods.<name>, train.<task>.<method>, models.<key>.methods.<name> "
+                         "(registry; grid too)"),
+    ("data", Dataset, "data.<task>"),
+    ("source", DataSource, "data.<task>.source"),
+    ("train", TrainTask, "train.<task> (besides methods: <method>: {settings for this task})"),
+    ("evaluate", EvalSettings, "defaults.evaluate, evaluate.<task>"),
+    ("kl", KLSettings, "defaults.kl, kl.<task>"),
+    ("study", Study, "studies.conciseness"),
+    ("es-sweep", ESSweep, "studies.<name>.es"),
+    ("grpo-sweep", GRPOSweep, "studies.<name>.grpo"),
+    ("report", Report, "report"),
+    ("model", ModelEntry, "models.<key> in config/models.yaml"),
+    ("resources", Resources, "models.<key>.resources.<rule or default>"),
+    ("build", Build, "models.<key>.build"),
+    ("tokenizer", Tokenizer, "models.<key>.build.tokenizer"),
+    ("architecture", Architecture, "models.<key>.build.architecture"),
+    ("sft", WarmStart, "models.<key>.build.sft"),
+]
+
+INTRO = """\
+# Configuration options
+
+Generated from the settings classes in `src/esrepro/settings/` by `esrepro options --markdown`
+(a test keeps this file in step with the code); `esrepro options <block>` prints one block.
+Every option is defined once, with its default; a default is the paper's value unless it says
+otherwise. Unknown keys are errors, and every file is checked before any job starts
+(`esrepro validate config/config.yaml`): errors name the file and the field.
+
+## How settings combine
+
+A run's method settings are layered, later layers winning:
+
+1. the defaults below (the paper's settings);
+2. `defaults.<family>` of the config: what differs at this scale (`es`, `grpo` for grpo and
+   dr_grpo, `ppo`);
+3. `methods.<name>`: a named method (a table column: `grpo8`, `grpo30`, `drgrpo`), its
+   `algorithm` and what sets it apart; a method named after its algorithm (`es`, `ppo`)
+   needs no entry;
+4. `train.<task>.<method>`: what one task needs (e.g. longer generations);
+5. the registry's `models.<key>.methods.<name>`: what one model needs;
+6. an RL grid cell (`models.<key>.methods.<name>.grid`, one run per cell, best kept).
+
+A study's runs layer `defaults.<family>`, the study's `settings`, the registry's entry for
+the algorithm, then the swept value. Evaluation and KL settings layer `defaults.evaluate` /
+`defaults.kl` under `evaluate.<task>` / `kl.<task>`. A job's CPU threads are its registry
+resources' `cpus_per_task` (or `cpus_per_gpu` x `gpu`).
+"""
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, BaseModel):
+        return "(block)"
+    if v in ({}, [], None):
+        return {dict: "{}", list: "[]"}.get(type(v), "null")
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def block_markdown(name: str, cls: type[BaseModel], where: str) -> str:
+    """One block's options as a Markdown table."""
+    rows = [f"## `{name}`: {(cls.__doc__ or '').strip().splitlines()[0]}", "", f"Written in: {where}.", "",
+            "| option | default | meaning |", "|---|---|---|"]
+    for f in fields_help(cls):
+        default = "(required)" if f["required"] else f"`{_value(f['default'])}`"
+        rows.append(f"| `{f['name']}` | {default} | {f['help'].replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+def markdown() -> str:
+    """config/README.md: every block's options."""
+    return INTRO + "\n" + "\n".join(block_markdown(*b) for b in BLOCKS)
+
+
+def block_text(name: str) -> str:
+    """One block's options as plain text (``esrepro options es``)."""
+    found = {b[0]: b for b in BLOCKS}
+    if name not in found:
+        raise KeyError(f"no options block {name!r}; blocks: {', '.join(found)}")
+    _, cls, where = found[name]
+    lines = [f"{name}: {(cls.__doc__ or '').strip().splitlines()[0]}", f"  written in: {where}"]
+    for f in fields_help(cls):
+        default = "required" if f["required"] else _value(f["default"])
+        lines.append(f"  {f['name']:<30} {default:<14} {f['help']}")
+    return "\n".join(lines)
+
+
+def schemas() -> dict[str, dict]:
+    """JSON schemas of the config and the registry (for editors; validation uses the classes themselves)."""
+    return {"config.schema.json": PipelineConfig.model_json_schema(), "models.schema.json": Registry.model_json_schema()}
+
+
+def print_options(block: str | None = None, markdown_out: bool = False, schema_dir: str | None = None) -> None:
+    """Print the options of one block (or list the blocks); or all as Markdown; or write the JSON schemas."""
+    if schema_dir:
+        for name, schema in schemas().items():
+            (Path(schema_dir) / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        return
+    if markdown_out:
+        print(markdown(), end="")
+    elif block:
+        print(block_text(block))
+    else:
+        print("\n".join(f"{name:<14} {where}" for name, _, where in BLOCKS))

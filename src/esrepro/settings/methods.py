@@ -1,0 +1,187 @@
+"""Training methods' settings, each option defined once with the paper's value as its default.
+
+A config states only what differs at its scale (``defaults.<algorithm>``), what sets a
+named method apart (``methods.<name>``), what a task needs (``train.<task>.<method>``),
+and the registry what a model needs (``models.<key>.methods.<name>``). The defaults here
+are the settings of "Evolution Strategies at Scale" (Countdown, Table 1): ES N=30,
+sigma=1e-3, alpha=5e-4, 500 iterations on 200 problems, 1,024 new tokens; the RL
+baselines as TinyZero (PPO) and TRL (GRPO) ran them. GRPO options whose TRL default moved
+between releases are pinned here and always passed to TRL explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from esrepro.settings.base import FieldProblem, Settings
+
+
+class MethodSettings(Settings):
+    """Options every training method has."""
+
+    algorithm: str = Field(description="the trainer: es, grpo, dr_grpo or ppo (default: the method's own name)")
+    train_examples: int = Field(200, ge=1, description="training problems: the first N of the prepared train split")
+    keep_every: int | None = Field(
+        None, ge=1, description="keep the weights every K iterations (ES) or steps (RL) under <run>/checkpoints/"
+        "iterK, e.g. for the Pareto figure; null keeps none")
+
+
+class ESSettings(MethodSettings):
+    """Full-parameter evolution strategies (the paper's Algorithm 1)."""
+
+    algorithm: Literal["es"] = Field("es", description="es")
+    iterations: int = Field(500, ge=1, description="ES iterations")
+    population: int = Field(30, ge=2, description="population size N (perturbations per iteration)")
+    sigma: float = Field(1e-3, gt=0, description="noise scale of the perturbations")
+    alpha: float = Field(5e-4, gt=0, description="learning rate (1/sigma folded in, as in the paper)")
+    max_new_tokens: int = Field(1024, ge=1, description="greedy generation length for scoring a member")
+    batch_size: int = Field(200, ge=1, description="prompts per generation batch")
+    noise: Literal["iid", "correlated"] = Field(
+        "correlated", description="iid: a generator per (seed, tensor); correlated: every tensor reseeded with the "
+        "member seed, as the authors' released code does")
+    restore: Literal["exact", "subtract"] = Field(
+        "subtract", description="exact: copy the weights back after each member (bit-exact); subtract: the paper's "
+        "theta -= sigma*eps (drifts in bf16)")
+    master_weights: Literal["float32"] | None = Field(
+        None, description="float32: keep fp32 master weights for bf16/fp16 models, so updates below a bf16 ulp survive")
+    resume_every: int = Field(50, ge=1, description="write the resume state (<run>/resume/) every K iterations")
+    backend: Literal["hf", "vllm"] = Field("hf", description="generation engine: hf (transformers, CPU or GPU) or "
+                                           "vllm (GPU, the vllm extra)")
+    engines: int | None = Field(None, ge=1, description="engines evaluating the population: 1 runs in-process, more "
+                                "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
+                                "1 on CPU")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
+
+
+class RLSettings(MethodSettings):
+    """Options of every RL baseline: the equal sample budget."""
+
+    budget_from: str = Field("es", description="the ES method whose sample budget (iterations x population x "
+                             "train_examples) this run matches")
+    sample_budget: int | None = Field(
+        None, ge=1, description="scored training samples; null: the budget_from method's budget (set by the plan)")
+
+
+#: The (loss_type, scale_rewards) pair that defines each GRPO variant in TRL's terms.
+GRPO_VARIANTS: dict[str, tuple[str, str]] = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none")}
+
+
+class GRPOSettings(RLSettings):
+    """GRPO and Dr.GRPO through TRL's GRPOTrainer; field names are GRPOConfig's."""
+
+    algorithm: Literal["grpo", "dr_grpo"] = Field(description="grpo (std-scaled group advantages, length-normalised "
+                                                  "loss) or dr_grpo (no std scaling, constant normaliser)")
+    loss_type: Literal["grpo", "dr_grpo"] = Field(description="TRL loss_type; follows the algorithm (checked)")
+    scale_rewards: Literal["group", "none"] = Field(description="TRL scale_rewards; follows the algorithm (checked)")
+    beta: float = Field(1e-3, ge=0, description="KL coefficient to the base model (0: no reference model)")
+    num_generations: int = Field(8, ge=2, description="group size: completions per prompt")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling (1: off)")
+    top_k: int = Field(0, ge=0, description="top-k sampling (0: off)")
+    max_completion_length: int = Field(1024, ge=1, description="completion tokens")
+    per_device_train_batch_size: int = Field(
+        32, ge=1, description="completions per device and micro-step; samples per step = this x "
+        "gradient_accumulation_steps")
+    gradient_accumulation_steps: int = Field(8, ge=1, description="micro-steps per optimiser step")
+    epsilon: float = Field(0.2, gt=0, description="clipping range of the ratio")
+    epsilon_high: float | None = Field(None, gt=0, description="upper clipping range (null: epsilon)")
+    num_iterations: int = Field(1, ge=1, description="optimisation passes per generation batch")
+    lr_scheduler_type: Literal["constant", "linear", "cosine", "constant_with_warmup"] = Field(
+        "constant", description="learning-rate schedule")
+    warmup_steps: int | float = Field(0, ge=0, description="warm-up steps (below 1: a fraction of the run)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
+    bf16: bool = Field(True, description="bf16 mixed precision (forced off on CPU, recorded in the manifest)")
+    gradient_checkpointing: bool = Field(True, description="activation checkpointing (forced off on CPU)")
+    disable_dropout: bool = Field(True, description="dropout off in policy and reference")
+    mask_truncated_completions: bool = Field(False, description="leave truncated completions out of the loss")
+    importance_sampling_level: Literal["token", "sequence"] = Field("token", description="ratio per token or "
+                                                                    "per sequence (GSPO)")
+    use_vllm: bool = Field(False, description="generate with vLLM inside TRL (GPU machines with the vllm extra)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _variant(cls, data: Any) -> Any:
+        """loss_type and scale_rewards default to the algorithm's pair; a contradicting pair is refused."""
+        if isinstance(data, dict) and data.get("algorithm") in GRPO_VARIANTS:
+            given = [k for k in ("loss_type", "scale_rewards") if k in data]
+            want = GRPO_VARIANTS[data["algorithm"]]
+            data = {"loss_type": want[0], "scale_rewards": want[1], **data}
+            if (data["loss_type"], data["scale_rewards"]) != want:
+                raise FieldProblem(given[0], f"algorithm {data['algorithm']} means loss_type {want[0]} with "
+                                   f"scale_rewards {want[1]}, not {data['loss_type']}/{data['scale_rewards']} "
+                                   "(leave both out)")
+        return data
+
+    @model_validator(mode="after")
+    def _groups(self) -> "GRPOSettings":
+        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if per_step % self.num_generations:
+            raise FieldProblem("per_device_train_batch_size", f"per_device_train_batch_size x "
+                               f"gradient_accumulation_steps ({per_step}) must be a multiple of num_generations "
+                               f"({self.num_generations}): whole groups per step")
+        return self
+
+
+class PPOSettings(RLSettings):
+    """PPO with a critic (esrepro.rl.ppo, verl-style); defaults are TinyZero's, as the paper ran it."""
+
+    algorithm: Literal["ppo"] = Field("ppo", description="ppo")
+    actor_learning_rate: float = Field(1e-6, gt=0, description="policy learning rate")
+    critic_learning_rate: float = Field(1e-5, gt=0, description="critic learning rate")
+    kl_coef: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
+    batch_size: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
+    mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step")
+    micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    clip_ratio: float = Field(0.2, gt=0, description="clipping range of the ratio")
+    value_clip: float = Field(0.5, gt=0, description="clipping range of the value update")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda")
+    entropy_coef: float = Field(1e-3, ge=0, description="entropy bonus")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    max_new_tokens: int = Field(1024, ge=1, description="response tokens")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+
+    @model_validator(mode="after")
+    def _batches(self) -> "PPOSettings":
+        if self.batch_size % self.mini_batch_size or self.mini_batch_size % self.micro_batch_size:
+            field = "mini_batch_size" if self.batch_size % self.mini_batch_size else "micro_batch_size"
+            raise FieldProblem(field, f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
+                               f"({self.mini_batch_size}), and that of micro_batch_size ({self.micro_batch_size})")
+        return self
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A trainer the ``train`` rule can run: its settings class and how the plan treats its runs."""
+
+    name: str
+    settings: type[MethodSettings]
+    defaults: str  # the config's defaults.<block> this algorithm's methods start from
+    trainer: str  # "module:function" with the signature of esrepro.train.Trainer
+    rl: bool  # budgeted by an ES method, trained per grid cell, best cell kept (Table 3)
+    description: str
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm("es", ESSettings, "es", "esrepro.es.train:train_es", False, "full-parameter evolution strategies"),
+        Algorithm("grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "GRPO (TRL GRPOTrainer)"),
+        Algorithm("dr_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "Dr.GRPO (TRL GRPOTrainer)"),
+        Algorithm("ppo", PPOSettings, "ppo", "esrepro.rl.run:train_rl", True, "PPO with a critic (esrepro.rl.ppo)"),
+    )
+}
+
+
+def algorithm(name: str) -> Algorithm:
+    """The algorithm called ``name``; a KeyError names the known ones."""
+    if name not in ALGORITHMS:
+        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]

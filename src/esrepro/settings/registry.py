@@ -1,0 +1,108 @@
+"""The model registry (config/models.yaml): one entry per model. Adding a model is adding an entry."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from esrepro.settings.base import Settings
+
+Partial = dict[str, Any]
+
+
+class Resources(Settings):
+    """Cluster resources of one rule's jobs (SLURM through Snakemake's executor plugin)."""
+
+    gpu: int = Field(0, ge=0, description="GPUs per node (0: none)")
+    gpu_model: str | None = Field(None, description="GRES type of the GPUs (sinfo -o '%P %G'), e.g. h100")
+    cpus_per_gpu: int | None = Field(None, ge=1, description="CPU cores per GPU")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPU cores of a job without GPUs; also its threads")
+    mem_mb: int = Field(4000, ge=100, description="memory per node, MB")
+    runtime: int = Field(60, ge=1, description="wall-clock limit, minutes")
+    nodes: int = Field(1, ge=1, description="nodes of a training job (a Ray cluster spans them)")
+
+    def threads(self) -> int:
+        """CPU threads a job of this rule uses: cpus_per_task, else cpus_per_gpu x gpu, else 1."""
+        if self.cpus_per_task:
+            return self.cpus_per_task
+        if self.cpus_per_gpu and self.gpu:
+            return self.cpus_per_gpu * self.gpu
+        return 1
+
+
+class Tokenizer(Settings):
+    """The tiny model's byte-level BPE."""
+
+    vocab_size: int = Field(ge=300, description="BPE vocabulary size")
+    corpus_problems: int = Field(ge=10, description="generated problems the BPE is trained on")
+
+
+class Architecture(Settings):
+    """The tiny model's Qwen2 architecture."""
+
+    hidden_size: int = Field(ge=8, description="model width")
+    intermediate_size: int = Field(ge=8, description="MLP width")
+    num_hidden_layers: int = Field(ge=1, description="layers")
+    num_attention_heads: int = Field(ge=1, description="attention heads")
+    num_key_value_heads: int = Field(ge=1, description="key/value heads (grouped-query attention)")
+    max_position_embeddings: int = Field(ge=16, description="context length")
+
+
+class WarmStart(Settings):
+    """The tiny model's warm-start SFT on generated problems (disjoint from the prepared splits)."""
+
+    task: Literal["countdown"] = Field("countdown", description="task whose generated problems it is trained on")
+    problems: int = Field(ge=1, description="generated problems")
+    epochs: int = Field(ge=1, description="passes over them")
+    learning_rate: float = Field(gt=0, description="AdamW learning rate (cosine schedule)")
+    batch_size: int = Field(ge=1, description="problems per step")
+
+
+class Build(Settings):
+    """How a tiny model is built locally: tokenizer, architecture, warm start."""
+
+    seed: int = Field(0, ge=0, description="seed of the initialisation, the data and the SFT")
+    tokenizer: Tokenizer
+    architecture: Architecture
+    sft: WarmStart
+
+
+class ModelEntry(Settings):
+    """One model: where it comes from, its dtype, per-method overrides and per-rule resources."""
+
+    display: str = Field(description="name printed in tables")
+    family: str = Field("", description="architecture family (informational, e.g. qwen2, llama)")
+    size: str = Field("", description="parameter count as text (informational)")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(description="dtype weights are loaded and trained in")
+    chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
+    build: Build | None = Field(None, description="a locally built model (the tiny default)")
+    hub_id: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+$", description="a hub model: repository id")
+    revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
+                                 "at fetch time and recorded in the model's manifest)")
+    methods: dict[str, Partial] = Field(default_factory=dict, description="method -> settings over the config's, "
+                                        "plus an RL hyperparameter grid (grid: {setting: [values]})")
+    resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...) or "
+                                            "default -> cluster resources; default is required")
+
+    @model_validator(mode="after")
+    def _source(self) -> "ModelEntry":
+        if (self.build is None) == (self.hub_id is None):
+            raise ValueError("needs exactly one of build (a locally built model) or hub_id + revision (a hub model)")
+        if self.hub_id is not None and self.revision is None:
+            raise ValueError("a hub model needs revision (a commit, or a branch name resolved at fetch time)")
+        if "default" not in self.resources:
+            raise ValueError("resources needs a default entry (rules without their own entry use it)")
+        return self
+
+    def rule_resources(self, rule: str) -> Resources:
+        """Resources of ``rule``'s jobs: the rule's own entry over ``default``."""
+        base = self.resources["default"].model_dump(exclude_unset=True)
+        base.update(self.resources.get(rule, Resources()).model_dump(exclude_unset=True))
+        return Resources(**base)
+
+
+class Registry(Settings):
+    """config/models.yaml."""
+
+    models: dict[str, ModelEntry] = Field(min_length=1, description="registry key -> model")

@@ -1,0 +1,50 @@
+"""What each rule hands its ``esrepro`` verb as ``--spec``: the resolved settings, as JSON.
+
+A rule's params are what Snakemake tracks for reruns and what the manifest records, so a
+spec holds exactly the settings that shape a job's output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from esrepro.pipeline import Pipeline
+
+
+def as_json(spec: dict[str, Any]) -> str:
+    """Key-sorted JSON (stable, so an unchanged spec never triggers a rerun)."""
+    return json.dumps(spec, sort_keys=True)
+
+
+def data_spec(p: Pipeline, task: str) -> dict[str, Any]:
+    """``data.<task>``: the source as written (unset keys left out) and the seed."""
+    data = p.cfg.data[task]
+    return {"source": data.source.model_dump(exclude_none=True), "seed": data.seed}
+
+
+def build_data_spec(p: Pipeline, model: str) -> dict[str, Any]:
+    """The data block of the task a built model is warm-started on (its generator options), if the config has one."""
+    task = p.model(model).build.sft.task
+    return data_spec(p, task) if task in p.cfg.data else {}
+
+
+def model_spec(p: Pipeline, model: str) -> dict[str, Any]:
+    """A registry entry without its per-method settings and resources, so tuning never rebuilds a base model."""
+    return p.model(model).model_dump(mode="json", exclude={"methods", "resources"}, exclude_none=True)
+
+
+def method_spec(p: Pipeline, model: str, task: str, method: str, cell: str | None = None) -> dict[str, Any]:
+    """One run's settings (an RL run's sample budget included) and the task's options."""
+    return {**p.method_settings(model, task, method, cell).as_dict(), "task_options": p.task_options(task)}
+
+
+def eval_spec(p: Pipeline, task: str) -> dict[str, Any]:
+    """``evaluate.<task>`` resolved, and the task's options."""
+    return {**p.eval_settings(task).model_dump(mode="json", exclude={"train_task"}),
+            "task_options": p.task_options(task)}
+
+
+def kl_spec(p: Pipeline, task: str) -> dict[str, Any]:
+    """``kl.<task>`` resolved, and the task's options."""
+    return {**p.kl_settings(task).as_dict(), "task_options": p.task_options(task)}

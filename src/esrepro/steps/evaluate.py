@@ -1,0 +1,42 @@
+"""Step: greedy evaluation of a checkpoint on a task split (metrics.json, responses.jsonl, manifest)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from esrepro.io import write_json, write_jsonl
+from esrepro.steps import load_examples, set_threads
+
+
+def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, spec: dict, out: str,
+             dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
+    """Evaluate ``model_dir`` greedily on ``spec``'s split of ``task``; writes ``out``/metrics.json and responses."""
+    from esrepro.backends.hf import HFBackend
+    from esrepro.devices import pick_device
+    from esrepro.evaluate import evaluate as run_evaluation
+    from esrepro.provenance import build_manifest, now
+    from esrepro.settings.pipeline import EvalSettings
+    from esrepro.tasks import get_task
+
+    set_threads(threads)
+    started = now()
+    settings = EvalSettings.model_validate({k: v for k, v in spec.items() if k != "task_options"})
+    task_obj = get_task(task, **spec.get("task_options", {}))
+    examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
+    device = pick_device(device)
+    backend = HFBackend(model_dir, dtype=dtype, device=device, batch_size=settings.batch_size, chat=chat,
+                        max_prompt_tokens=settings.max_prompt_tokens)
+    result = run_evaluation(backend, task_obj, examples, settings.max_new_tokens, settings.batch_size)
+    result.metrics["truncated_prompts"] = backend.truncated
+    root = Path(out)
+    labels = {"task": task, "split": settings.split, "model": model, "method": method, "seed": seed}
+    write_jsonl(root / "responses.jsonl", result.responses)
+    write_json(root / "metrics.json", {**labels, **result.metrics})
+    write_json(root / "manifest.json", build_manifest(
+        "evaluate", inputs={"model": model_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"},
+        settings={**labels, **spec, "dtype": dtype, "chat": chat}, started=started,
+        outputs={"metrics": root / "metrics.json", "responses": root / "responses.jsonl"}, extra={"device": device},
+    ))
+    print(json.dumps({**labels, **result.metrics}))
+    return result.metrics

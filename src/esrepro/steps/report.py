@@ -1,0 +1,88 @@
+"""Steps: tables (csv, md, tex) and figures (png, pdf), each with a manifest of what it was made from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from esrepro.steps import report_manifest
+from esrepro.steps.train import named_paths
+
+TABLE = (".csv", ".md", ".tex")
+FIGURE = (".png", ".pdf")
+
+
+def table1(metrics: list[str], published: str, registry: str, models: list[str], out: str, task: str = "countdown",
+           split: str = "test", note: list[str] | None = None) -> None:
+    """Table 1 (accuracy per model and method, ours beside the paper's) and its headline metrics."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.tables import build_table1
+
+    started = now()
+    reg = load_registry(registry)
+    entries = {k: reg[k].model_dump(mode="json") for k in models}
+    build_table1(metrics, published, entries, out, notes=note or [], task=task, split=split, include=models)
+    report_manifest("table1", out, (*TABLE, ".metrics.json"), started,
+                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
+                    settings={"task": task, "split": split, "models": models, "notes": note or []})
+
+
+def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None = None,
+           note: list[str] | None = None) -> None:
+    """Table 2 (conciseness: reward and KL per configuration, mean +- std over seeds)."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.conciseness import build_table2, load_kl
+
+    started = now()
+    reg = load_registry(registry)
+    display = ", ".join(reg[m].display if m in reg else m for m in sorted(set(load_kl(kl)["model"])))
+    build_table2(kl, out, reward_cutoff, notes=note or [], model_display=display)
+    report_manifest("table2", out, TABLE, started, inputs={**{p: p for p in kl}, "registry": registry},
+                    settings={"reward_cutoff": reward_cutoff, "notes": note or []})
+
+
+def table3(selection: list[str], registry: str, out: str) -> None:
+    """Table 3: each RL method's hyperparameter grid and the cell kept, per model."""
+    from esrepro.config import load_registry
+    from esrepro.provenance import now
+    from esrepro.report.tables import build_table3
+
+    started = now()
+    reg = {k: v.model_dump(mode="json") for k, v in load_registry(registry).items()}
+    build_table3(selection, reg, out)
+    report_manifest("table3", out, TABLE, started, inputs={p: p for p in selection} | {"registry": registry},
+                    settings={})
+
+
+def curves(log: list[str], out: str) -> None:
+    """Training reward per iteration of each labelled log.jsonl (``LABEL=PATH``), png, pdf and csv."""
+    from esrepro.provenance import now
+    from esrepro.report.figures import build_countdown_curves
+
+    started = now()
+    logs = named_paths(log, "--log", "LABEL=PATH")
+    build_countdown_curves(logs, out)
+    report_manifest("curves", out, (*FIGURE, ".csv"), started, inputs={p: p for p in logs.values()},
+                    settings={"labels": list(logs)})
+
+
+def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
+    """Reward against KL to the base model, with each method's Pareto front."""
+    from esrepro.provenance import now
+    from esrepro.report.figures import pareto_figure
+
+    started = now()
+    pareto_figure(kl, out, kl=estimator)
+    report_manifest("pareto", out, FIGURE, started, inputs={p: p for p in kl}, settings={"estimator": estimator})
+
+
+def reward_distribution(kl: list[str], out: str) -> None:
+    """Per-response reward distributions of the base model and every ES and GRPO configuration."""
+    from esrepro.provenance import now
+    from esrepro.report.figures import reward_distribution_figure
+
+    started = now()
+    reward_distribution_figure(kl, out)
+    samples = [str(Path(p).with_name("samples.jsonl")) for p in kl]
+    report_manifest("reward_distribution", out, FIGURE, started, inputs={p: p for p in [*kl, *samples]}, settings={})

@@ -1,0 +1,100 @@
+"""Steps: train one run into a run directory; keep the best grid cell of an RL method."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from esrepro import paths as P
+from esrepro.io import atomic_path, write_json, write_jsonl
+from esrepro.steps import load_examples, set_threads
+
+
+def _trainer(spec: str):
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, method: str, out: str,
+          dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
+    """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json."""
+    from esrepro.devices import pick_device
+    from esrepro.provenance import build_manifest, now
+    from esrepro.settings.methods import algorithm
+    from esrepro.tasks import get_task
+    from esrepro.trainer import TrainContext
+
+    set_threads(threads)
+    started = now()
+    options = dict(spec.get("task_options", {}))
+    settings_in = {k: v for k, v in spec.items() if k != "task_options"}
+    algo = algorithm(settings_in.get("algorithm", method))
+    settings = algo.settings.model_validate({"algorithm": algo.name, **settings_in})
+    task_obj = get_task(task, **options)
+    examples = load_examples(task_obj, data_dir, "train", settings.train_examples, f"{method}.train_examples")
+    run = Path(out)
+    device = pick_device(device)
+    ctx = TrainContext(method=method, model=model, model_dir=Path(model_dir), dtype=dtype, chat=chat,
+                       settings=settings, task=task_obj, examples=examples, seed=seed, run_dir=run, device=device)
+    outcome = _trainer(algo.trainer)(ctx)
+    with atomic_path(run / P.CHECKPOINT, is_dir=True) as tmp:
+        outcome.save(tmp)
+    write_jsonl(run / P.TRAIN_LOG, outcome.log)
+    snapshots = {f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}
+    write_json(run / P.MANIFEST, build_manifest(
+        "train", inputs={"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"},
+        settings={"method": method, "task": task, "model": model, "dtype": dtype, "chat": chat,
+                  "task_options": options, **settings.as_dict()},
+        started=started,
+        outputs={"checkpoint": run / P.CHECKPOINT, "log": run / P.TRAIN_LOG, **snapshots},
+        extra={"seed": seed, "train_examples": len(examples), "device": device, **outcome.extra},
+    ))
+    outcome.finish()
+    summary = {"method": method, "iterations": len(outcome.log),
+               "final_reward_mean": outcome.log[-1].get("reward_mean") if outcome.log else None}
+    print(json.dumps(summary))
+    return summary
+
+
+def snapshot_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(iteration, path) of the weights a run kept along the way (``checkpoints/iterK``), in order."""
+    root = Path(run_dir) / P.SNAPSHOTS
+    if not root.is_dir():
+        return []
+    return sorted((int(d.name[4:]), d) for d in root.iterdir()
+                  if d.is_dir() and d.name.startswith("iter") and d.name[4:].isdigit())
+
+
+def select(task: str, model: str, method: str, grid: dict, cell: list[str], out: str, seed: int = 0) -> dict:
+    """Keep the grid cell with the best training reward as the method's run (checkpoint, log, manifest)."""
+    from esrepro.provenance import build_manifest, now
+    from esrepro.rl.select import select_run
+
+    started = now()
+    cells = named_paths(cell, "--cell", "NAME=RUN_DIR")
+    run = Path(out)
+    record = select_run(cells, grid, run)
+    inputs = {f"{c}_log": Path(d) / P.TRAIN_LOG for c, d in cells.items()}
+    inputs["winner_checkpoint"] = Path(cells[record["winner"]]) / P.CHECKPOINT
+    write_json(run / P.MANIFEST, build_manifest(
+        "select", inputs=inputs,
+        settings={"method": method, "task": task, "model": model, "grid": grid, **record["settings"]},
+        started=started,
+        outputs={"checkpoint": run / P.CHECKPOINT, "log": run / P.TRAIN_LOG, "selection": run / P.SELECTION},
+        extra={"seed": seed, "winner": record["winner"], "train_reward": record["train_reward"],
+               "budget": record["budget"]},
+    ))
+    print(json.dumps({k: record[k] for k in ("winner", "train_reward")}))
+    return record
+
+
+def named_paths(items: list[str], flag: str, form: str) -> dict[str, str]:
+    """``{name: path}`` from repeated ``NAME=PATH`` arguments; a malformed one names the flag."""
+    out = {}
+    for item in items:
+        name, _, path = item.partition("=")
+        if not path:
+            raise ValueError(f"{flag} expects {form}, got {item!r}")
+        out[name] = path
+    return out

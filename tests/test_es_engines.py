@@ -1,0 +1,161 @@
+"""The population evaluator: K Ray engines end bit-identical to one in-process engine, survive a killed
+worker, resume after an interrupted driver, and refuse to go on when engines disagree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from esrepro.es.loop import run_es
+from esrepro.population.evaluators import EngineMismatch, RayEvaluator, SerialEvaluator
+from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.settings.methods import ESSettings
+from esrepro.tasks.conciseness import prepare
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def scoring(tmp_path_factory) -> Scoring:
+    # conciseness: short prompts, and a length reward that varies even for an untrained model
+    out = tmp_path_factory.mktemp("conciseness")
+    prepare(out, {"kind": "generated"}, seed=0)
+    examples = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    return Scoring("conciseness", examples, max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from esrepro.population.ray_session import ensure_ray
+
+    ensure_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _cfg(noise: str, restore: str, iterations: int = 3, resume_every: int = 100) -> ESSettings:
+    return ESSettings(iterations=iterations, population=4, sigma=0.05, alpha=0.05, max_new_tokens=8, train_examples=2,
+                      batch_size=2, noise=noise, restore=restore, resume_every=resume_every)
+
+
+def _spec(model_dir: Path, cfg: ESSettings) -> EngineSpec:
+    return EngineSpec(str(model_dir), batch_size=2, noise=cfg.noise, restore=cfg.restore, threads=1)
+
+
+def _weights(path: Path) -> dict:
+    return load_file(str(path / "model.safetensors"))
+
+
+def _run(evaluator, cfg, tmp: Path, name: str, **kw) -> tuple[list[dict], dict]:
+    log = run_es(evaluator, cfg, tmp / name / "resume", progress=False, **kw)
+    evaluator.save(tmp / name / "final")
+    return log, _weights(tmp / name / "final")
+
+
+def _same(a: dict, b: dict) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("noise", ["iid", "correlated"])
+@pytest.mark.parametrize("restore", ["exact", "subtract"])
+def test_two_ray_engines_end_bit_identical_to_the_serial_loop(tiny_model_dir, scoring, ray_local, tmp_path, noise,
+                                                              restore):
+    cfg = _cfg(noise, restore)
+    serial_log, serial = _run(SerialEvaluator(_spec(tiny_model_dir, cfg), scoring), cfg, tmp_path, "serial")
+    evaluator = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
+    try:
+        ray_log, spread = _run(evaluator, cfg, tmp_path, "ray")
+    finally:
+        evaluator.close()
+    assert [r["rewards"] for r in ray_log] == [r["rewards"] for r in serial_log]
+    assert [r["checksum"] for r in ray_log] == [r["checksum"] for r in serial_log]
+    assert ray_log[-1]["engines"] == 2 and serial_log[-1]["engines"] == 1
+    assert _same(serial, spread)
+    base = _weights(tiny_model_dir)
+    assert not _same(base, serial), "training did not change the weights"
+
+
+class _Killing:
+    """The real Ray evaluator; one of its worker processes is SIGKILLed at given points of given iterations."""
+
+    def __init__(self, inner: RayEvaluator, kills: dict[tuple[str, int], int]) -> None:
+        self.inner, self.kills, self.calls = inner, kills, {"rewards": 0, "apply_update": 0}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _maybe_kill(self, phase: str) -> None:
+        worker = self.kills.get((phase, self.calls[phase]))
+        if worker is not None:
+            os.kill(self.inner.pids()[worker], signal.SIGKILL)
+            time.sleep(0.5)  # let Ray notice the death, as it would for a crash mid-call
+        self.calls[phase] += 1
+
+    def rewards(self, seeds, sigma):
+        self._maybe_kill("rewards")
+        return self.inner.rewards(seeds, sigma)
+
+    def apply_update(self, update):
+        self._maybe_kill("apply_update")
+        return self.inner.apply_update(update)
+
+
+def test_a_killed_worker_is_replaced_and_the_run_ends_identical(tiny_model_dir, scoring, ray_local, tmp_path):
+    cfg = _cfg("correlated", "subtract")  # subtract: the replacement must replay every member's perturb/restore
+    serial_log, serial = _run(SerialEvaluator(_spec(tiny_model_dir, cfg), scoring), cfg, tmp_path, "serial")
+    inner = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
+    try:
+        # worker 1 dies as iteration 1's members are sent out; worker 0 between iteration 2's members and update
+        evaluator = _Killing(inner, {("rewards", 1): 1, ("apply_update", 2): 0})
+        log, weights = _run(evaluator, cfg, tmp_path, "killed")
+    finally:
+        inner.close()
+    assert inner.respawned == 2
+    assert [r["rewards"] for r in log] == [r["rewards"] for r in serial_log]
+    assert [r["checksum"] for r in log] == [r["checksum"] for r in serial_log]
+    assert _same(serial, weights)
+
+
+def test_an_interrupted_run_resumes_bit_identically(tiny_model_dir, scoring, ray_local, tmp_path):
+    cfg = _cfg("iid", "subtract", iterations=3, resume_every=1)
+    _, serial = _run(SerialEvaluator(_spec(tiny_model_dir, cfg), scoring), cfg, tmp_path, "serial")
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_two(row: dict) -> None:
+        if row["iteration"] == 1:
+            raise Stop  # the driver dies after iteration 1 (its state after iteration 0 is on disk)
+
+    first = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
+    try:
+        with pytest.raises(Stop):
+            run_es(first, cfg, tmp_path / "run" / "resume", on_iteration=stop_at_two, progress=False)
+    finally:
+        first.close()
+    assert json.loads((tmp_path / "run/resume/state.json").read_text())["completed_iterations"] == 1
+    second = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
+    try:
+        log, weights = _run(second, cfg, tmp_path, "run")
+    finally:
+        second.close()
+    assert len(log) == 3 and _same(serial, weights)
+
+
+def test_engines_that_disagree_stop_the_run(tiny_model_dir, scoring, ray_local, tmp_path):
+    cfg = _cfg("iid", "exact", iterations=1)
+    evaluator = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
+    try:
+        ray.get(evaluator.actors[1].update.remote([123], [1.0], 0.1))  # one engine moved on its own
+        with pytest.raises(EngineMismatch, match="different weights"):
+            run_es(evaluator, cfg, tmp_path / "resume", progress=False)
+    finally:
+        evaluator.close()
