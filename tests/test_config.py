@@ -6,7 +6,6 @@ import copy
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Callable
 
 import pytest

@@ -262,7 +262,7 @@ def train_ppo(
     return actor, tok, rows
 
 
-def _generate_padded(actor: nn.Module, enc: dict, cfg: PPOConfig, tok: Any) -> torch.Tensor:
+def _generate_padded(actor: nn.Module, enc: dict, cfg: PPOSettings, tok: Any) -> torch.Tensor:
     """Generate in micro-batches and right-pad the sequences to one length."""
     outs = []
     for i in range(0, cfg.batch_size, cfg.micro_batch_size):

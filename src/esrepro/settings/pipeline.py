@@ -59,7 +59,7 @@ class DataSource(Settings):
 class Dataset(Settings):
     """A task's data: ``data/prepared/{task}/{split}.jsonl`` is prepared from this."""
 
-    source: DataSource
+    source: DataSource = Field(description="where the data comes from (the source block)")
     seed: int = Field(0, ge=0, description="seed of generated data and of shuffles")
 
 
@@ -157,8 +157,8 @@ class Study(Settings):
     keep_every: int = Field(ge=1, description="keep the weights every K iterations/steps (the Pareto figure's points)")
     reward_cutoff: float | None = Field(None, description="Table 2 keeps a configuration whose mean reward over seeds "
                                         "is at least this (null keeps all)")
-    es: ESSweep | None = None
-    grpo: GRPOSweep | None = None
+    es: ESSweep | None = Field(None, description="the ES runs: one per sigma (es-sweep block)")
+    grpo: GRPOSweep | None = Field(None, description="the GRPO runs: one per beta (grpo-sweep block)")
 
 
 class Studies(Settings):

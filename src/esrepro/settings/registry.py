@@ -63,9 +63,9 @@ class Build(Settings):
     """How a tiny model is built locally: tokenizer, architecture, warm start."""
 
     seed: int = Field(0, ge=0, description="seed of the initialisation, the data and the SFT")
-    tokenizer: Tokenizer
-    architecture: Architecture
-    sft: WarmStart
+    tokenizer: Tokenizer = Field(description="the byte-level BPE (tokenizer block)")
+    architecture: Architecture = Field(description="the Qwen2 architecture (architecture block)")
+    sft: WarmStart = Field(description="the warm-start SFT (sft block)")
 
 
 class ModelEntry(Settings):

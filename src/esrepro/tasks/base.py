@@ -39,6 +39,20 @@ class Task:
     def __init__(self, **options: Any) -> None:
         self.options = options
 
+    #: The module holding this task's data functions ``prepare(out_dir, source, seed[, hub=])`` and
+    #: ``split_sizes(source)``; None: the task's own module.
+    data_module: ClassVar[str | None] = None
+
+    @classmethod
+    def _data_function(cls, name: str) -> Any:
+        import importlib
+
+        fn = getattr(importlib.import_module(cls.data_module or cls.__module__), name, None)
+        if fn is None:
+            what = "has no data preparation" if name == "prepare" else "cannot tell its split sizes"
+            raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) {what}")
+        return fn
+
     @classmethod
     def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
         """Write ``out_dir/{split}.jsonl`` from ``source`` (a config ``data.<task>.source``).
@@ -46,13 +60,14 @@ class Task:
         Returns ``{"splits": {split: {"n", "sha256"}}, "provenance": {...} or {}}``;
         ``hub`` replaces the Hugging Face client for hub sources (tests).
         """
-        raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) has no data preparation")
+        fn = cls._data_function("prepare")
+        return fn(out_dir, source, seed) if hub is None else fn(out_dir, source, seed, hub=hub)
 
     @classmethod
     def split_sizes(cls, source: dict) -> dict[str, int | None]:
         """Rows per split that ``prepare`` will write from ``source``, without preparing;
         None where only the data can tell (local and hub sources)."""
-        raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) cannot tell its split sizes")
+        return cls._data_function("split_sizes")(source)
 
     def load(self, split: str, data_dir: str | Path) -> list[dict]:
         """Read the prepared examples of ``split`` from ``data_dir/{split}.jsonl``."""

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import source_kind, write_prepared
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 TASK = "conciseness"
 DATA_FILE = "data/conciseness.yaml"
@@ -85,15 +83,6 @@ class ConcisenessTask(Task):
 
     name: ClassVar[str] = "conciseness"
 
-    @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """The packaged prompts (the module-level :func:`prepare`); ``hub`` is unused."""
-        return prepare(out_dir, source, seed)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
-        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return example["prompt"]

@@ -16,15 +16,13 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from esrepro.fetch import fetch_url
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.safe_arith import try_safe_eval
 from esrepro.tasks.sources import write_prepared
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 # ---------------------------------------------------------------------------------------------
 # Prompt
@@ -237,15 +235,6 @@ class CountdownTask(Task):
         super().__init__(reward=reward, **options)
         self.reward = reward
 
-    @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """Countdown's splits (the module-level :func:`prepare`); ``hub`` is unused."""
-        return prepare(out_dir, source, seed)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
-        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         """The authors' prompt for ``example``."""

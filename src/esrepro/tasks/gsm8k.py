@@ -16,15 +16,12 @@ same here.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
 from esrepro.tasks.base import Score
 from esrepro.tasks.math import MAX_ANSWER_CHARS, MathTask, _preview, last_boxed, verify_answer
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 _DIGITS = frozenset("0123456789")
 _NUMBER_CHARS = _DIGITS | {",", "."}
@@ -99,20 +96,8 @@ class GSM8KTask(MathTask):
     plus ``boxed_only`` (default False: use the ``####`` and last-number fallbacks)."""
 
     name: ClassVar[str] = "gsm8k"
+    data_module: ClassVar[str | None] = "esrepro.tasks.gsm8k_data"
 
-    @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """GSM8K's splits (:func:`esrepro.tasks.gsm8k_data.prepare`)."""
-        from esrepro.tasks import gsm8k_data
-
-        return gsm8k_data.prepare(out_dir, source, seed, hub=hub)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (:func:`esrepro.tasks.gsm8k_data.split_sizes`)."""
-        from esrepro.tasks import gsm8k_data
-
-        return gsm8k_data.split_sizes(source)
 
     def score(self, response: str, example: dict) -> Score:
         max_chars = int(self.options.get("max_answer_chars", MAX_ANSWER_CHARS))

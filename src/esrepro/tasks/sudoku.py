@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import EMBEDDED, source_count, source_kind, write_prepared
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 TASK = "sudoku"
 DEFAULT_N_TRAIN = 64
@@ -348,15 +346,6 @@ class SudokuTask(Task):
 
     name: ClassVar[str] = "sudoku"
 
-    @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """Generated puzzles (the module-level :func:`prepare`); ``hub`` is unused."""
-        return prepare(out_dir, source, seed)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (the module-level :func:`split_sizes`)."""
-        return split_sizes(source)
 
     def prompt(self, example: dict) -> str:
         return sudoku_prompt(example["puzzle"])
