@@ -206,3 +206,25 @@ def test_each_path_hashed_once(chain: Path, monkeypatch: pytest.MonkeyPatch) -> 
     report = audit(f"{TABLE}.csv")
     assert report.ok and calls and max(calls.values()) == 1
     assert len(report.files) > len(calls)  # test.jsonl is checked against several manifests
+
+
+def test_consumers_cite_the_producers_hash_and_audit_still_catches_a_change(chain: Path) -> None:
+    """A checkpoint is hashed where it is produced; its evaluations cite that record instead of re-reading it."""
+    import json
+    import os
+    import time
+
+    from esrepro.provenance import input_record
+
+    ev = json.loads(Path(f"{EVAL_ES}/manifest.json").read_text())
+    produced = json.loads(Path(f"{RUN}/manifest.json").read_text())["outputs"]["checkpoint"]["sha256"]
+    assert ev["inputs"]["model"]["sha256"] == produced
+    assert ev["inputs"]["model"]["cited_from"] == f"{RUN}/manifest.json"
+    assert input_record(f"{DATA}/test.jsonl")["cited_from"] == f"{DATA}/manifest.json"
+    # a file changed after its producer wrote the manifest is hashed afresh (and audit names it)
+    later = time.time() + 5
+    _poke(f"{CKPT}/model.safetensors")
+    os.utime(f"{CKPT}/model.safetensors", (later, later))
+    fresh = input_record(CKPT)
+    assert "cited_from" not in fresh and fresh["sha256"] != produced
+    assert audit(f"{TABLE}.csv").first_failure.path == CKPT

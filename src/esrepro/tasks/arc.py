@@ -178,6 +178,7 @@ class ArcTask(Task):
     """ARC-AGI with exact-match grading; no options."""
 
     name: ClassVar[str] = "arc"
+    data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 
 
     def prompt(self, example: dict) -> str:

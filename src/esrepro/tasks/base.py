@@ -40,14 +40,14 @@ class Task:
         self.options = options
 
     #: The module holding this task's data functions ``prepare(out_dir, source, seed[, hub=])`` and
-    #: ``split_sizes(source)``; None: the task's own module.
+    #: ``split_sizes(source)`` (often the task's own: ``data_module = __name__``); None: the task has none.
     data_module: ClassVar[str | None] = None
 
     @classmethod
     def _data_function(cls, name: str) -> Any:
         import importlib
 
-        fn = getattr(importlib.import_module(cls.data_module or cls.__module__), name, None)
+        fn = getattr(importlib.import_module(cls.data_module), name, None) if cls.data_module else None
         if fn is None:
             what = "has no data preparation" if name == "prepare" else "cannot tell its split sizes"
             raise NotImplementedError(f"task {cls.name!r} ({cls.__name__}) {what}")

@@ -82,6 +82,7 @@ class ConcisenessTask(Task):
     """Conciseness; options ``correct_by`` (``"answer"``/``"length"``), ``length_includes_prompt``."""
 
     name: ClassVar[str] = "conciseness"
+    data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 
 
     def prompt(self, example: dict) -> str:

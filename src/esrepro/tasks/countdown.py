@@ -16,7 +16,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from esrepro.fetch import fetch_url
 from esrepro.tasks.base import Score, Task
@@ -228,6 +228,7 @@ class CountdownTask(Task):
     """
 
     name = "countdown"
+    data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 
     def __init__(self, reward: str = "authors", **options: Any) -> None:
         if reward not in REWARDS:

@@ -98,7 +98,6 @@ class GSM8KTask(MathTask):
     name: ClassVar[str] = "gsm8k"
     data_module: ClassVar[str | None] = "esrepro.tasks.gsm8k_data"
 
-
     def score(self, response: str, example: dict) -> Score:
         max_chars = int(self.options.get("max_answer_chars", MAX_ANSWER_CHARS))
         if self.options.get("boxed_only", False):

@@ -34,14 +34,11 @@ from __future__ import annotations
 import logging
 import re
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, GradingPool, shared_pool
 
-if TYPE_CHECKING:
-    from esrepro.tasks.sources import HubClient
 
 QWEN_MATH_TEMPLATE = (
     "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -307,18 +304,16 @@ class MathTask(Task):
     name: ClassVar[str] = "math"
 
     @classmethod
-    def prepare(cls, out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | None = None) -> dict[str, Any]:
-        """The set's ``test.jsonl`` (:func:`esrepro.tasks.math_data.prepare`)."""
+    def _data_function(cls, name: str) -> Any:
+        """The five math sets share :mod:`esrepro.tasks.math_data` (keyed by the set's name); a math-format
+        task with data of its own (GSM8K) names its module in ``data_module``."""
+        if cls.data_module:
+            return super()._data_function(name)
+        import functools
+
         from esrepro.tasks import math_data
 
-        return math_data.prepare(cls.name, out_dir, source, seed, hub=hub)
-
-    @classmethod
-    def split_sizes(cls, source: dict) -> dict[str, int | None]:
-        """Rows :meth:`prepare` will write (:func:`esrepro.tasks.math_data.split_sizes`)."""
-        from esrepro.tasks import math_data
-
-        return math_data.split_sizes(cls.name, source)
+        return functools.partial(getattr(math_data, name), cls.name)
 
     def prompt(self, example: dict) -> str:
         return qwen_math_prompt(example["problem"])
@@ -329,7 +324,6 @@ class MathTask(Task):
     def extract(self, response: str) -> str | None:
         """The answer a response commits to (its last box)."""
         return last_boxed(response, max_chars=int(self.options.get("max_answer_chars", MAX_ANSWER_CHARS)))
-
     def score(self, response: str, example: dict) -> Score:
         pred = self.extract(response)
         correct, details = verify_answer(

@@ -345,6 +345,7 @@ class SudokuTask(Task):
     """Sudoku; option ``partial`` (bool, default False) as in the module docstring."""
 
     name: ClassVar[str] = "sudoku"
+    data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 
 
     def prompt(self, example: dict) -> str:
