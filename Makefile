@@ -36,8 +36,10 @@ test: install
 dry-run-paper: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/paper.yaml
 
+# ES against pure inference on the CPU (random-weight tiny model), then bf16 drift; GPU runs: see README
 benchmark: install
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_iteration.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_engine.py --build-shape tiny --population 8 \
+		--prompts 32 --new-tokens 64 --iterations 3 --drift-cycles 1000 --json results/benchmarks/es_engine.json
 
 clean:
 	rm -rf results/models results/runs results/eval results/tables results/figures results/logs results/reports results/ro-crate data/prepared .snakemake

@@ -26,7 +26,7 @@ from esrepro.backends.vllm_layout import (
 )
 from esrepro.es.noise import noise_like, tensor_noise, tensor_seed
 from esrepro.es.ops import perturb_, restore_subtract_, update_
-from esrepro.es.weights import hf_checksum
+from esrepro.es.weights import ESWeights, hf_checksum
 
 torch.set_num_threads(1)
 
@@ -192,13 +192,14 @@ def test_update_then_convert_equals_convert_then_update(name, make_config, tp, v
 
 
 def simulated_ranks(state, layout, **options) -> tuple[list[ShardedWeights], callable]:
-    """One ShardedWeights per rank, and a gather that hands rank 0 every rank's copy of a parameter."""
+    """One ShardedWeights per rank, and a gather that hands rank 0 every rank's copy of a parameter (or master)."""
     ranks = [ShardedWeights(st, layout, r, **options) for r, st in enumerate(shards(state, layout))]
-    name_of = {id(p): s.name for s, p in zip(ranks[0].specs, ranks[0].params)}
+    where = {id(p): ("params", s.name) for s, p in zip(ranks[0].specs, ranks[0].params)}
+    where.update({id(m): ("masters", s.name) for s, m in zip(ranks[0].specs, ranks[0].masters or [])})
 
     def gather(t):
-        name = name_of[id(t)]
-        return [w.params[[s.name for s in w.specs].index(name)] for w in ranks]
+        kind, name = where[id(t)]
+        return [getattr(w, kind)[[s.name for s in w.specs].index(name)] for w in ranks]
 
     return ranks, gather
 
@@ -384,3 +385,116 @@ def test_vllm_engine_matches_the_hf_weights(tp, tmp_path_factory):
     engine.save(out)
     reloaded = load_model(out, dtype="bfloat16", device="cpu")
     assert hf_checksum(reloaded.named_parameters()) == engine.checksum()
+
+
+# ---------------------------------------------------------------- resume state (CPU)
+
+
+def hf_engine_weights(state: dict[str, torch.Tensor], **options) -> ESWeights:
+    """The transformers engine's ES state over ``state``'s tensors (what HFEngine holds)."""
+    return ESWeights(list(state.values()), **options)
+
+
+def masters_of(ranks: list[ShardedWeights], gather) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in ranks[0].hf_state(gather).items() if k.startswith("m")}
+
+
+@pytest.mark.parametrize("masters", [None, "float32"], ids=["exact-snapshot", "fp32-masters"])
+@pytest.mark.parametrize("name,make_config,tp", [CASES[2], CASES[4]], ids=[IDS[2], IDS[4]])
+def test_sharded_resume_state_is_the_hf_engines_file(name, make_config, tp, masters, tmp_path):
+    """Ranks write what ESWeights.state() holds for the HF model (p{k}, m{k}), and load it back at any TP size."""
+    config = make_config()
+    layout = build_layout(config, tp)
+    options = dict(noise="iid", restore="exact", master_weights=masters)
+    state = hf_state(config, torch.bfloat16)
+    hf = hf_engine_weights(state, **options)
+    ranks, gather = simulated_ranks(state, layout, **options)
+    for w in [hf, *ranks]:
+        w.apply_update([1, 2], [0.8, -0.8], 1e-3)  # below a bf16 ulp for many weights: masters differ from weights
+    expected = hf.state()
+    assert ranks[1].save_state(tmp_path / "rank1.safetensors", lambda t: None) is False
+    assert ranks[0].save_state(tmp_path / "state.safetensors", gather) is True
+    saved = load_file(str(tmp_path / "state.safetensors"))
+    assert set(saved) == set(expected) and (masters is None) == (not any(k.startswith("m") for k in saved))
+    assert_same({k: saved[k] for k in expected}, expected)
+
+    # load into ranks of another tensor-parallel size that hold other weights
+    other = build_layout(config, 1 if tp == 2 else 2)
+    fresh, gather_fresh = simulated_ranks(hf_state(config, torch.bfloat16, seed=1), other, **options)
+    for w in fresh:
+        w.load_state_file(tmp_path / "state.safetensors")
+    assert fresh[0].checksum(gather_fresh) == hf_checksum(state.items())
+    if masters:
+        assert_same(masters_of(fresh, gather_fresh), {k: v for k, v in expected.items() if k.startswith("m")})
+    # the exact-restore copy follows the loaded weights, not the ones built with
+    for w in fresh:
+        w.perturb(7, 0.5)
+        w.restore(7, 0.5)
+    assert fresh[0].checksum(gather_fresh) == hf_checksum(state.items())
+    # and the next update continues from the masters: same as the HF engine's
+    for w in [hf, *fresh]:
+        w.apply_update([3], [1.0], 1e-3)
+    assert fresh[0].checksum(gather_fresh) == hf_checksum(state.items())
+
+
+def test_hf_engine_resume_file_loads_into_vllm_shards(tiny_model_dir, tmp_path):
+    """The transformers engine's save_state file (a real checkpoint's parameters) loads into simulated vLLM ranks."""
+    from transformers import AutoConfig
+
+    from esrepro.backends.hf import HFEngine
+    from esrepro.models.loading import load_model
+
+    engine = HFEngine(tiny_model_dir, restore="exact", master_weights="float32")
+    engine.apply_update([5], [1.0], 0.05)
+    engine.save_state(tmp_path / "state.safetensors")
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    layout = build_layout(config, 1)
+    base = {n: p.data for n, p in load_model(tiny_model_dir).named_parameters()}
+    ranks, gather = simulated_ranks(base, layout, restore="exact", master_weights="float32")
+    assert ranks[0].checksum(gather) != engine.checksum()
+    ranks[0].load_state_file(tmp_path / "state.safetensors")
+    assert ranks[0].checksum(gather) == engine.checksum()
+
+
+def test_sharded_resume_state_refuses_a_file_of_another_kind(tmp_path):
+    config = qwen2()
+    layout = build_layout(config, 2)
+    state = hf_state(config, torch.float32)
+    plain, gather = simulated_ranks(state, layout, restore="exact")
+    with_masters, _ = simulated_ranks(state, layout, restore="exact", master_weights="float32")
+    plain[0].save_state(tmp_path / "plain.safetensors", gather)
+    with pytest.raises(KeyError, match="no float32 masters"):
+        with_masters[0].load_state_file(tmp_path / "plain.safetensors")
+    partial = load_file(str(tmp_path / "plain.safetensors"))
+    del partial["p3"]
+    from safetensors.torch import save_file
+
+    save_file(partial, str(tmp_path / "partial.safetensors"))
+    with pytest.raises(KeyError, match=r"lacks weights \['p3'\]"):
+        plain[1].load_state_file(tmp_path / "partial.safetensors")
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_engine_resume_state_round_trip(tmp_path_factory):
+    from conftest import make_model_dir
+
+    from esrepro.backends.hf import HFEngine
+    from esrepro.backends.vllm_engine import VLLMEngine
+
+    model_dir = make_model_dir(tmp_path_factory.mktemp("gpu_model"), GPU_ARCH)
+    engine = VLLMEngine(model_dir, dtype="bfloat16", gpu_memory_utilization=0.3, max_model_len=256,
+                        enforce_eager=True, master_weights="float32")
+    prompts = ["Using the numbers [3 4], make 7."]
+    engine.apply_update([1, 2], [1.0, -1.0], 0.01)
+    saved_sum, saved_out = engine.checksum(), engine.generate(prompts, 16)
+    state = tmp_path_factory.mktemp("resume") / "state.safetensors"
+    engine.save_state(state)
+    engine.apply_update([3], [1.0], 0.01)
+    assert engine.checksum() != saved_sum
+    engine.load_state(state)
+    assert engine.checksum() == saved_sum
+    assert engine.generate(prompts, 16) == saved_out  # prefix cache dropped with the old weights
+    hf = HFEngine(model_dir, dtype="bfloat16", device="cuda", master_weights="float32")
+    hf.load_state(state)  # the same file serves the transformers engine
+    assert hf.checksum() == saved_sum

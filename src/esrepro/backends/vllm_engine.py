@@ -4,8 +4,9 @@ Only seeds and scalars cross process boundaries. :class:`VLLMEngine` lives in th
 talks to vLLM's workers through ``LLM.collective_rpc``; :class:`ESWorkerExtension` is mixed
 into every worker (``LLM(worker_extension_cls=...)``) and applies, on the worker's own
 tensor-parallel rank, exactly the noise the transformers backend applies to the HF
-parameters (see :mod:`esrepro.backends.vllm_layout`). Checksums and checkpoints are always
-computed over the HF layout, so every engine holding the same weights agrees.
+parameters (see :mod:`esrepro.backends.vllm_layout`). Checksums, checkpoints and the resume
+state are always in the HF layout, so every engine holding the same weights agrees, and a
+resume file written by one backend or tensor-parallel size loads into any other.
 
 vLLM 0.30.0 API used (verified in its source): ``LLM(model, dtype=, tensor_parallel_size=,
 seed=, gpu_memory_utilization=, enable_prefix_caching=, skip_tokenizer_init=,
@@ -112,6 +113,55 @@ class ShardedWeights(ESWeights):
             return None
         return combine_digests((t.name, digests[t.name]) for t in self.layout.hf)
 
+    def hf_state(self, gather: Gather) -> dict[str, torch.Tensor] | None:
+        """The resume tensors in HF layout, on the gathering rank (else None): ``p{k}`` the weights and, with
+        masters, ``m{k}`` the float32 masters, ``k`` the HF parameter's index.
+
+        This is exactly what :meth:`ESWeights.state` holds for the transformers engine, so one resume file
+        serves either backend at any tensor-parallel size. Every rank must call it (the gathers are collective).
+        """
+        index = {t.name: t.index for t in self.layout.hf}
+        out: dict[str, torch.Tensor] = {}
+        copies = [("p", self.params)] + ([("m", self.masters)] if self.masters is not None else [])
+        for prefix, tensors in copies:
+            for spec, t in zip(self.specs, tensors):
+                per_rank = gather(t)
+                if per_rank is not None:
+                    for name, hf in param_to_hf(spec.name, per_rank, self.layout).items():
+                        out[f"{prefix}{index[name]}"] = hf.detach().cpu().contiguous()
+        return dict(sorted(out.items(), key=lambda kv: (kv[0][0] == "m", int(kv[0][1:])))) or None
+
+    def save_state(self, path: str | Path, gather: Gather) -> bool:
+        """Write :meth:`hf_state` to the safetensors file ``path`` on the gathering rank; whether this rank wrote it."""
+        from safetensors.torch import save_file
+
+        state = self.hf_state(gather)
+        if state is None:
+            return False
+        save_file(state, str(path))
+        return True
+
+    def load_hf_state(self, read: Callable[[str], torch.Tensor], keys: set[str], source: str = "the state") -> None:
+        """Set this rank's weights (and masters) from HF-layout resume tensors (:meth:`hf_state`, or the transformers
+        engine's ``save_state``): ``read(key)`` returns tensor ``key`` of ``keys``. Each shard is cut from the HF
+        tensors it holds when it is copied in (one at a time); the exact-restore snapshot is refreshed after."""
+        want = {f"p{t.index}" for t in self.layout.hf}
+        masters = {f"m{t.index}" for t in self.layout.hf}
+        if not want <= keys:
+            raise KeyError(f"{source} lacks weights {sorted(want - keys)[:5]} of the {self.layout.model_type} layout")
+        if self.masters is not None and not masters <= keys:
+            raise KeyError(f"{source} has no float32 masters (m*), but this engine keeps them (master_weights)")
+        if self.masters is None and masters & keys:
+            raise KeyError(f"{source} has float32 masters (m*), but this engine keeps none (master_weights: null)")
+        self.load_state(_ShardsFromHF(self.specs, read, source))
+
+    def load_state_file(self, path: str | Path) -> None:
+        """:meth:`load_hf_state` from the safetensors file ``path`` (read lazily, tensor by tensor)."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            self.load_hf_state(f.get_tensor, set(f.keys()), str(path))
+
     def save(self, path: str | Path, gather: Gather) -> bool:
         """Write ``model.safetensors`` (HF names and layout) into directory ``path`` on the gathering rank."""
         from safetensors.torch import save_file
@@ -122,6 +172,34 @@ class ShardedWeights(ESWeights):
         ordered = {t.name: state[t.name] for t in self.layout.hf}
         save_file(ordered, str(Path(path) / "model.safetensors"), metadata={"format": "pt"})
         return True
+
+
+class _ShardsFromHF(Mapping[str, torch.Tensor]):
+    """One rank's resume tensors, ``p{j}`` / ``m{j}`` for its ``j``-th vLLM parameter, cut on access from the
+    HF-layout tensors ``p{k}`` / ``m{k}`` that ``read`` returns (zero in vocabulary padding)."""
+
+    def __init__(self, specs: Sequence[ShardSpec], read: Callable[[str], torch.Tensor], source: str) -> None:
+        self.specs, self.read, self.source = specs, read, source
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        prefix, j = key[0], int(key[1:])
+        spec = self.specs[j]
+        shard: torch.Tensor | None = None
+        for pc in spec.pieces:
+            hf = self.read(f"{prefix}{pc.hf.index}")
+            if tuple(hf.shape) != pc.hf.shape:
+                raise ValueError(f"{self.source}: {prefix}{pc.hf.index} ({pc.hf.name}) has shape {tuple(hf.shape)}, "
+                                 f"the model has {pc.hf.shape}")
+            if shard is None:
+                shard = torch.zeros(spec.shape, dtype=hf.dtype)
+            shard.narrow(pc.dim, pc.dst, pc.length).copy_(hf.narrow(pc.dim, pc.src, pc.length))
+        return shard
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(f"p{j}" for j in range(len(self.specs)))
+
+    def __len__(self) -> int:
+        return len(self.specs)
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -194,6 +272,13 @@ class ESWorkerExtension:
     def es_save(self, path: str) -> bool:
         return self.es_state.save(path, _tp_gather)
 
+    @torch.no_grad()
+    def es_save_state(self, path: str) -> bool:
+        return self.es_state.save_state(path, _tp_gather)
+
+    def es_load_state(self, path: str) -> None:
+        self.es_state.load_state_file(path)
+
 
 def stop_token_ids(model_dir: str | Path, tokenizer=None) -> list[int]:
     """Every end-of-sequence id: generation_config.json's ``eos_token_id`` (int or list), else config.json's,
@@ -261,6 +346,7 @@ class VLLMEngine:
         self.chat = chat
         self.max_prompt_tokens = max_prompt_tokens
         self.truncated = 0
+        self.generated_tokens = 0
         self.llm = LLM(
             model=str(self.model_dir),
             dtype=dtype,
@@ -295,7 +381,13 @@ class VLLMEngine:
         )
         requests = [{"prompt_token_ids": self._prompt_ids(p)} for p in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        return self.tokenizer.batch_decode([list(o.outputs[0].token_ids) for o in outputs], skip_special_tokens=True)
+        rows = [list(o.outputs[0].token_ids) for o in outputs]
+        self.generated_tokens += sum(len(r) for r in rows)
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    def token_count(self) -> int:
+        """Tokens generated since this engine was built."""
+        return self.generated_tokens
 
     def _weights_changed(self) -> None:
         if self.prefix_caching and not self.llm.reset_prefix_cache():
@@ -324,6 +416,20 @@ class VLLMEngine:
         if len(sums) != 1:
             raise RuntimeError(f"expected one rank to return the checksum, got {len(sums)}")
         return sums[0]
+
+    def save_state(self, path: str | Path) -> None:
+        """Write the resume tensors (weights, fp32 masters; HF layout: the transformers engine's file) to ``path``."""
+        written = self.llm.collective_rpc("es_save_state", args=(str(path),))
+        if sum(bool(w) for w in written) != 1:
+            raise RuntimeError(f"expected one rank to write the resume state, got {written}")
+
+    def load_state(self, path: str | Path) -> None:
+        """Set the weights (and masters) from :meth:`save_state`'s file (or the transformers engine's); every rank
+        reads its own shards from it, then refreshes its exact-restore snapshot."""
+        if not Path(path).exists():
+            raise FileNotFoundError(f"no resume state at {path}")
+        self.llm.collective_rpc("es_load_state", args=(str(path),))
+        self._weights_changed()
 
     def save(self, path: str | Path) -> None:
         """Write HF safetensors, config (dtype set to the engine's), generation config and tokenizer into ``path``."""

@@ -33,7 +33,7 @@ def make_evaluator(ctx: TrainContext):
     spec = EngineSpec(model_dir=str(ctx.model_dir), backend=cfg.backend, dtype=ctx.dtype, device=ctx.device,
                       batch_size=cfg.batch_size, chat=ctx.chat, noise=cfg.noise, restore=cfg.restore,
                       master_weights=cfg.master_weights, threads=threads,
-                      tensor_parallel_size=cfg.tensor_parallel_size)
+                      tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation)
     scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
                       options=dict(ctx.task.options))
     engines = engine_count(cfg.engines, ctx.device)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """How to build one engine: backend, model, device, generation batch and the ES weight options."""
+    """How to build one engine: backend, model, device, generation batch and path, and the ES weight options."""
 
     model_dir: str
     backend: Literal["hf", "vllm"] = "hf"
@@ -23,6 +23,7 @@ class EngineSpec:
     threads: int = 1
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.8
+    generation: str = "default"  # the hf backend's generation path (esrepro.backends.hf)
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
@@ -34,7 +35,8 @@ class EngineSpec:
             from esrepro.backends.hf import HFEngine
 
             return HFEngine(self.model_dir, dtype=self.dtype, device=self.device, batch_size=self.batch_size,
-                            chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, **weights)
+                            chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, generation=self.generation,
+                            **weights)
         if self.backend == "vllm":
             from esrepro.backends.vllm_engine import VLLMEngine
 

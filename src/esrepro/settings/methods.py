@@ -18,6 +18,9 @@ from pydantic import Field, model_validator
 
 from esrepro.settings.base import FieldProblem, Settings
 
+#: The transformers backend's generation paths (esrepro.backends.hf).
+Generation = Literal["default", "static", "continuous"]
+
 
 class MethodSettings(Settings):
     """Options every training method has."""
@@ -54,6 +57,17 @@ class ESSettings(MethodSettings):
                                 "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
                                 "1 on CPU")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
+    generation: Generation = Field(
+        "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "
+        "cache and compiled decoding; CUDA graphs on GPU) or continuous (transformers' continuous batching, paged "
+        "attention); greedy outputs are identical on CPU")
+
+    @model_validator(mode="after")
+    def _generation_backend(self) -> "ESSettings":
+        if self.generation != "default" and self.backend != "hf":
+            raise FieldProblem("generation", f"generation {self.generation} is a path of the hf backend; the "
+                               f"{self.backend} backend generates its own way (leave generation at default)")
+        return self
 
 
 class RLSettings(MethodSettings):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from esrepro.settings.base import FieldProblem, Settings
+from esrepro.settings.methods import Generation
 
 TASK_NAME = r"^[a-z0-9_]+$"
 METHOD_NAME = r"^[a-z0-9]+$"
@@ -74,6 +75,9 @@ class EvalSettings(Settings):
                                           "models)")
     train_task: str | None = Field(None, description="evaluate the runs trained on this task (default: the task "
                                    "itself); base models are always evaluated")
+    generation: Generation = Field(
+        "default", description="generation path: default (generate, dynamic KV cache), static (static KV cache and "
+        "compiled decoding) or continuous (transformers' continuous batching); greedy outputs are identical on CPU")
 
 
 class KLSettings(Settings):

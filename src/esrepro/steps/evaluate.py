@@ -26,7 +26,7 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
     device = pick_device(device)
     backend = HFBackend(model_dir, dtype=dtype, device=device, batch_size=settings.batch_size, chat=chat,
-                        max_prompt_tokens=settings.max_prompt_tokens)
+                        max_prompt_tokens=settings.max_prompt_tokens, generation=settings.generation)
     result = run_evaluation(backend, task_obj, examples, settings.max_new_tokens, settings.batch_size)
     result.metrics["truncated_prompts"] = backend.truncated
     root = Path(out)
