@@ -43,9 +43,14 @@ def make_evaluator(ctx: TrainContext):
 
     on_gpu = ctx.device.startswith("cuda")
     ensure_ray(num_cpus=None if on_gpu else engines * threads)
-    per_engine = {"num_gpus": cfg.tensor_parallel_size, "num_cpus": 1} if on_gpu else {"num_cpus": threads}
     if on_gpu:
-        spec = EngineSpec(**{**spec.__dict__, "device": "cuda"})
+        # engines share GPUs when there are more engines than GPUs (e.g. 2 engines on 1 GPU)
+        gpus = max(1, torch.cuda.device_count())
+        share = cfg.tensor_parallel_size if engines * cfg.tensor_parallel_size <= gpus else gpus / engines
+        per_engine = {"num_gpus": share, "num_cpus": 1}
+        spec = EngineSpec(**{**spec.__dict__, "device": "cuda"})  # each actor sees its own GPU as cuda:0
+    else:
+        per_engine = {"num_cpus": threads}
     return RayEvaluator(spec, scoring, engines, per_engine)
 
 
