@@ -36,7 +36,7 @@ class HFBackend:
     ) -> None:
         self.tokenizer = load_tokenizer(model_dir)
         self.tokenizer.padding_side = "left"
-        self.model = load_model(model_dir, dtype=dtype, device=device)
+        self.model = self._load_model(model_dir, dtype, device)
         self.device = device
         self.batch_size = batch_size
         self.chat = chat
@@ -45,6 +45,10 @@ class HFBackend:
         self.eos_ids = sorted(eos_token_ids(self.tokenizer, self.model))
         if max_prompt_tokens is not None:
             self.tokenizer.truncation_side = "left"
+
+    def _load_model(self, model_dir: str | Path, dtype: str, device: str) -> torch.nn.Module:
+        """The causal LM to generate with (a subclass may load it otherwise, e.g. with an adapter)."""
+        return load_model(model_dir, dtype=dtype, device=device)
 
     def format_prompt(self, prompt: str) -> str:
         """The text the model sees for ``prompt`` (wrapped in the chat template when ``chat``)."""

@@ -20,5 +20,6 @@ def ensure_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> None
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address="auto", runtime_env={"env_vars": env}, log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, runtime_env={"env_vars": env},
-                 log_to_driver=False, configure_logging=False)
+        # address="local": a Ray of this job's own, even when another job on the machine left one running
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 runtime_env={"env_vars": env}, log_to_driver=False, configure_logging=False)
