@@ -190,7 +190,8 @@ class Plan:
         return out
 
     def final_targets(self) -> list[str]:
-        return self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()
+        out = self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()
+        return list(dict.fromkeys(out))
 
     def report_files(self) -> list[str]:
         return [p for p in self.table_targets() if p.startswith((P.TABLES, P.FIGURES))]
@@ -198,7 +199,8 @@ class Plan:
     def manifests(self) -> list[str]:
         """Every step manifest of the run: data, models, runs, evaluations, tables and figures."""
         out = [f"{d}/{P.MANIFEST}" for d in self.datasets() + self.model_dirs() + self.run_dirs()]
-        out += [f"{p.rsplit('/', 1)[0]}/{P.MANIFEST}" for p in self.eval_metrics() + self.essa_eval_metrics()]
+        out += [f"{p.rsplit('/', 1)[0]}/{P.MANIFEST}"
+                for p in dict.fromkeys(self.eval_metrics() + self.essa_eval_metrics())]
         stems = dict.fromkeys(p.split(".", 1)[0] for p in self.report_files())
         return out + [f"{stem}.manifest.json" for stem in stems]
 

@@ -187,7 +187,8 @@ class ESSAStudy(Settings):
         default_factory=list, description="inference precisions, one run each (essa_<precision>; ESSA Fig. 9; int8 "
         "and int4 need CUDA)")
     grpo: Partial | None = Field(None, description="the GRPO baseline (essa_grpo) over defaults.grpo, trained from the "
-                                 "reference run's SFT start on its fitness problems; null: no baseline (ESSA Fig. 8)")
+                                 "reference run's SFT start on its fitness problems (keep_every required: its snapshots give the held-out "
+                                 "curve); null: no baseline (ESSA Fig. 8)")
     target_accuracy: float = Field(0.76, ge=0, description="held-out accuracy the time-to-target figure measures "
                                    "against (GSM8K: the paper's 0.76)")
 
