@@ -31,6 +31,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/kl.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/conciseness.smk"
+include: "workflow/rules/essa.smk"
 include: "workflow/rules/provenance.smk"
 
 

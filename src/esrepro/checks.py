@@ -26,7 +26,7 @@ def _collect(problems: list[str], fn: Callable[[], object]) -> object:
 def check_pipeline(p: Pipeline) -> None:
     """Raise ConfigError listing every problem of ``p``'s config and registry (nothing when all is well)."""
     problems: list[str] = []
-    for check in (_models, _tasks, _methods, _evaluation, _studies, _sizes):
+    for check in (_models, _tasks, _methods, _evaluation, _studies, _sizes, _essa_study):
         check(p, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
@@ -147,3 +147,57 @@ def _sizes(p: Pipeline, out: list[str]) -> None:
             where = at(src.file, src.block, "train_examples") if src else at(p.source, "methods", method)
             out.append(f"{where}: {s.train_examples} training examples, but data.{task} prepares {n} "
                        f"(method {method}, model {model})")
+
+
+# --- the ESSA study ------------------------------------------------------------------------------
+
+
+def _essa_study(p: Pipeline, out: list[str]) -> None:
+    """studies.essa: models, task, every run's settings, precision against the device, data sizes."""
+    from esrepro.pipeline import ESSA_GRPO, ESSA_REF
+
+    study = p.essa_study()
+    if study is None:
+        return
+    where = at(p.source, "studies", "essa")
+    models = []
+    for i, m in enumerate(study.models):
+        if m in p.registry:
+            models.append(m)
+        else:
+            out.append(f"{where}.models.{i}: {m!r} is not in the registry {p.registry_source}")
+    if study.task not in p.cfg.data:
+        out.append(f"{where}.task: no data.{study.task} entry to train on")
+    if study.task not in p.cfg.evaluate:
+        out.append(f"{where}.task: no evaluate.{study.task} entry saying how the runs are evaluated")
+    clash = set(p.essa_methods()) & set(p.train_methods(study.task))
+    if clash:
+        out.append(f"{where}: method names {sorted(clash)} also in train.{study.task}.methods")
+    if study.grpo is not None and not study.grpo.get("keep_every"):
+        out.append(f"{where}.grpo.keep_every: required: the baseline's held-out curve is scored on its kept "
+                   "snapshots (ESSA Fig. 8)")
+    sizes = {}
+    if study.task in p.cfg.data:
+        from esrepro.tasks import split_sizes
+
+        try:
+            sizes = split_sizes(study.task, p.cfg.data[study.task].source.model_dump(exclude_none=True))
+        except (KeyError, ValueError) as exc:
+            out.append(at(p.source, "data", study.task, "source") + f": {exc}")
+    for model in models:
+        ref = _collect(out, lambda: p.method_settings(model, study.task, ESSA_REF))
+        for method in p.essa_methods():
+            s = ref if method == ESSA_REF else _collect(out, lambda: p.method_settings(model, study.task, method))
+            if s is None:
+                continue
+            if getattr(s, "precision", "native") != "native" and p.cfg.device == "cpu":
+                layer = next(l for l in reversed(p.method_layers(model, study.task, method)) if "precision" in l.values)
+                out.append(f"{at(layer.file, layer.block, 'precision')}: {s.precision} needs a CUDA GPU "
+                           f"(bitsandbytes), but device is cpu (method {method})")
+            n = sizes.get("train")
+            need = s.train_examples if method != ESSA_GRPO or ref is None else ref.sft_examples + s.train_examples
+            if n is not None and need > n:
+                what = ("sft_examples + fitness_examples + val_examples" if method != ESSA_GRPO else
+                        "the reference run's sft_examples + the baseline's train_examples")
+                out.append(f"{where}: method {method} (model {model}) reads {need} training problems ({what}), "
+                           f"but data.{study.task} prepares {n}")

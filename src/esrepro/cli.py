@@ -88,6 +88,10 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "remote": ("--remote", dict(default=None, help="dvc push to this remote afterwards")),
     "target": ("target", dict(help="a table, figure or any recorded output")),
     "root": ("--root", dict(default=".", help="the pipeline's working directory")),
+    # ESSA
+    "sft_dir": ("--sft-dir", dict(required=True, help="the reference ESSA run's sft/ folder (the SFT adapter)")),
+    "ref_spec": ("--ref-spec", dict(type=_json, required=True, help="the reference ESSA run's settings as JSON")),
+    "runs": ("--runs", dict(nargs="+", required=True, help="run directories (log.jsonl and manifest.json in each)")),
 }
 #: Options whose help differs by verb.
 OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
@@ -99,6 +103,8 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("ro-crate", "out"): dict(help="crate folder (replaced)"),
     ("dvc-record", "out"): dict(help="JSON summary of what was recorded"),
     ("eval-summary", "metrics"): dict(help="metrics.json of every evaluation"),
+    ("essa-report", "spec"): dict(help="target_accuracy, sweeps and output stems as JSON"),
+    ("essa-report", "metrics"): dict(nargs="*", default=[], required=False, help="metrics.json of the runs' evaluations"),
     ("prepare-data", "spec"): dict(help="the config's data.<task> block as JSON (source and seed)"),
     ("build-tiny", "spec"): dict(help="the registry entry as JSON"),
     ("fetch-model", "spec"): dict(help="the registry entry as JSON"),
@@ -125,7 +131,7 @@ VERBS: dict[str, Verb] = {
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
     "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry"),
     "fetch-model": Verb("esrepro.steps.models:fetch_model", "download a hub model at its registry revision"),
-    "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, ppo) into a run directory"),
+    "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, ppo, essa) into a run directory"),
     "select": Verb("esrepro.steps.train:select", "keep the best grid cell of an RL method as its run"),
     "evaluate": Verb("esrepro.steps.evaluate:evaluate", "greedy evaluation of a checkpoint on a task split"),
     "kl": Verb("esrepro.steps.kl:kl", "KL(fine-tuned || base) of a run's weights and kept snapshots"),
@@ -140,6 +146,8 @@ VERBS: dict[str, Verb] = {
     "ro-crate": Verb("esrepro.rocrate_export:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
     "dvc-record": Verb("esrepro.dvc_record:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
     "audit": Verb("esrepro.audit:main_audit", "walk a result back to its data, model, config and code"),
+    "essa-grpo": Verb("esrepro.essa.baseline:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),
+    "essa-report": Verb("esrepro.steps.report:essa_report", "the ESSA study's summary table and figures"),
 }
 
 

@@ -37,6 +37,13 @@ CURVES = f"{FIGURES}/countdown_curves"
 PARETO = f"{FIGURES}/conciseness_pareto"
 DISTRIBUTION = f"{FIGURES}/conciseness_distribution"
 EVAL_SUMMARY = f"{REPORTS}/eval_summary.metrics.json"
+# The ESSA study (ESSA paper, arXiv 2507.04453): a summary table and Figures 2, 4, 7, 8, 9.
+ESSA_TABLE = f"{TABLES}/essa_summary"
+ESSA_POPULATION = f"{FIGURES}/essa_population"  # Fig. 4: accuracy against generations; maximum against population
+ESSA_RANK = f"{FIGURES}/essa_rank"  # Fig. 7: accuracy against LoRA rank
+ESSA_ENGINES = f"{FIGURES}/essa_engines"  # Fig. 2: time to the target accuracy against engines
+ESSA_PRECISION = f"{FIGURES}/essa_precision"  # Fig. 9: accuracy against generations per precision
+ESSA_WALLCLOCK = f"{FIGURES}/essa_wallclock"  # Fig. 8: ESSA against GRPO in wall-clock time
 ANALYSIS = f"{REPORTS}/analysis"  # .ipynb and .html
 
 

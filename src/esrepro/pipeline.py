@@ -16,7 +16,7 @@ from typing import Any
 from esrepro.rl.budget import es_sample_budget
 from esrepro.settings.layers import ConfigError, Layer, at, resolve
 from esrepro.settings.methods import Algorithm, MethodSettings, algorithm
-from esrepro.settings.pipeline import EvalSettings, KLSettings, PipelineConfig, Study
+from esrepro.settings.pipeline import ESSAStudy, EvalSettings, KLSettings, PipelineConfig, Study
 from esrepro.settings.registry import ModelEntry, Resources
 
 BASE = "base"  # the untrained model, evaluated as a method of its own
@@ -29,6 +29,12 @@ CPU_ONLY_RULES = ("fetch",)
 FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs ask for
 #: A study's swept hyperparameter per algorithm: (sweep block key, setting name, method-name prefix).
 SWEEPS = {"es": ("sigmas", "sigma", "es_sigma"), "grpo": ("betas", "beta", "grpo_beta")}
+#: The ESSA study's sweeps: (study key, ESSA setting, method-name prefix), one run per value.
+ESSA_SWEEPS = (("populations", "population", "essa_pop"), ("ranks", "rank", "essa_rank"),
+               ("engines", "engines", "essa_eng"), ("precisions", "precision", "essa_"))
+ESSA_STUDY = "essa"
+ESSA_REF = "essa_ref"  # the ESSA study's reference run
+ESSA_GRPO = "essa_grpo"  # its GRPO baseline from the reference run's SFT start
 
 
 def cell_name(cell: dict) -> str:
@@ -95,6 +101,9 @@ class Pipeline:
                 found = self.study_methods(name).get(method)
                 if found is not None:
                     return found
+        essa = self.essa_study()
+        if essa is not None and essa.task == task:
+            return self.essa_methods().get(method)
         return None
 
     def algorithm_of(self, task: str, method: str) -> Algorithm:
@@ -131,6 +140,8 @@ class Pipeline:
     def method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
         """The layers of ``method``'s settings on ``task`` for ``model`` (and grid ``cell``), in order."""
         found = self.study_method(task, method)
+        if found is not None and found.study == ESSA_STUDY:
+            return self._essa_layers(model, method, found)
         if found is not None:
             return self._study_layers(model, method, found)
         algo = self.algorithm_of(task, method)
@@ -171,6 +182,10 @@ class Pipeline:
 
     def _es_budget(self, model: str, task: str, method: str, settings: Any) -> int:
         found = self.study_method(task, method)
+        if found is not None and found.study == ESSA_STUDY:  # the GRPO baseline matches the reference ESSA run
+            from esrepro.essa.data import essa_sample_budget
+
+            return essa_sample_budget(self.method_settings(model, task, ESSA_REF).as_dict())
         if found is not None:
             study = self._studies()[found.study]
             if study.es is None:
@@ -186,7 +201,8 @@ class Pipeline:
 
     # --- studies ---------------------------------------------------------------------
     def _studies(self) -> dict[str, Study]:
-        return {k: v for k, v in self.cfg.studies if v is not None}
+        """The sweep studies (ES sigmas, GRPO betas; the conciseness study); the ESSA study is apart."""
+        return {k: v for k, v in self.cfg.studies if isinstance(v, Study)}
 
     def studies(self) -> dict[str, Study]:
         """The studies this config runs, by name."""
@@ -238,3 +254,57 @@ class Pipeline:
     def train_task_of(self, task: str) -> str:
         """The training task whose runs are evaluated on ``task`` (itself unless ``evaluate.<task>.train_task``)."""
         return (self.cfg.evaluate.get(task) or {}).get("train_task") or task
+
+    # --- the ESSA study ------------------------------------------------------------------
+    def essa_study(self) -> ESSAStudy | None:
+        """``studies.essa``, if this config has it."""
+        return self.cfg.studies.essa
+
+    def essa_methods(self) -> dict[str, StudyMethod]:
+        """The ESSA study's runs by method name: the reference, one per swept value, the GRPO baseline."""
+        study = self.essa_study()
+        if study is None:
+            return {}
+        out = {ESSA_REF: StudyMethod(ESSA_STUDY, "essa", {})}
+        for key, setting, prefix in ESSA_SWEEPS:
+            for value in getattr(study, key):
+                out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value})
+        if study.grpo is not None:
+            out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, "grpo", {})
+        return out
+
+    def essa_sweep(self, key: str) -> list[tuple[Any, str]]:
+        """(value, method) of one sweep (``populations``, ``ranks``, ``engines``, ``precisions``), without the
+        reference run (the figures add it at its own value)."""
+        study = self.essa_study()
+        prefix = {k: p for k, _, p in ESSA_SWEEPS}[key]
+        return [(v, f"{prefix}{v}") for v in getattr(study, key)] if study else []
+
+    def essa_runs(self) -> list[tuple[str, str, int]]:
+        """(model, method, seed) of every ESSA study run, the GRPO baseline included."""
+        study = self.essa_study()
+        if study is None:
+            return []
+        return [(m, meth, s) for m in study.models for meth in self.essa_methods() for s in study.seeds]
+
+    def _essa_layers(self, model: str, method: str, found: StudyMethod) -> list[Layer]:
+        study = self.essa_study()
+        assert study is not None
+        if found.algorithm == "essa":
+            axis = next((k for k, setting, _ in ESSA_SWEEPS if setting in found.swept), None)
+            return [
+                Layer(self.source, "defaults.essa", dict(self.cfg.defaults.essa)),
+                Layer(self.source, "studies.essa.settings", dict(study.settings)),
+                self._registry_layer(model, "essa"),
+                Layer(self.source, f"studies.essa.{axis}" if axis else "studies.essa",
+                      {**found.swept, "algorithm": "essa"}),
+            ]
+        ref = self.method_settings(model, study.task, ESSA_REF)
+        return [
+            Layer(self.source, "defaults.grpo", dict(self.cfg.defaults.grpo)),
+            Layer(self.source, "studies.essa (the reference run's fitness_examples)",
+                  {"train_examples": ref.fitness_examples}),
+            Layer(self.source, "studies.essa.grpo", dict(study.grpo or {})),
+            self._registry_layer(model, "grpo"),
+            Layer(self.source, "studies.essa", {"algorithm": "grpo"}),
+        ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from esrepro import paths as P
-from esrepro.pipeline import BASE, Pipeline
+from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
 
 Run = tuple[str, str, int]  # (model, method, seed)
 
@@ -51,6 +51,7 @@ class Plan:
             return _regex(sorted(grid))
         direct = {m for _, m in trained if m not in grid}
         direct |= {m for name in self.p.studies() for m in self.p.study_methods(name)}
+        direct |= {m for m in self.p.essa_methods() if m != ESSA_GRPO}  # the baseline has its own rule
         return _regex(sorted(direct))
 
     def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
@@ -86,6 +87,7 @@ class Plan:
         """Every training run directory the evaluations read."""
         dirs = [P.fill(P.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
                 for task in self.p.cfg.evaluate for m, meth, s in self.runs(task) if meth != BASE]
+        dirs += [self.essa_run(m, meth, s) for m, meth, s in self.p.essa_runs()]
         return list(dict.fromkeys(dirs))
 
     # --- models and data ---------------------------------------------------------------
@@ -100,9 +102,6 @@ class Plan:
         task = self.p.model(model).build.sft.task
         return [P.fill(P.PREPARED, task=task)] if task in self.p.cfg.data else []
 
-    def model_dirs(self) -> list[str]:
-        return [P.fill(P.BASE_MODEL, model=m) for m in self.models]
-
     def datasets(self) -> list[str]:
         """data/prepared/{task} of every task the run reads: evaluated, trained on, warm-started on."""
         dirs: list[str] = []
@@ -113,7 +112,19 @@ class Plan:
         for model in self.models:
             if self.p.model(model).build is not None:
                 dirs += self.build_inputs(model)
+        study = self.p.essa_study()
+        if study is not None:
+            dirs.append(P.fill(P.PREPARED, task=study.task))
+            for model in study.models:
+                if self.p.model(model).build is not None:
+                    dirs += self.build_inputs(model)
         return list(dict.fromkeys(dirs))
+
+    def model_dirs(self) -> list[str]:
+        """Every base model directory of the run: the configured models and the ESSA study's."""
+        study = self.p.essa_study()
+        models = self.models + (list(study.models) if study else [])
+        return [P.fill(P.BASE_MODEL, model=m) for m in dict.fromkeys(models)]
 
     # --- evaluation and KL ---------------------------------------------------------------
     def eval_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
@@ -175,10 +186,12 @@ class Plan:
         if self.p.studies().get("conciseness"):
             out += [f"{P.TABLE2}.{e}" for e in ("csv", "md", "tex")]
             out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf")]
+        out += self.essa_targets()
         return out
 
     def final_targets(self) -> list[str]:
-        return self.table_targets() + self.eval_metrics() + self.kl_targets()
+        out = self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()
+        return list(dict.fromkeys(out))
 
     def report_files(self) -> list[str]:
         return [p for p in self.table_targets() if p.startswith((P.TABLES, P.FIGURES))]
@@ -186,6 +199,58 @@ class Plan:
     def manifests(self) -> list[str]:
         """Every step manifest of the run: data, models, runs, evaluations, tables and figures."""
         out = [f"{d}/{P.MANIFEST}" for d in self.datasets() + self.model_dirs() + self.run_dirs()]
-        out += [f"{p.rsplit('/', 1)[0]}/{P.MANIFEST}" for p in self.eval_metrics()]
+        out += [f"{p.rsplit('/', 1)[0]}/{P.MANIFEST}"
+                for p in dict.fromkeys(self.eval_metrics() + self.essa_eval_metrics())]
         stems = dict.fromkeys(p.split(".", 1)[0] for p in self.report_files())
         return out + [f"{stem}.manifest.json" for stem in stems]
+
+    # --- the ESSA study --------------------------------------------------------------------
+    def essa_run(self, model: str, method: str, seed: int | str) -> str:
+        """An ESSA study run's directory (the study's task)."""
+        study = self.p.essa_study()
+        assert study is not None, "no studies.essa in this config"
+        return P.fill(P.RUN, task=study.task, model=model, method=method, seed=seed)
+
+    def essa_grpo_regex(self) -> str:
+        """The GRPO baseline's method name when the study has one (its own rule trains it)."""
+        return _regex([ESSA_GRPO] if ESSA_GRPO in self.p.essa_methods() else [])
+
+    def essa_ref_run(self, model: str, seed: int | str) -> str:
+        """The reference ESSA run whose SFT adapter the GRPO baseline starts from."""
+        return self.essa_run(model, ESSA_REF, seed)
+
+    def essa_eval_metrics(self) -> list[str]:
+        """metrics.json of every ESSA study run and of the study's base models, on the study task's eval split."""
+        study = self.p.essa_study()
+        if study is None:
+            return []
+        runs = [(m, BASE, 0) for m in study.models] + self.p.essa_runs()
+        return [f"{self.eval_dir(study.task, m, meth, s)}/metrics.json" for m, meth, s in runs]
+
+    def essa_inputs(self) -> dict[str, list[str]]:
+        """What the ESSA figures read: run logs and manifests, evaluations (run_dir/metrics per run)."""
+        study = self.p.essa_study()
+        if study is None:
+            return {"runs": [], "metrics": []}
+        runs = self.p.essa_runs()
+        return {"runs": [self.essa_run(m, meth, s) for m, meth, s in runs],
+                "metrics": self.essa_eval_metrics()}
+
+    def essa_figures(self) -> list[str]:
+        """Stems of the ESSA figures this config makes (a sweep without values makes none)."""
+        study = self.p.essa_study()
+        if study is None:
+            return []
+        out = [P.ESSA_POPULATION] if study.populations else []
+        out += [P.ESSA_RANK] if study.ranks else []
+        out += [P.ESSA_ENGINES] if study.engines else []
+        out += [P.ESSA_PRECISION] if study.precisions else []
+        out += [P.ESSA_WALLCLOCK] if study.grpo is not None else []
+        return out
+
+    def essa_targets(self) -> list[str]:
+        """Every ESSA table and figure file (manifests excluded)."""
+        if self.p.essa_study() is None:
+            return []
+        out = [f"{P.ESSA_TABLE}.{e}" for e in ("csv", "md")]
+        return out + [f"{stem}.{e}" for stem in self.essa_figures() for e in ("png", "pdf", "csv")]

@@ -48,3 +48,19 @@ def eval_spec(p: Pipeline, task: str) -> dict[str, Any]:
 def kl_spec(p: Pipeline, task: str) -> dict[str, Any]:
     """``kl.<task>`` resolved, and the task's options."""
     return {**p.kl_settings(task).as_dict(), "task_options": p.task_options(task)}
+
+
+def essa_report_spec(p: Pipeline) -> dict[str, Any]:
+    """The ESSA figures' target accuracy, each sweep's methods and every output stem."""
+    from esrepro import paths as P
+    from esrepro.plan import Plan
+
+    study = p.essa_study()
+    sweeps = {key: [m for _, m in p.essa_sweep(key)] for key in ("populations", "ranks", "engines", "precisions")}
+    made = set(Plan(p).essa_figures())
+    stems = {"table": P.ESSA_TABLE}
+    for key, stem in (("populations", P.ESSA_POPULATION), ("ranks", P.ESSA_RANK), ("engines", P.ESSA_ENGINES),
+                      ("precisions", P.ESSA_PRECISION), ("wallclock", P.ESSA_WALLCLOCK)):
+        if stem in made:
+            stems[key] = stem
+    return {"target_accuracy": study.target_accuracy if study else None, "sweeps": sweeps, "stems": stems}

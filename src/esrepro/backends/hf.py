@@ -73,7 +73,7 @@ class HFBackend:
             raise ValueError(f"unknown generation {generation!r}; expected one of {', '.join(GENERATION_MODES)}")
         self.tokenizer = load_tokenizer(model_dir)
         self.tokenizer.padding_side = "left"
-        self.model = load_model(model_dir, dtype=dtype, device=device)
+        self.model = self._load_model(model_dir, dtype, device)
         self.device = device
         self.batch_size = batch_size
         self.chat = chat
@@ -88,6 +88,10 @@ class HFBackend:
         self._continuous_key: tuple[int, int] | None = None  # (requests, tokens per request) the cache holds
         if generation == "static":
             self._compile_config = _compile_config(self.model.device)
+
+    def _load_model(self, model_dir: str | Path, dtype: str, device: str) -> torch.nn.Module:
+        """The causal LM to generate with (a subclass may load it otherwise, e.g. with an adapter)."""
+        return load_model(model_dir, dtype=dtype, device=device)
 
     def format_prompt(self, prompt: str) -> str:
         """The text the model sees for ``prompt`` (wrapped in the chat template when ``chat``)."""

@@ -58,3 +58,23 @@ def _torch_dtype(name: str):
     if name not in table:
         raise ValueError(f"unsupported adapter dtype {name!r}")
     return table[name]
+
+
+def save_merged_from_base(space: SingularValueSpace, x: np.ndarray, sft_adapter_dir: str | Path,
+                          base_dir: str | Path, out_dir: str | Path, dtype: str = "float32") -> None:
+    """Write candidate x merged into the unquantised base (``dtype``, on the CPU) as a transformers checkpoint.
+
+    For runs whose candidates were scored on a quantised base: the checkpoint is the
+    candidate's adapter (``save_adapter``) merged by peft into the full-precision base, so it
+    loads like every other checkpoint; it is not the quantised model that was scored.
+    """
+    import tempfile
+
+    from esrepro.essa.lora import load_merged
+    from esrepro.models.loading import load_tokenizer, save_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="essa_adapter_") as tmp:
+        save_adapter(space, x, sft_adapter_dir, Path(tmp) / "adapter")
+        model = load_merged(base_dir, Path(tmp) / "adapter", dtype=dtype, device="cpu")
+    with atomic_path(out_dir, is_dir=True) as out:
+        save_checkpoint(model, load_tokenizer(base_dir), out)

@@ -103,6 +103,11 @@ def sft_lora(
     model = load_model(model_dir, dtype="float32")
     if max_length is None:
         max_length = int(model.config.max_position_embeddings)
+    too_long = sum(len(tokenizer(p + c)["input_ids"]) >= max_length for p, c in pairs)
+    if too_long:
+        raise ValueError(f"sft_lora: {too_long} of {len(pairs)} (prompt, completion) pairs reach max_length "
+                         f"{max_length} tokens (the model's context in {model_dir}), so their completions would "
+                         "be cut: use a model with a longer context or shorter prompts")
     dataset = Dataset.from_list([{"prompt": p, "completion": c} for p, c in pairs])
     with tempfile.TemporaryDirectory(prefix="essa_sft_") as scratch:
         args = SFTConfig(

@@ -74,8 +74,13 @@ class CMAStrategy:
         self._best_reward = -np.inf
 
     def _new_optimizer(self) -> SepCMA:
-        return SepCMA(mean=self.x0.copy(), sigma=self.sigma0, bounds=None if self.bounds is None else self.bounds.copy(),
-                      seed=self.seed, population_size=self.population)
+        opt = SepCMA(mean=self.x0.copy(), sigma=self.sigma0, bounds=None if self.bounds is None else self.bounds.copy(),
+                     seed=self.seed, population_size=self.population)
+        # SepCMA allocates its history of best/worst values with np.empty; entries not yet written
+        # hold whatever was in memory. They are read only by should_stop() once every entry has been
+        # written, but zeroing them makes a saved state a function of the run alone (comparable bit for bit).
+        opt._funhist_values[:] = 0.0
+        return opt
 
     # -- ask / tell -------------------------------------------------------------------
 

@@ -206,18 +206,19 @@ class SingularValueSpace:
         B' = U diag(sqrt|S'|) / sqrt(scaling), A' = diag(sign(S') sqrt|S'|) V^T / sqrt(scaling),
         zero-padded to rank r where min(out, in) < r. Computed in float64, returned in ``dtype``.
         """
-        out = {}
-        for n, s_new in self.singular_values(x).items():
-            svd = self.svds[n]
-            root = s_new.abs().sqrt() / math.sqrt(svd.scaling)
-            Bp = svd.U * root
-            Ap = (torch.sign(s_new) * root)[:, None] * svd.V.T
-            k, r = s_new.numel(), svd.rank
-            if k < r:
-                Bp = torch.cat([Bp, Bp.new_zeros(Bp.shape[0], r - k)], dim=1)
-                Ap = torch.cat([Ap, Ap.new_zeros(r - k, Ap.shape[1])], dim=0)
-            out[n] = LoraFactors(A=Ap.to(dtype), B=Bp.to(dtype), scaling=svd.scaling)
-        return out
+        return {n: self.module_factors(n, s_new, dtype) for n, s_new in self.singular_values(x).items()}
+
+    def module_factors(self, name: str, values: torch.Tensor, dtype: torch.dtype = torch.float32) -> LoraFactors:
+        """One module's LoRA factors (B', A') for its full singular values ``values`` (see ``adapter_factors``)."""
+        svd = self.svds[name]
+        root = values.abs().sqrt() / math.sqrt(svd.scaling)
+        Bp = svd.U * root
+        Ap = (torch.sign(values) * root)[:, None] * svd.V.T
+        k, r = values.numel(), svd.rank
+        if k < r:
+            Bp = torch.cat([Bp, Bp.new_zeros(Bp.shape[0], r - k)], dim=1)
+            Ap = torch.cat([Ap, Ap.new_zeros(r - k, Ap.shape[1])], dim=0)
+        return LoraFactors(A=Ap.to(dtype), B=Bp.to(dtype), scaling=svd.scaling)
 
     def save(self, path: str | Path) -> None:
         """Write the factorisation and selection to one safetensors file (atomically)."""
@@ -311,6 +312,66 @@ class CandidateApplier:
     @contextlib.contextmanager
     def candidate(self, x: np.ndarray) -> Iterator[None]:
         """Within the block the model carries candidate x; the SFT weights come back after it."""
+        self.apply(x)
+        try:
+            yield
+        finally:
+            self.restore()
+
+
+class AdapterApplier:
+    """Applies candidates to a peft model whose LoRA adapters stay unmerged (a quantised base underneath).
+
+    ``apply(x)`` rewrites ``lora_A``/``lora_B`` of the modules whose values differ from x0
+    with the rebuilt factors (``module_factors``, rounded once to the adapter's dtype);
+    ``restore()`` copies the SFT adapter's factors back (bit-exact). The base weights are
+    never touched, so an INT8/INT4 base stays as bitsandbytes quantised it. Same interface
+    as :class:`CandidateApplier`.
+    """
+
+    def __init__(self, model: torch.nn.Module, space: SingularValueSpace, adapter: str = "default"):
+        modules = dict(model.named_modules())
+        self.model = model
+        self.space = space
+        self.factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for n in space.names:
+            found = [m for key, m in modules.items() if key.endswith(n) and hasattr(m, "lora_A")]
+            if len(found) != 1:
+                raise KeyError(f"the model has {len(found)} LoRA modules for adapted module {n!r}, expected 1")
+            layer = found[0]
+            A, B = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+            out_f, in_f = space.svds[n].shape
+            if B.shape[0] != out_f or A.shape[1] != in_f or A.shape[0] != B.shape[1]:
+                raise ValueError(f"module {n!r}: adapter A {tuple(A.shape)}, B {tuple(B.shape)} do not fit the space")
+            self.factors[n] = (A, B)
+        self.saved = {n: (A.detach().clone(), B.detach().clone()) for n, (A, B) in self.factors.items()}
+        self.modified: set[str] = set()
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Put the SFT adapter factors back into every module a candidate changed (bit-exact)."""
+        for n in sorted(self.modified, key=natural_key):
+            (A, B), (A0, B0) = self.factors[n], self.saved[n]
+            A.copy_(A0)
+            B.copy_(B0)
+        self.modified.clear()
+
+    @torch.no_grad()
+    def apply(self, x: np.ndarray) -> None:
+        """Set the adapters to candidate x (replacing any earlier candidate)."""
+        changed = self.space.changes(x)
+        values = self.space.singular_values(x)
+        self.restore()
+        for n in changed:
+            A, B = self.factors[n]
+            f = self.space.module_factors(n, values[n], dtype=torch.float64)
+            A.copy_(f.A.to(A.device, A.dtype))
+            B.copy_(f.B.to(B.device, B.dtype))
+            self.modified.add(n)
+
+    @contextlib.contextmanager
+    def candidate(self, x: np.ndarray) -> Iterator[None]:
+        """Within the block the adapters carry candidate x; the SFT factors come back after it."""
         self.apply(x)
         try:
             yield

@@ -56,6 +56,17 @@ class SerialEvaluator:
     def close(self) -> None:
         pass
 
+    # ESSA
+    def candidate_rewards(self, xs: Sequence[Any], examples: Sequence[int]) -> tuple[list[float], dict]:
+        """Mean score of every candidate on the examples at ``examples`` (ESSA), and seconds per phase."""
+        t0 = time.perf_counter()
+        rewards, seconds = self.worker.candidates(list(xs), list(examples))
+        return rewards, {**seconds, "wall": time.perf_counter() - t0}
+
+    def save_candidate(self, x: Any, path: str | Path) -> None:
+        """Write the weights carrying candidate x as an HF checkpoint (ESSA)."""
+        self.worker.call("save_candidate", x, str(path))
+
 
 class RayEvaluator:
     """K engines as Ray actors; members are split round-robin, rewards come back in seed order.
@@ -158,6 +169,31 @@ class RayEvaluator:
 
     def pids(self) -> list[int]:
         return self._all("pid", [()] * self.engines)
+
+    # ESSA: candidates leave no state behind, so a replaced actor needs no replay
+    def candidate_rewards(self, xs: Sequence[Any], examples: Sequence[int]) -> tuple[list[float], dict]:
+        """Mean score of every candidate on the examples at ``examples``: whole candidates round-robin over
+        the engines (a candidate's prompts are never split, so each is generated in the same batches as on
+        one engine), rewards in candidate order; seconds per phase of the slowest engine."""
+        xs = list(xs)
+        mine = [list(range(k, len(xs), self.engines)) for k in range(self.engines)]
+        t0 = time.perf_counter()
+        results = self._all("candidates", [([xs[i] for i in m], list(examples)) for m in mine])
+        rewards: list[float] = [0.0] * len(xs)
+        seconds = {"apply": 0.0, "generation": 0.0, "restore": 0.0}
+        for m, (r, t) in zip(mine, results):
+            for i, value in zip(m, r):
+                rewards[i] = value
+            for key in seconds:
+                seconds[key] = max(seconds[key], t[key])
+        seconds["wall"] = time.perf_counter() - t0
+        return rewards, seconds
+
+    def save_candidate(self, x: Any, path: str | Path) -> None:
+        """Write the weights carrying candidate x as an HF checkpoint, from the first engine (ESSA)."""
+        import ray
+
+        ray.get(self.actors[0].call.remote("save_candidate", x, str(Path(path).resolve())))
 
     def close(self) -> None:
         import ray

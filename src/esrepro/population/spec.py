@@ -68,3 +68,71 @@ class Scoring:
             return float(np.mean([task.score(r, e).reward for r, e in zip(responses, self.examples, strict=True)]))
 
         return prompts, mean_reward
+
+
+# --- ESSA -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ESSAEngineSpec:
+    """How to build one ESSA engine: the base model, the SFT adapter and the saved singular value space.
+
+    Every engine merges the same SFT adapter into the same base (``precision: native``) or
+    keeps it unmerged on a bitsandbytes-quantised base (``int8``/``int4``, CUDA only), and
+    loads the same saved factorisation, so candidates (flat vectors) are all that travels.
+    """
+
+    base_dir: str
+    adapter_dir: str
+    space_path: str
+    precision: Literal["native", "int8", "int4"] = "native"
+    dtype: str = "float32"
+    device: str = "cpu"
+    batch_size: int = 32
+    chat: bool = False
+    max_prompt_tokens: int | None = None
+    threads: int = 1
+
+    def build(self) -> Any:
+        """The engine (this process sets torch's thread count first)."""
+        import torch
+
+        from esrepro.essa.engine import ESSAEngine
+
+        torch.set_num_threads(max(1, self.threads))
+        return ESSAEngine(self.base_dir, self.adapter_dir, self.space_path, precision=self.precision,
+                          dtype=self.dtype, device=self.device, batch_size=self.batch_size, chat=self.chat,
+                          max_prompt_tokens=self.max_prompt_tokens)
+
+
+def score_examples(task: Any, examples: list[dict], responses: list[str], fitness: str) -> list[float]:
+    """Per-example scores: the task's reward, or 1/0 for correct/wrong (``fitness: accuracy``)."""
+    scores = [task.score(r, e) for r, e in zip(responses, examples, strict=True)]
+    if fitness == "accuracy":
+        return [1.0 if s.correct else 0.0 for s in scores]
+    if fitness == "reward":
+        return [float(s.reward) for s in scores]
+    raise ValueError(f"fitness must be 'accuracy' or 'reward', got {fitness!r}")
+
+
+@dataclass(frozen=True)
+class IndexedScoring:
+    """Candidates are scored on chosen examples of a fixed list (a generation's resampled subset, held-out ones)."""
+
+    task: str
+    examples: list[dict]
+    max_new_tokens: int
+    fitness: Literal["accuracy", "reward"] = "accuracy"
+    options: dict = field(default_factory=dict)
+
+    def build(self) -> tuple[list[str], Callable[[list[str], list[int]], list[float]]]:
+        """(prompts of every example, per-example scores of the responses to the examples at ``indices``)."""
+        from esrepro.tasks import get_task
+
+        task = get_task(self.task, **self.options)
+        prompts = [task.prompt(e) for e in self.examples]
+
+        def scores(responses: list[str], indices: list[int]) -> list[float]:
+            return score_examples(task, [self.examples[i] for i in indices], responses, self.fitness)
+
+        return prompts, scores

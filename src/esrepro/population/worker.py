@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.population.spec import EngineSpec, IndexedScoring, Scoring
 
 #: A step every engine applies in the same order: ("members", seeds, sigma) or ("update", seeds, weights, alpha).
 Op = tuple
@@ -28,6 +28,8 @@ class PopulationWorker:
         self.engine = engine.build()
         self.prompts, self.mean_reward = scoring.build()
         self.max_new_tokens = scoring.max_new_tokens
+        # ESSA scores chosen examples: IndexedScoring builds a per-example scorer instead of a mean
+        self.example_scores = self.mean_reward if isinstance(scoring, IndexedScoring) else None
 
     def pid(self) -> int:
         """The worker's process id (tests kill it to check recovery)."""
@@ -94,3 +96,35 @@ class PopulationWorker:
     def call(self, method: str, *args: Any) -> Any:
         """Call an engine method by name (for programs beyond ES, e.g. ESSA candidates)."""
         return getattr(self.engine, method)(*args)
+
+    # --- ESSA: candidates are applied, scored and restored; the engine's state never changes ---
+
+    def candidates(self, xs: Sequence[Any], examples: Sequence[int]) -> tuple[list[float], dict]:
+        """Mean score of each candidate ``xs[i]`` on the examples at ``examples`` and seconds per phase.
+
+        Each candidate is applied in place (``engine.apply``), the prompts generated greedily
+        and scored, and the SFT weights restored bit-exactly (``engine.restore``).
+        """
+        import numpy as np
+
+        if self.example_scores is None:
+            raise TypeError("candidates() needs an IndexedScoring (per-example scores), not a Scoring")
+        indices = list(examples)
+        prompts = [self.prompts[i] for i in indices]
+        rewards: list[float] = []
+        t = {"apply": 0.0, "generation": 0.0, "restore": 0.0}
+        for x in xs:
+            t0 = time.perf_counter()
+            self.engine.apply(np.asarray(x, dtype=np.float64))
+            t1 = time.perf_counter()
+            try:
+                responses = self.engine.generate(prompts, self.max_new_tokens)
+                values = self.example_scores(responses, indices)
+            finally:
+                t2 = time.perf_counter()
+                self.engine.restore()
+            rewards.append(float(np.mean(values)))
+            t["apply"] += t1 - t0
+            t["generation"] += t2 - t1
+            t["restore"] += time.perf_counter() - t2
+        return rewards, t

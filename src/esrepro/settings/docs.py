@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from esrepro.settings.base import fields_help
-from esrepro.settings.methods import ESSettings, GRPOSettings, PPOSettings
+from esrepro.settings.methods import ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
-    DataSource, Dataset, Defaults, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report, Study,
-    TrainTask,
+    DataSource, Dataset, Defaults, ESSAStudy, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report,
+    Study, TrainTask,
 )
 from esrepro.settings.registry import Architecture, Build, ModelEntry, Registry, Resources, Tokenizer, WarmStart
 
@@ -26,6 +26,8 @@ BLOCKS: list[tuple[str, type[BaseModel], str]] = [
                            "models.<key>.methods.<name> (registry; grid too)"),
     ("ppo", PPOSettings, "defaults.ppo, methods.<name>, train.<task>.<method>, models.<key>.methods.<name> "
                          "(registry; grid too)"),
+    ("essa", ESSASettings, "defaults.essa, methods.<name>, train.<task>.<method>, studies.essa.settings, "
+                           "models.<key>.methods.essa (registry)"),
     ("data", Dataset, "data.<task>"),
     ("source", DataSource, "data.<task>.source"),
     ("train", TrainTask, "train.<task> (besides methods: <method>: {settings for this task})"),
@@ -34,6 +36,7 @@ BLOCKS: list[tuple[str, type[BaseModel], str]] = [
     ("study", Study, "studies.conciseness"),
     ("es-sweep", ESSweep, "studies.<name>.es"),
     ("grpo-sweep", GRPOSweep, "studies.<name>.grpo"),
+    ("essa-study", ESSAStudy, "studies.essa"),
     ("report", Report, "report"),
     ("model", ModelEntry, "models.<key> in config/models.yaml"),
     ("resources", Resources, "models.<key>.resources.<rule or default>"),
@@ -58,7 +61,7 @@ A run's method settings are layered, later layers winning:
 
 1. the defaults below (the paper's settings);
 2. `defaults.<family>` of the config: what differs at this scale (`es`, `grpo` for grpo and
-   dr_grpo, `ppo`);
+   dr_grpo, `ppo`, `essa`);
 3. `methods.<name>`: a named method (a table column: `grpo8`, `grpo30`, `drgrpo`), its
    `algorithm` and what sets it apart; a method named after its algorithm (`es`, `ppo`)
    needs no entry;
@@ -67,7 +70,9 @@ A run's method settings are layered, later layers winning:
 6. an RL grid cell (`models.<key>.methods.<name>.grid`, one run per cell, best kept).
 
 A study's runs layer `defaults.<family>`, the study's `settings`, the registry's entry for
-the algorithm, then the swept value. Evaluation and KL settings layer `defaults.evaluate` /
+the algorithm, then the swept value; the ESSA study's runs layer `defaults.essa`,
+`studies.essa.settings`, the registry's `essa` entry, then the swept value (its GRPO baseline:
+`defaults.grpo`, `studies.essa.grpo`, the registry's `grpo` entry). Evaluation and KL settings layer `defaults.evaluate` /
 `defaults.kl` under `evaluate.<task>` / `kl.<task>`. A job's CPU threads are its registry
 resources' `cpus_per_task` (or `cpus_per_gpu` x `gpu`).
 """

@@ -165,10 +165,65 @@ class Study(Settings):
     grpo: GRPOSweep | None = Field(None, description="the GRPO runs: one per beta (grpo-sweep block)")
 
 
+# --- the ESSA study (Korotyshova et al., arXiv 2507.04453) ---------------------------------------
+
+
+class ESSAStudy(Settings):
+    """The ESSA study: a reference run, one-axis sweeps around it and a GRPO baseline from its SFT start.
+
+    Every run is a method of its own (``essa_ref``, ``essa_pop<N>``, ``essa_rank<r>``,
+    ``essa_eng<k>``, ``essa_<precision>``, ``essa_grpo``) trained on ``task`` for each model,
+    evaluated on ``evaluate.<task>``'s split; the figures put the reference run beside each
+    sweep, so a sweep lists only the values that differ from it.
+    """
+
+    task: str = Field(description="task trained on (needs data.<task> and evaluate.<task>)")
+    models: list[str] = Field(min_length=1, description="registry keys of the models, each gets every run")
+    seeds: list[int] = Field([0], min_length=1, description="seeds of every run")
+    settings: Partial = Field(default_factory=dict, description="the reference ESSA run (method essa_ref), over "
+                              "defaults.essa")
+    populations: list[int] = Field(default_factory=list, description="CMA-ES populations, one run each (essa_pop<N>; "
+                                   "accuracy against generations and the maximum against population, ESSA Fig. 4)")
+    ranks: list[int] = Field(default_factory=list, description="LoRA ranks, one run each (essa_rank<r>; ESSA Fig. 7)")
+    engines: list[int] = Field(default_factory=list, description="engine counts, one run each (essa_eng<k>; time to "
+                               "target_accuracy against engines, ESSA Fig. 2)")
+    precisions: list[Literal["native", "int8", "int4"]] = Field(
+        default_factory=list, description="inference precisions, one run each (essa_<precision>; ESSA Fig. 9; int8 "
+        "and int4 need CUDA)")
+    grpo: Partial | None = Field(None, description="the GRPO baseline (essa_grpo) over defaults.grpo, trained from the "
+                                 "reference run's SFT start on its fitness problems (keep_every required: its snapshots give the held-out "
+                                 "curve); null: no baseline (ESSA Fig. 8)")
+    target_accuracy: float = Field(0.76, ge=0, description="held-out accuracy the time-to-target figure measures "
+                                   "against (GSM8K: the paper's 0.76)")
+
+    @field_validator("populations", "ranks", "engines")
+    @classmethod
+    def _distinct_positive(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v) or len(set(v)) != len(v):
+            raise ValueError("values must be distinct and positive")
+        return v
+
+    @field_validator("precisions", "models", "seeds")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"entries must be distinct; got {v}")
+        return v
+
+    @field_validator("settings")
+    @classmethod
+    def _not_study_keys(cls, v: Partial) -> Partial:
+        bad = [k for k in ("algorithm",) if k in v]
+        if bad:
+            raise FieldProblem(bad[0], "set by the study; leave it out")
+        return v
+
+
 class Studies(Settings):
     """The studies this config runs."""
 
     conciseness: Study | None = Field(None, description="the conciseness study (Table 2, Figures 1, 3-4)")
+    essa: ESSAStudy | None = Field(None, description="the ESSA study (ESSA Figures 2, 4, 7, 8, 9)")
 
 
 class TableRef(Settings):
@@ -214,6 +269,7 @@ class Defaults(Settings):
     ppo: Partial = Field(default_factory=dict, description="over PPOSettings' defaults")
     evaluate: Partial = Field(default_factory=dict, description="over EvalSettings' defaults, every task")
     kl: Partial = Field(default_factory=dict, description="over KLSettings' defaults, every task")
+    essa: Partial = Field(default_factory=dict, description="over ESSASettings' defaults (esrepro options essa)")
 
 
 class PipelineConfig(Settings):

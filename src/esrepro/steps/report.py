@@ -86,3 +86,45 @@ def reward_distribution(kl: list[str], out: str) -> None:
     reward_distribution_figure(kl, out)
     samples = [str(Path(p).with_name("samples.jsonl")) for p in kl]
     report_manifest("reward_distribution", out, FIGURE, started, inputs={p: p for p in [*kl, *samples]}, settings={})
+
+
+# --- the ESSA study (ESSA paper Figures 2, 4, 7, 8, 9 and a summary table) ---------------------------
+
+
+def essa_report(runs: list[str], metrics: list[str], published: str, registry: str, spec: dict) -> None:
+    """The ESSA study's summary table and figures from its run directories and their evaluations.
+
+    ``spec``: ``target_accuracy``, ``sweeps`` ({populations|ranks|engines|precisions: [methods]}),
+    ``stems`` ({table, populations, ranks, engines, precisions, wallclock: output path stem}); a
+    figure is written when its stem is given.
+    """
+    from esrepro.config import load_registry, load_yaml
+    from esrepro.provenance import now
+    from esrepro.report import essa as R
+
+    started = now()
+    reg = load_registry(registry)
+    display = {k: v.display for k, v in reg.items()}
+    curves = R.load_curves(runs)
+    table = R.load_runs(runs, metrics)
+    notes, published_target = R.published_notes(load_yaml(published), list(dict.fromkeys(table["model"])))
+    target = float(spec["target_accuracy"])
+    stems, sweeps = spec["stems"], spec.get("sweeps", {})
+    inputs = {**{f"{r}/log.jsonl": f"{r}/log.jsonl" for r in runs}, **{m: m for m in metrics},
+              "published": published, "registry": registry}
+    makers = {
+        "populations": lambda stem: R.population_figure(table, curves, sweeps["populations"], stem, display),
+        "ranks": lambda stem: R.rank_figure(table, curves, sweeps["ranks"], stem, display),
+        "engines": lambda stem: R.engines_figure(table, curves, sweeps["engines"], target, stem, display,
+                                                 published_target),
+        "precisions": lambda stem: R.precision_figure(table, curves, sweeps["precisions"], stem, display),
+        "wallclock": lambda stem: R.wallclock_figure(table, curves, stem, target, display, notes),
+    }
+    for key, make in makers.items():
+        if stems.get(key):
+            make(stems[key])
+            report_manifest(f"essa_{key}", stems[key], (*FIGURE, ".csv"), started, inputs,
+                            settings={"target_accuracy": target, "sweep": sweeps.get(key)})
+    R.summary_table(table, R.base_accuracy(metrics), stems["table"], target, curves, notes, display)
+    report_manifest("essa_summary", stems["table"], (".csv", ".md"), started, inputs,
+                    settings={"target_accuracy": target, "sweeps": sweeps})

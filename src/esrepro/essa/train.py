@@ -1,0 +1,234 @@
+"""The ESSA trainer: LoRA SFT (kept in ``<run>/sft/`` so a resume does not redo it), the singular value
+space saved once, CMA-ES over a population evaluator, and the run's checkpoint.
+
+Run directory (besides ``checkpoint/``, ``log.jsonl`` and ``manifest.json``, which the
+``train`` step writes):
+
+- ``sft/adapter/``: the SFT LoRA adapter (peft), its TRL log and summary;
+  ``sft/space.safetensors``: the factorisation every engine loads; ``sft/sft.json``;
+- ``adapter/``: the final solution as a peft adapter (rank and alpha of the SFT adapter);
+- ``cma_state.npz``: the final CMA-ES state (mean, step size, per-coordinate scales, RNG,
+  best candidate), loadable with :meth:`esrepro.essa.strategy.CMAStrategy.from_state`;
+- ``resume/`` while the run is under way.
+
+The checkpoint is the CMA-ES *mean* after the last generation, merged into the weights,
+not the best candidate seen: each candidate's reward comes from one draw of
+``resample_per_step`` problems, so the best of thousands of such draws is biased upwards
+(a winner's curse), while the mean is the distribution's estimate of the optimum, the
+solution CMA-ES reports; the best candidate stays in ``cma_state.npz`` (``best_x``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from esrepro import paths as P
+from esrepro.io import atomic_path, read_json, write_json
+from esrepro.trainer import TrainContext, TrainOutcome
+
+SFT = "sft"  # the SFT cache inside the run directory
+SFT_ADAPTER = "adapter"
+SPACE = "space.safetensors"
+SFT_RECORD = "sft.json"
+ADAPTER = "adapter"  # the final solution as a peft adapter, beside checkpoint/
+CMA_STATE = "cma_state.npz"
+#: ESSASettings fields the SFT adapter and the space depend on.
+SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_batch_size",
+              "fraction", "selection")
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sft_key(ctx: TrainContext) -> dict:
+    """What the SFT cache must have been made with."""
+    cfg = ctx.settings.as_dict()
+    return {**{k: cfg[k] for k in SFT_FIELDS}, "seed": ctx.seed, "base_model": str(ctx.model_dir),
+            "task": ctx.task.name, "chat": ctx.chat}
+
+
+def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> dict:
+    """LoRA-SFT the base on ``pairs`` into ``<run>/sft/`` and save the singular value space there.
+
+    With ``reuse`` (a resume) a complete cache made with the same settings is kept as it is.
+    Returns the cache's record (settings, SFT summary, space size, seconds).
+    """
+    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.svd import SingularValueSpace
+
+    cfg = ctx.settings
+    root = ctx.run_dir / SFT
+    record_file = root / SFT_RECORD
+    if reuse and record_file.exists():
+        record = read_json(record_file)
+        if record["key"] == sft_key(ctx) and (root / SPACE).exists():
+            return record
+    shutil.rmtree(root, ignore_errors=True)
+    t0 = time.perf_counter()
+    summary = sft_lora(ctx.model_dir, pairs, rank=cfg.rank, alpha=cfg.lora_alpha, epochs=cfg.sft_epochs,
+                       learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size, seed=ctx.seed,
+                       out_dir=root / SFT_ADAPTER)
+    t1 = time.perf_counter()
+    space = SingularValueSpace.build(load_lora(ctx.model_dir, root / SFT_ADAPTER), cfg.fraction, cfg.selection)
+    space.save(root / SPACE)
+    record = {
+        "key": sft_key(ctx),
+        "summary": summary,
+        "space": {"dim": space.dim, "modules": len(space.names), "fraction": space.fraction,
+                  "selection": space.selection},
+        "adapter_sha256": file_sha256(root / SFT_ADAPTER / "adapter_model.safetensors"),
+        "space_sha256": file_sha256(root / SPACE),
+        "seconds_sft": t1 - t0,
+        "seconds_svd": time.perf_counter() - t1,
+    }
+    write_json(record_file, record)
+    _free_accelerator()
+    return record
+
+
+def _free_accelerator() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
+    """A serial evaluator for one engine, a Ray evaluator for several; every engine holds the SFT model."""
+    import torch
+
+    from esrepro.es.train import engine_count
+    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
+    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+
+    cfg = ctx.settings
+    root = ctx.run_dir / SFT
+    threads = torch.get_num_threads()
+    spec = ESSAEngineSpec(base_dir=str(ctx.model_dir.resolve()), adapter_dir=str((root / SFT_ADAPTER).resolve()),
+                          space_path=str((root / SPACE).resolve()), precision=cfg.precision, dtype=ctx.dtype,
+                          device=ctx.device, batch_size=cfg.batch_size, chat=ctx.chat, threads=threads)
+    scoring = IndexedScoring(task=ctx.task.name, examples=examples, max_new_tokens=cfg.max_new_tokens,
+                             fitness=cfg.fitness, options=dict(ctx.task.options))
+    engines = engine_count(cfg.engines, ctx.device)
+    if engines == 1:
+        return SerialEvaluator(spec, scoring)
+    from esrepro.population.ray_session import ensure_ray
+
+    on_gpu = ctx.device.startswith("cuda")
+    ensure_ray(num_cpus=None if on_gpu else engines * threads)
+    per_engine = {"num_gpus": 1, "num_cpus": 1} if on_gpu else {"num_cpus": threads}
+    if on_gpu:
+        spec = ESSAEngineSpec(**{**spec.__dict__, "device": "cuda"})
+    return RayEvaluator(spec, scoring, engines, per_engine)
+
+
+def _prompt_formatter(ctx: TrainContext):
+    """Prompts as the engines will see them (wrapped in the chat template for chat models)."""
+    if not ctx.chat:
+        return lambda text: text
+    from esrepro.models.loading import load_tokenizer
+
+    tok = load_tokenizer(ctx.model_dir)
+    return lambda text: tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                add_generation_prompt=True)
+
+
+def train_essa(ctx: TrainContext) -> TrainOutcome:
+    """Run ESSA on ``ctx``'s model and task; resumes from ``<run>/resume`` when a killed run left state there."""
+    from esrepro.essa.data import essa_sample_budget, split_examples, sft_completion
+    from esrepro.essa.engine import check_precision
+    from esrepro.essa.export import save_adapter
+    from esrepro.essa.loop import Problems, clear_state, run_essa
+    from esrepro.essa.svd import SingularValueSpace
+    from esrepro.population.evaluators import EngineMismatch
+
+    cfg = ctx.settings
+    check_precision(cfg.precision, ctx.device)  # before any work
+    run = ctx.run_dir
+    resume = run / P.RESUME
+    resuming = (resume / "state.json").exists()
+    if not resuming:
+        shutil.rmtree(run / P.SNAPSHOTS, ignore_errors=True)  # a fresh start keeps no stale snapshots
+    splits = split_examples(ctx.examples, cfg.sft_examples, cfg.fitness_examples, cfg.val_examples)
+    fmt = _prompt_formatter(ctx)
+    pairs = [(fmt(ctx.task.prompt(e)), sft_completion(ctx.task.name, e)) for e in splits.sft]
+    sft = ensure_sft(ctx, pairs, reuse=resuming)
+    space = SingularValueSpace.load(run / SFT / SPACE)
+
+    evaluator = make_essa_evaluator(ctx, splits.fitness + splits.val)
+    sums = evaluator.checksums()
+    if len(set(sums)) != 1:
+        evaluator.close()
+        raise EngineMismatch(f"the {len(sums)} engines hold different SFT weights (checksums {sorted(set(sums))})")
+    n_fit = len(splits.fitness)
+    problems = Problems(fitness=list(range(n_fit)), val=list(range(n_fit, n_fit + len(splits.val))))
+
+    def keep_snapshot(row: dict, strategy) -> None:
+        done = row["generation"] + 1
+        if cfg.keep_every and done % cfg.keep_every == 0 and done < cfg.generations:
+            evaluator.save_candidate(strategy.mean, run / P.SNAPSHOTS / P.snapshot_name(done))
+
+    log, strategy, meta = run_essa(evaluator, cfg, space.x0, problems, resume, seed=ctx.seed,
+                                   key_extra={"sft_adapter_sha256": sft["adapter_sha256"]},
+                                   on_generation=keep_snapshot)
+    solution = strategy.mean
+    save_adapter(space, solution, run / SFT / SFT_ADAPTER, run / ADAPTER)
+    with atomic_path(run / CMA_STATE) as tmp:
+        tmp.write_bytes(strategy.to_bytes())
+    best_x, best_reward = strategy.best
+    summary = sft["summary"]
+    extra = {
+        "engines": evaluator.engines,
+        "backend": cfg.backend,
+        "precision": cfg.precision,
+        "checksum_sft": sums[0],
+        "budget": {"sample_budget": essa_sample_budget(cfg.as_dict())},
+        "essa": {
+            "solution": "cma_mean",
+            "space_dim": sft["space"]["dim"],
+            "adapted_modules": sft["space"]["modules"],
+            "sft_loss_before": summary["loss_before"],
+            "sft_loss_after": summary["loss_after"],
+            "sft_steps": summary["steps"],
+            "sft_adapter_sha256": sft["adapter_sha256"],
+            "seconds_sft": sft["seconds_sft"],
+            "seconds_svd": sft["seconds_svd"],
+            "val_reward_sft": meta["val_reward_sft"],
+            "best_reward": best_reward,
+            "final_sigma": strategy.sigma,
+            "adapter": str(run / ADAPTER),
+            "adapter_sha256": file_sha256(run / ADAPTER / "adapter_model.safetensors"),
+            "cma_state": str(run / CMA_STATE),
+            "cma_state_sha256": file_sha256(run / CMA_STATE),
+            "checkpoint_note": ("candidate merged into the registry-dtype weights it was scored with"
+                                if cfg.precision == "native" else
+                                f"candidate adapter merged into the unquantised base (scored on a {cfg.precision} base)"),
+        },
+    }
+
+    def finish() -> None:
+        evaluator.close()
+        clear_state(resume)
+
+    return TrainOutcome(log=log, save=lambda path: evaluator.save_candidate(solution, Path(path)), extra=extra,
+                        finish=finish)
+
+
+def read_sft_record(run_dir: str | Path) -> dict:
+    """The SFT record of a finished ESSA run (``<run>/sft/sft.json``)."""
+    path = Path(run_dir) / SFT / SFT_RECORD
+    if not path.exists():
+        raise FileNotFoundError(f"no ESSA SFT record at {path} (is {run_dir} an ESSA run?)")
+    return json.loads(path.read_text())

@@ -1,0 +1,377 @@
+"""The ESSA study's figures and summary table (Korotyshova et al., arXiv 2507.04453).
+
+- Fig. 4 (``population_figure``): held-out accuracy of the CMA-ES mean against generations,
+  one line per population, and the maximum against population (with the test accuracy of
+  the final checkpoint).
+- Fig. 7 (``rank_figure``): the same maxima and test accuracy against the LoRA rank.
+- Fig. 2 (``engines_figure``): training seconds until the held-out accuracy first reaches
+  the target, against the number of engines (and seconds per generation).
+- Fig. 9 (``precision_figure``): held-out accuracy against generations per inference
+  precision, and test accuracy per precision.
+- Fig. 8 (``wallclock_figure``): ESSA against the GRPO baseline from the same SFT start,
+  held-out accuracy against summed training seconds.
+
+Inputs are run directories (``log.jsonl`` and ``manifest.json``; see
+:mod:`esrepro.essa.train` and :mod:`esrepro.essa.baseline`) and ``metrics.json`` of their
+evaluations. "Accuracy" is each run's ``fitness`` measure (accuracy unless the config
+scores the task's reward); held-out curves need ``val_examples`` > 0, else the
+population mean reward on the generation's problems is plotted instead (labelled so).
+The reference run (``essa_ref``) joins every sweep at its own value. Numbers are means
+over seeds; every figure writes the plotted numbers as CSV beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from esrepro.io import read_json, read_jsonl, write_text
+from esrepro.report.figures import save_figure, write_frame_csv
+
+PathLike = str | os.PathLike
+REF = "essa_ref"
+GRPO = "essa_grpo"
+SWEEP_SETTING = {"populations": "population", "ranks": "rank", "engines": "engines", "precisions": "precision"}
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _run_labels(run_dir: Path) -> dict:
+    manifest = read_json(run_dir / "manifest.json")
+    s = manifest["settings"]
+    essa = manifest.get("essa", {})
+    base = manifest.get("essa_baseline", {})
+    return {
+        "model": s["model"], "method": s["method"], "seed": int(manifest.get("seed", 0)),
+        "algorithm": s.get("algorithm", s["method"]), "population": s.get("population"), "rank": s.get("rank"),
+        "engines": manifest.get("engines", s.get("engines")), "precision": s.get("precision"),
+        "fitness": s.get("fitness", base.get("fitness")),
+        "val_reward_sft": essa.get("val_reward_sft", base.get("val_reward_sft")),
+        "run_dir": str(run_dir),
+    }
+
+
+def load_curves(run_dirs: Iterable[PathLike]) -> pd.DataFrame:
+    """One row per logged generation (ESSA) or step (GRPO): labels, iteration, elapsed seconds, scores."""
+    rows = []
+    for d in map(Path, run_dirs):
+        labels = _run_labels(d)
+        for r in read_jsonl(d / "log.jsonl"):
+            rows.append({**labels, "iteration": int(r["iteration"]), "elapsed_seconds": r.get("elapsed_seconds"),
+                         "seconds_total": r.get("seconds_total", r.get("seconds")),
+                         "val_reward": r.get("val_reward"), "reward_mean": r.get("reward_mean")})
+    return pd.DataFrame(rows)
+
+
+def load_runs(run_dirs: Iterable[PathLike], metrics: Iterable[PathLike] = ()) -> pd.DataFrame:
+    """One row per run: labels, final and best held-out score, training seconds, test accuracy (if evaluated)."""
+    tests = {}
+    for path in metrics:
+        m = read_json(path)
+        tests[(m["model"], m["method"], int(m["seed"]))] = m["accuracy"]
+    rows = []
+    for d in map(Path, run_dirs):
+        labels = _run_labels(d)
+        log = read_jsonl(d / "log.jsonl")
+        val = [r["val_reward"] for r in log if r.get("val_reward") is not None]
+        rows.append({
+            **labels,
+            "iterations": len(log),
+            "val_final": val[-1] if val else None,
+            "val_max": max(val) if val else None,
+            "reward_mean_final": log[-1].get("reward_mean") if log else None,
+            "train_seconds": log[-1].get("elapsed_seconds") if log else None,
+            "seconds_per_iteration": float(np.mean([r.get("seconds_total", r.get("seconds")) or 0 for r in log]))
+            if log else None,
+            "test_accuracy": tests.get((labels["model"], labels["method"], labels["seed"])),
+        })
+    return pd.DataFrame(rows)
+
+
+def base_accuracy(metrics: Iterable[PathLike]) -> dict[str, float]:
+    """Test accuracy of each model's base (method ``base``)."""
+    out = {}
+    for path in metrics:
+        m = read_json(path)
+        if m["method"] == "base":
+            out[m["model"]] = m["accuracy"]
+    return out
+
+
+def time_to_target(curve: pd.DataFrame, target: float) -> float | None:
+    """Summed training seconds at the first held-out score >= ``target`` (None if never reached)."""
+    hit = curve[(curve["val_reward"].notna()) & (curve["val_reward"] >= target)].sort_values("iteration")
+    return None if hit.empty else float(hit["elapsed_seconds"].iloc[0])
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _score(curves: pd.DataFrame) -> tuple[str, str]:
+    """The curve column to plot and its label: held-out score when logged, else the population mean."""
+    if curves["val_reward"].notna().any():
+        return "val_reward", "held-out accuracy of the mean"
+    return "reward_mean", "population mean reward (no held-out problems)"
+
+
+def _sweep_runs(runs: pd.DataFrame, key: str, methods: Sequence[str]) -> pd.DataFrame:
+    """The reference and a sweep's runs, with the swept value as ``value``."""
+    sub = runs[runs["method"].isin([REF, *methods])].copy()
+    sub["value"] = sub[SWEEP_SETTING[key]]
+    return sub
+
+
+def _fmt(value) -> str:
+    """A swept value as a label: 8 not 8.0."""
+    return f"{value:g}" if isinstance(value, (int, float, np.number)) else str(value)
+
+
+def _title(ax, model: str, what: str) -> None:
+    ax.set_title(f"{model}\n{what}", fontsize=9)
+
+
+def _models(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df["model"]))
+
+
+def _axes(n: int, cols: int, width: float = 5.0, height: float = 3.6):
+    fig = Figure(figsize=(width * cols, height * n))
+    axes = fig.subplots(n, cols, squeeze=False)
+    return fig, axes
+
+
+def _finish(fig: Figure, out_stem: PathLike, table: pd.DataFrame, bottom: float = 0.0) -> list[Path]:
+    fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
+    paths = save_figure(fig, out_stem)
+    paths.append(write_frame_csv(table, f"{out_stem}.csv"))
+    return paths
+
+
+def _curve_panel(ax, curves: pd.DataFrame, runs: pd.DataFrame, key_label: str, x: str = "iteration") -> pd.DataFrame:
+    """One line per swept value (mean over seeds); returns the plotted numbers."""
+    col, ylabel = _score(curves)
+    plotted = []
+    for value, group in runs.groupby("value", sort=True):
+        c = curves[curves["run_dir"].isin(group["run_dir"]) & curves[col].notna()]
+        mean = c.groupby("iteration")[[col, "elapsed_seconds"]].mean().reset_index()
+        ax.plot(mean[x], mean[col], marker="o", markersize=3, label=f"{key_label} {_fmt(value)}")
+        plotted.append(mean.assign(value=value))
+    ax.set_xlabel("generation" if x == "iteration" else "training seconds")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return pd.concat(plotted, ignore_index=True) if plotted else pd.DataFrame()
+
+
+def _maxima_panel(ax, runs: pd.DataFrame, xlabel: str, log_x: bool = False) -> pd.DataFrame:
+    """Best held-out score and final test accuracy against the swept value (mean over seeds)."""
+    agg = runs.groupby("value", sort=True)[["val_max", "test_accuracy"]].mean().reset_index()
+    xs = agg["value"].astype(float)
+    if agg["val_max"].notna().any():
+        ax.plot(xs, agg["val_max"], marker="o", label="max held-out accuracy")
+    if agg["test_accuracy"].notna().any():
+        ax.plot(xs, agg["test_accuracy"], marker="s", label="test accuracy (final)")
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{v:g}" for v in xs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=8)
+    return agg
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def population_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
+                      display: dict[str, str] | None = None) -> list[Path]:
+    """ESSA Fig. 4: accuracy against generations per population; maximum accuracy against population."""
+    sub = _sweep_runs(runs, "populations", methods)
+    models = _models(sub)
+    fig, axes = _axes(len(models), 2)
+    tables = []
+    for i, model in enumerate(models):
+        r = sub[sub["model"] == model]
+        name = (display or {}).get(model, model)
+        tables.append(_curve_panel(axes[i][0], curves, r, "population").assign(model=model, panel="curve"))
+        _title(axes[i][0], name, "accuracy per generation, per population")
+        tables.append(_maxima_panel(axes[i][1], r, "population", log_x=True).assign(model=model, panel="maximum"))
+        _title(axes[i][1], name, "best accuracy against population")
+    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+
+
+def rank_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
+                display: dict[str, str] | None = None) -> list[Path]:
+    """ESSA Fig. 7: accuracy against LoRA rank (and the curves per rank)."""
+    sub = _sweep_runs(runs, "ranks", methods)
+    models = _models(sub)
+    fig, axes = _axes(len(models), 2)
+    tables = []
+    for i, model in enumerate(models):
+        r = sub[sub["model"] == model]
+        name = (display or {}).get(model, model)
+        tables.append(_curve_panel(axes[i][0], curves, r, "rank").assign(model=model, panel="curve"))
+        _title(axes[i][0], name, "accuracy per generation, per LoRA rank")
+        tables.append(_maxima_panel(axes[i][1], r, "LoRA rank", log_x=True).assign(model=model, panel="maximum"))
+        _title(axes[i][1], name, "accuracy against LoRA rank")
+    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+
+
+def engines_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], target: float,
+                   out_stem: PathLike, display: dict[str, str] | None = None,
+                   published_target: float | None = None) -> list[Path]:
+    """ESSA Fig. 2: training seconds to reach ``target`` held-out accuracy against engines; seconds per generation."""
+    sub = _sweep_runs(runs, "engines", methods)
+    sub["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target) for d in sub["run_dir"]]
+    models = _models(sub)
+    fig, axes = _axes(len(models), 2)
+    rows = []
+    for i, model in enumerate(models):
+        name = (display or {}).get(model, model)
+        r = sub[sub["model"] == model]
+        agg = r.groupby("value", sort=True).agg(time_to_target=("time_to_target", "mean"),
+                                                reached=("time_to_target", lambda s: int(s.notna().sum())),
+                                                seeds=("seed", "count"), train_seconds=("train_seconds", "mean"),
+                                                seconds_per_generation=("seconds_per_iteration", "mean"),
+                                                val_max=("val_max", "mean")).reset_index()
+        xs = agg["value"].astype(float)
+        ax = axes[i][0]
+        hit = agg[agg["reached"] == agg["seeds"]]
+        ax.plot(hit["value"].astype(float), hit["time_to_target"], marker="o", label=f"reached {target:g}")
+        miss = agg[agg["reached"] < agg["seeds"]]
+        if not miss.empty:
+            ax.scatter(miss["value"].astype(float), miss["train_seconds"], marker="x", color="C3",
+                       label=f"not reached by every seed (run length shown; best {miss['val_max'].max():.3g})")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"{v:g}" for v in xs])
+        ax.set_xlabel("engines")
+        ax.set_ylabel("training seconds")
+        _title(ax, name, f"training seconds to held-out accuracy {target:g}"
+               + (f" (the paper's GSM8K target: {published_target:g})" if published_target is not None else ""))
+        ax.legend(fontsize=8)
+        ax2 = axes[i][1]
+        ax2.plot(xs, agg["seconds_per_generation"], marker="s")
+        ax2.set_xticks(list(xs))
+        ax2.set_xticklabels([f"{v:g}" for v in xs])
+        ax2.set_xlabel("engines")
+        ax2.set_ylabel("seconds per generation")
+        _title(ax2, name, "seconds per CMA-ES generation")
+        rows.append(agg.assign(model=model, target=target))
+    return _finish(fig, out_stem, pd.concat(rows, ignore_index=True))
+
+
+def precision_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
+                     display: dict[str, str] | None = None) -> list[Path]:
+    """ESSA Fig. 9: accuracy against generations per inference precision; test accuracy per precision."""
+    sub = _sweep_runs(runs, "precisions", methods)
+    models = _models(sub)
+    fig, axes = _axes(len(models), 2)
+    tables = []
+    for i, model in enumerate(models):
+        name = (display or {}).get(model, model)
+        r = sub[sub["model"] == model]
+        tables.append(_curve_panel(axes[i][0], curves, r, "precision").assign(model=model, panel="curve"))
+        _title(axes[i][0], name, "accuracy per generation, per precision")
+        agg = r.groupby("value", sort=True)[["val_max", "test_accuracy"]].mean().reset_index()
+        ax = axes[i][1]
+        pos = np.arange(len(agg))
+        ax.bar(pos - 0.2, agg["val_max"].fillna(0), width=0.4, label="max held-out accuracy")
+        ax.bar(pos + 0.2, agg["test_accuracy"].fillna(0), width=0.4, label="test accuracy (final)")
+        ax.set_xticks(list(pos))
+        ax.set_xticklabels(list(agg["value"]))
+        ax.set_ylabel("accuracy")
+        _title(ax, name, "accuracy per precision")
+        ax.legend(fontsize=8)
+        tables.append(agg.assign(model=model, panel="bars"))
+    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+
+
+def wallclock_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike, target: float | None = None,
+                     display: dict[str, str] | None = None, notes: Sequence[str] = ()) -> list[Path]:
+    """ESSA Fig. 8: held-out accuracy against summed training seconds, ESSA (reference run) against GRPO."""
+    sub = runs[runs["method"].isin([REF, GRPO])]
+    models = _models(sub)
+    fig, axes = _axes(len(models), 1, width=8.0, height=4.0 + (1.2 if notes else 0.0))
+    tables = []
+    for i, model in enumerate(models):
+        ax = axes[i][0]
+        name = (display or {}).get(model, model)
+        for method, label, color in ((REF, "ESSA", "C5"), (GRPO, "GRPO", "C3")):
+            group = sub[(sub["model"] == model) & (sub["method"] == method)]
+            c = curves[curves["run_dir"].isin(group["run_dir"]) & curves["val_reward"].notna()]
+            if c.empty:
+                continue
+            mean = c.groupby("iteration")[["elapsed_seconds", "val_reward"]].mean().reset_index()
+            start = group["val_reward_sft"].dropna()
+            xs, ys = list(mean["elapsed_seconds"]), list(mean["val_reward"])
+            if not start.empty:
+                xs, ys = [0.0, *xs], [float(start.mean()), *ys]
+            ax.plot(xs, ys, marker="o", markersize=3, color=color, label=label)
+            test = group["test_accuracy"].dropna()
+            if not test.empty:
+                ax.scatter([xs[-1]], [test.mean()], marker="*", s=80, color=color, label=f"{label}: test accuracy")
+            tables.append(pd.DataFrame({"model": model, "method": method, "elapsed_seconds": xs, "val_reward": ys}))
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"target {target:g}")
+        ax.set_xlabel("training seconds (start-up, SFT and held-out scoring excluded)")
+        ax.set_ylabel("held-out accuracy")
+        _title(ax, name, "ESSA against GRPO from the same SFT start")
+        ax.legend(fontsize=8)
+    bottom = 0.0
+    if notes:
+        import textwrap
+
+        text = "\n".join(textwrap.fill(n, 130, subsequent_indent="    ") for n in notes)
+        bottom = min(0.5, 0.03 + 0.022 * text.count("\n") / len(models))
+        fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom")
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return _finish(fig, out_stem, table, bottom)
+
+
+# --- the summary table -----------------------------------------------------------------------------
+
+
+def summary_table(runs: pd.DataFrame, base: dict[str, float], out_stem: PathLike, target: float | None,
+                  curves: pd.DataFrame, notes: Sequence[str] = (), display: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per (model, method): the setting it varies, test accuracy, held-out scores, seconds (means over
+    seeds); csv and md, published claims listed under the md table."""
+    df = runs.copy()
+    if target is not None:
+        df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target) for d in df["run_dir"]]
+    cols = ["model", "method", "algorithm", "population", "rank", "engines", "precision"]
+    values = [c for c in ("test_accuracy", "val_reward_sft", "val_max", "val_final", "train_seconds",
+                          "seconds_per_iteration", "time_to_target") if c in df]
+    agg = df.groupby(cols, dropna=False, sort=False)[values].mean().reset_index()
+    agg.insert(2, "seeds", df.groupby(cols, dropna=False, sort=False).size().values)
+    agg["base_test_accuracy"] = [base.get(m) for m in agg["model"]]
+    if display:
+        agg["model"] = [display.get(m, m) for m in agg["model"]]
+    write_frame_csv(agg, f"{out_stem}.csv")
+    md = agg.to_markdown(index=False, floatfmt=".4g")
+    text = "# ESSA study summary\n\n" + md + "\n"
+    if notes:
+        text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    write_text(f"{out_stem}.md", text)
+    return agg
+
+
+def published_notes(published: dict, models: Sequence[str]) -> tuple[list[str], float | None]:
+    """Lines quoting the ESSA paper's claims (config/published.yaml ``essa_*`` tables; a claim about a model
+    outside ``models`` says so) and its target accuracy."""
+    lines, target = [], None
+    for name, table in published.get("tables", {}).items():
+        if not name.startswith("essa"):
+            continue
+        prov = table.get("provenance", {})
+        target = table.get("target_accuracy", target)
+        for claim in table.get("claims", []):
+            other = claim.get("model") is not None and claim.get("model") not in models
+            lines.append(f"Paper (arXiv {prov.get('arxiv')}, {claim.get('where', prov.get('table'))})"
+                         + (f", {claim['model']}, not a model of this run" if other else "") + f": {claim['text']}")
+    return lines, target
