@@ -46,7 +46,7 @@ def write_small_settings(repo: Path, eval_limit: int = 20) -> str:
     ``registry`` key at the reduced registry; resources stay the registry's.
     """
     config = yaml.safe_load((repo / "config/config.yaml").read_text())
-    registry = yaml.safe_load((repo / config["registry"]).read_text())
+    registry = yaml.safe_load((repo / config.get("registry", "config/models.yaml")).read_text())
     registry["models"]["tiny"]["build"]["sft"].update(SMALL_SFT)
     config["registry"] = SMALL_REGISTRY
     config["defaults"]["es"].update(SMALL_ES)
