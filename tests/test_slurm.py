@@ -6,6 +6,12 @@ workflow/profiles/slurm`; the training job is requeued after its first checkpoin
 preemption would (possible only because the profile submits with --requeue), and the
 results must equal a local run's bit for bit.
 
+scripts/ray-slurm (a Ray cluster across a job's nodes, for multi-node ES) is run under
+sbatch, under srun and cancelled with scancel on that cluster, and one ES train job with
+two Ray engines goes through Snakemake's SLURM executor under it; the dry run of the paper
+config checks the 7B/8B models' two-node layout. The cluster has one node, so the workers
+that ray-slurm starts on other nodes are not exercised here.
+
 Without SLURM (no sbatch, or not root) these tests skip, except under CI=true, where they
 fail: `make test` installs SLURM first (scripts/install-slurm).
 """
@@ -17,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +45,7 @@ from test_workflow_resume import (
     load_tensors,
     output_of,
     read_log,
+    reuse_built,
     run_snakemake,
     snakemake_env,
     start_snakemake,
@@ -80,9 +88,28 @@ def _require_slurm(need_cluster: bool) -> None:
         pytest.skip(reason)
 
 
+def _dry_run_jobs(out: str) -> list[dict]:
+    """The jobs of a `snakemake -n` output: rule, wildcards, resources (strings) and shell command."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", out):
+        head = re.match(r"(local)?rule (\w+):", block)
+        if not head:
+            continue
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
+        shell = re.search(r"^Shell command: (.*)$", block, re.M)
+        jobs.append({"rule": head.group(2), "local": bool(head.group(1)),
+                     "wildcards": dict(kv.split("=", 1) for kv in wildcards.group(1).split(", ")) if wildcards else {},
+                     "resources": dict(kv.split("=", 1) for kv in resources.group(1).split(", ")) if resources else {},
+                     "shell": shell.group(1) if shell else ""})
+    return jobs
+
+
 def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path):
     """`snakemake -n --profile workflow/profiles/slurm` needs no cluster: the registry's
-    GPUs, GPU model, CPUs, memory and runtime reach every model's jobs."""
+    GPUs, GPU model, CPUs, memory and runtime reach every model's jobs; the 7B/8B models'
+    ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
+    layout in the shell command."""
     _require_slurm(need_cluster=False)
     from esrepro.config import load_pipeline
 
@@ -94,26 +121,49 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
 
     config = yaml.safe_load((repo / "config/paper.yaml").read_text())
     pipeline = load_pipeline(config, "config/paper.yaml", root=repo)
-    registry_rule = {"train": "train", "evaluate": "evaluate", "fetch_model": "fetch"}
+    registry_rule = {"train": "train", "train_cell": "train", "evaluate": "evaluate", "fetch_model": "fetch"}
     seen: dict[str, set[str]] = {rule: set() for rule in registry_rule}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", out):
-        head = re.match(r"(?:local)?rule (\w+):", block)
-        if not head or head.group(1) not in registry_rule:
+    layouts: dict[tuple[str, str], str] = {}  # (model, method) -> the Ray layout of its train job
+    for job in _dry_run_jobs(out):
+        rule = job["rule"]
+        if rule not in registry_rule:
             continue
-        rule = head.group(1)
-        assert not block.startswith("localrule"), f"{rule} would run on the submitting host"
-        model = re.search(r"^\s+wildcards: .*\bmodel=([^,\s]+)", block, re.M).group(1)
-        resources = dict(kv.split("=", 1) for kv in
-                         re.search(r"^\s+resources: (.*)$", block, re.M).group(1).split(", "))
-        expected = pipeline.resources(model, registry_rule[rule]).model_dump(exclude_none=True)
-        for key, value in expected.items():
-            assert resources.get(key) == str(value), (rule, model, key, resources)
-        assert "slurm_extra" not in resources and "gres" not in resources
-        assert resources.get("nodes") == "1"  # the profile keeps a job's GPUs on one node
+        assert not job["local"], f"{rule} would run on the submitting host"
+        model, method = job["wildcards"]["model"], job["wildcards"].get("method")
+        key = registry_rule[rule]
+        es = rule == "train" and pipeline.algorithm_of(job["wildcards"]["task"], method).name == "es"
+        if es and "train_es" in pipeline.model(model).resources:
+            key = "train_es"
+        expected = pipeline.resources(model, key).model_dump(exclude_none=True, exclude={"ray_cluster"})
+        resources = job["resources"]
+        if expected["nodes"] > 1:
+            # several nodes: GPUs per node (gres), one task per node, the plugin's mpi path
+            gpus = f"gpu:{expected.pop('gpu_model')}:{expected.pop('gpu')}"
+            expected.update(gres=gpus, tasks=expected["nodes"], tasks_per_gpu=0, mpi="srun")
+            assert "gpu" not in resources and "gpu_model" not in resources, (rule, model, resources)
+            launcher = re.match(r"(\S+/scripts/ray-slurm) --cluster --layout '([^']+)' -- esrepro train ", job["shell"])
+            assert launcher, job["shell"][:300]
+            assert os.access(launcher.group(1), os.X_OK)
+            layouts[model, method] = launcher.group(2)
+        else:
+            assert "gres" not in resources and "mpi" not in resources and "tasks" not in resources
+            assert "ray-slurm" not in job["shell"] and job["shell"].startswith("esrepro "), job["shell"][:200]
+        for k, value in expected.items():
+            assert resources.get(k) == str(value), (rule, model, k, resources)
+        assert "slurm_extra" not in resources
         seen[rule].add(model)
-    for rule, models in seen.items():
-        assert models == set(config["models"]), (rule, models)
-    assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the check above is not vacuous
+    for rule in ("train", "evaluate", "fetch_model"):
+        assert seen[rule] == set(config["models"]), (rule, seen[rule])
+    assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the checks above are not vacuous
+
+    # every ES job of the 7B/8B models, and only those, runs on 2 nodes x 4 GPUs as 8 vLLM engines
+    es_jobs = {(m, meth) for m in ("qwen2.5-7b-instruct", "llama-3.1-8b-instruct")
+               for task in pipeline.cfg.train for meth in pipeline.train_methods(task)
+               if pipeline.algorithm_of(task, meth).name == "es"}
+    es_jobs |= {("qwen2.5-7b-instruct", meth) for meth, found in pipeline.study_methods("conciseness").items()
+                if found.algorithm == "es"}
+    assert set(layouts) == es_jobs and len(es_jobs) == 2 + 3, sorted(layouts)  # countdown x 2, three sigmas
+    assert set(layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +280,237 @@ def test_slurm_countdown_slice_runs_through_sbatch_and_matches_a_local_run(slurm
         assert ours == theirs and {"accuracy", "mean_reward"} <= set(ours)
         assert (slurm_repo / e / "responses.jsonl").read_bytes() == (local_repo / e / "responses.jsonl").read_bytes()
     assert json.loads((local_repo / RUN / "manifest.json").read_text())["host"]["slurm_job_id"] is None
+
+
+# --- scripts/ray-slurm: a Ray cluster across a job's nodes ---------------------------------------
+
+RAY_SLURM = REPO / "scripts" / "ray-slurm"
+# A job's command that joins the cluster ray-slurm started as esrepro.population.ray_session
+# does (ray.init(address="auto") with RAY_ADDRESS set), prints what it sees as one JSON line,
+# sleeps argv[2] seconds and exits with argv[1].
+RAY_PROBE = """
+import json, os, sys, time
+import ray
+ray.init(address="auto", log_to_driver=False)
+nodes = [n for n in ray.nodes() if n["Alive"]]
+print("PROBE " + json.dumps({"address": os.environ["RAY_ADDRESS"], "nodes": len(nodes),
+                             "resources": ray.cluster_resources(), "slurm_cpus": os.environ["SLURM_CPUS_ON_NODE"]}),
+      flush=True)
+ray.shutdown()
+time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _probe(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("PROBE ")]
+    assert len(lines) == 1, output[-4000:]
+    return json.loads(lines[0][len("PROBE "):])
+
+
+def _ray_processes(address: str) -> list[str]:
+    """Command lines of live processes of the Ray cluster at ``address`` (ip:port)."""
+    port = address.rsplit(":", 1)[1]
+    marks = (address, f"--gcs_server_port={port}", f"--port={port}")
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(m in cmdline for m in marks):
+                found.append(cmdline)
+    return found
+
+
+def _assert_ray_stopped(address: str, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while (left := _ray_processes(address)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"Ray processes of {address} outlived the job: {left}"
+    # nor does the cluster linger where a later ray.init() on the node would look for one to join
+    current = Path("/tmp/ray/ray_current_cluster")
+    assert not (current.exists() and address in current.read_text()), f"{current} still names {address}"
+
+
+def _wait_for_job(job: str, env: dict, timeout: float = 300) -> tuple[str, str]:
+    """Wait until a SLURM job has ended; its state and exit code (status:signal)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        show = _slurm(["scontrol", "show", "job", job], env)
+        state = re.search(r"JobState=(\w+)", show).group(1)
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return state, re.search(r"\bExitCode=(\S+)", show).group(1)
+        assert time.monotonic() < deadline, f"job {job} still {state} after {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def test_ray_slurm_outside_slurm_just_runs_the_command(tmp_path):
+    env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
+    run = subprocess.run([str(RAY_SLURM), "--cluster", "--", "sh", "-c", 'test -z "$RAY_ADDRESS" && exit 4'],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 4, run.stderr
+    assert "Ray cluster" not in run.stderr
+
+
+@pytest.mark.slow
+def test_ray_slurm_starts_ray_across_the_allocation_and_stops_it(slurm_cluster, tmp_path):
+    """Under sbatch, and under srun (as Snakemake's job step runs a job), ray-slurm starts a
+    Ray cluster with the job's CPUs, the command joins it with ray.init(address="auto"),
+    its exit status comes back, and no Ray process outlives the job."""
+    env = slurm_cluster
+    probe = tmp_path / "probe.py"
+    probe.write_text(RAY_PROBE)
+    alloc = ["--cpus-per-task=2", "--mem=2000", f"--partition={PARTITION}"]
+
+    log = tmp_path / "batch.out"
+    job = _slurm(["sbatch", "--parsable", *alloc, f"--output={log}", "--wrap",
+                  f"{RAY_SLURM} --cluster --layout 'one node' -- {sys.executable} {probe} 3"], env).strip()
+    state, exit_code = _wait_for_job(job, env)
+    out = log.read_text()
+    assert (state, exit_code) == ("FAILED", "3:0"), out[-4000:]  # the command's exit status is the job's
+    seen = _probe(out)
+    assert seen["nodes"] == 1 and seen["resources"]["CPU"] == 2 == int(seen["slurm_cpus"]), seen
+    assert seen["resources"].get("GPU", 0) == 0
+    assert "(one node): head" in out and "ray-slurm: Ray cluster stopped" in out
+    _assert_ray_stopped(seen["address"])
+    assert f"ray-slurm: Ray's logs on this node: /tmp/ray-slurm-{job}" in out  # kept: the command failed
+    shutil.rmtree(f"/tmp/ray-slurm-{job}")
+
+    step = subprocess.run(["srun", *alloc, str(RAY_SLURM), "--cluster", "--", sys.executable, str(probe), "0"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert step.returncode == 0, step.stderr[-4000:]
+    seen = _probe(step.stdout)
+    assert seen["nodes"] == 1 and seen["resources"]["CPU"] == 2, seen
+    _assert_ray_stopped(seen["address"])
+
+    # one node and no --cluster: the command runs as it is (its evaluator starts a local Ray)
+    plain = subprocess.run(["srun", *alloc, str(RAY_SLURM), "--", "sh", "-c", 'test -z "$RAY_ADDRESS" && exit 5'],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 5 and "Ray cluster" not in plain.stderr, plain.stderr
+
+
+@pytest.mark.slow
+def test_ray_slurm_stops_ray_when_the_job_is_cancelled(slurm_cluster, tmp_path):
+    env = slurm_cluster
+    probe = tmp_path / "probe.py"
+    probe.write_text(RAY_PROBE)
+    log = tmp_path / "job.out"
+    job = _slurm(["sbatch", "--parsable", "--cpus-per-task=2", "--mem=2000", f"--partition={PARTITION}",
+                  f"--output={log}", "--wrap", f"{RAY_SLURM} --cluster -- {sys.executable} {probe} 0 600"], env).strip()
+    try:
+        deadline = time.monotonic() + 240
+        while "PROBE " not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, f"the job's command did not start:\n{log.read_text()[-4000:]}"
+            time.sleep(0.5)
+        address = _probe(log.read_text())["address"]
+        assert _ray_processes(address)
+    finally:
+        _slurm(["scancel", job], env)
+    _assert_ray_stopped(address)
+    deadline = time.monotonic() + 60
+    while _slurm(["squeue", "-h", "-j", job, "-t", "R,CG", "-o", "%T"], env).strip():
+        assert time.monotonic() < deadline, f"job {job} did not end after scancel"
+        time.sleep(0.5)
+    assert "ray-slurm: SIGTERM: stopping the command and the Ray cluster" in log.read_text()
+    shutil.rmtree(f"/tmp/ray-slurm-{job}", ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path):
+    """engines: null on CUDA counts the GPUs of the whole cluster RAY_ADDRESS names (every node
+    of a multi-node job), per tensor_parallel_size; here a Ray head that declares 8 GPUs."""
+    env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex(), RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")
+    address = f"127.0.0.1:{_free_port()}"
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # not /tmp/ray (see scripts/ray-slurm); short
+    head = subprocess.Popen([str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+                             f"--temp-dir={temp_dir}",
+                             f"--port={address.split(':')[1]}", "--num-cpus=1", "--num-gpus=8",
+                             "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+                             f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats"],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        code = ("from esrepro.es.train import engine_count; "
+                "print(engine_count(None, 'cuda', 1), engine_count(None, 'cuda', 2), engine_count(3, 'cuda', 1))")
+        deadline = time.monotonic() + 120
+        while True:  # until the head answers
+            probe = subprocess.run([sys.executable, "-c", code], env={**env, "RAY_ADDRESS": address}, cwd=tmp_path,
+                                   capture_output=True, text=True, timeout=120)
+            if probe.returncode == 0 or time.monotonic() > deadline or head.poll() is not None:
+                break
+            time.sleep(1)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        assert probe.stdout.split() == ["8", "4", "3"]
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+    _assert_ray_stopped(address)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+ES_ENGINES = 2
+
+
+def _es_on_a_ray_cluster(repo: Path, config: str) -> None:
+    """The small settings with ES_ENGINES CPU engines, and the tiny model's ES jobs under
+    scripts/ray-slurm (ray_cluster) with one CPU per engine."""
+    settings = yaml.safe_load((repo / config).read_text())
+    settings["defaults"]["es"]["engines"] = ES_ENGINES
+    (repo / config).write_text(yaml.safe_dump(settings, sort_keys=False))
+    registry = yaml.safe_load((repo / settings["registry"]).read_text())
+    registry["models"]["tiny"]["resources"]["train_es"] = {"cpus_per_task": ES_ENGINES, "ray_cluster": True}
+    (repo / settings["registry"]).write_text(yaml.safe_dump(registry, sort_keys=False))
+
+
+@pytest.mark.slow
+def test_slurm_es_job_with_two_ray_engines_runs_through_sbatch(slurm_cluster, tmp_path, tmp_path_factory):
+    """One ES train job, submitted with sbatch by Snakemake's SLURM executor, runs its two
+    engines as Ray actors on the cluster scripts/ray-slurm starts in the job; the run equals
+    a serial in-process run of the same settings bit for bit."""
+    env = slurm_cluster
+    repo = copy_repo(tmp_path / "repo")
+    config = write_small_settings(repo)
+    _es_on_a_ray_cluster(repo, config)
+    cache = built_cache(tmp_path_factory)
+    reuse_built(cache, repo)  # the data and base model an earlier test built, if any
+    run = repo / RUN
+    out = run_snakemake(["--profile", "workflow/profiles/slurm", "--configfile", config, *LOCAL_CLUSTER_ARGS,
+                         "--", f"{RUN}/manifest.json"], repo, timeout=900, env=env)
+    keep_built(repo, cache)
+    submitted = set(re.findall(r"has been submitted with SLURM jobid (\d+)", out))
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["host"]["slurm_job_id"] in submitted
+    assert manifest["engines"] == ES_ENGINES
+    log = read_log(run / "log.jsonl")
+    assert [r["iteration"] for r in log] == list(range(SMALL_ES["iterations"]))
+    assert all(r["engines"] == ES_ENGINES and r["checksum"] for r in log)
+    rule_log = (repo / "results/logs/train/countdown/tiny/es/seed0.log").read_text()
+    assert "ray-slurm: Ray cluster on 1 node(s) (1 node x 2 CPUs: 2 hf engines)" in rule_log, rule_log[-3000:]
+    assert re.search(r"ray-slurm: node \S+ \(\S+\): 2 CPUs, 0 GPUs", rule_log)
+    assert "ray-slurm: Ray cluster stopped" in rule_log
+
+    # the same run in-process with one engine (one thread, as each Ray engine had one CPU)
+    spec = {k: v for k, v in manifest["settings"].items() if k not in ("method", "task", "model", "dtype", "chat")}
+    serial = tmp_path / "serial"
+    local_env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
+    subprocess.run([str(BIN / "esrepro"), "train", "--method", "es", "--task", "countdown", "--model", "tiny",
+                    "--model-dir", str(repo / "results/models/tiny/base"), "--dtype", "float32",
+                    "--data-dir", str(repo / "data/prepared/countdown"), "--spec", json.dumps({**spec, "engines": 1}),
+                    "--seed", "0", "--out", str(serial), "--threads", "1", "--device", "cpu"],
+                   env=local_env, check=True, capture_output=True, text=True, timeout=600)
+    serial_log = read_log(serial / "log.jsonl")
+    assert [(r["seeds"], r["rewards"], r["checksum"]) for r in log] == \
+        [(r["seeds"], r["rewards"], r["checksum"]) for r in serial_log]
+    assert any(r["reward_std"] > 0 for r in log)  # the weights moved: the comparison is not vacuous
+    assert_same_tensors(load_tensors(run / "checkpoint"), load_tensors(serial / "checkpoint"))

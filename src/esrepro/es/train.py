@@ -3,6 +3,7 @@ kept snapshots and resume state."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,14 +11,21 @@ from esrepro import paths as P
 from esrepro.trainer import TrainContext, TrainOutcome
 
 
-def engine_count(requested: int | None, device: str) -> int:
-    """Engines for a run: the setting, else one per visible GPU on CUDA, else 1."""
+def engine_count(requested: int | None, device: str, tensor_parallel_size: int = 1) -> int:
+    """Engines for a run: the setting, else one per ``tensor_parallel_size`` GPUs on CUDA (every GPU of the Ray
+    cluster the job joins, e.g. all nodes of a multi-node job; else this process's), else 1."""
     if requested:
         return requested
     if device.startswith("cuda"):
-        import torch
+        from esrepro.population.ray_session import cluster_resources, joins_cluster
 
-        return max(1, torch.cuda.device_count())
+        if joins_cluster():
+            gpus = int(cluster_resources().get("GPU", 0))
+        else:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        return max(1, gpus // tensor_parallel_size)
     return 1
 
 
@@ -36,21 +44,33 @@ def make_evaluator(ctx: TrainContext):
                       tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation)
     scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
                       options=dict(ctx.task.options))
-    engines = engine_count(cfg.engines, ctx.device)
+    engines = engine_count(cfg.engines, ctx.device, cfg.tensor_parallel_size)
     if engines == 1:
         return SerialEvaluator(spec, scoring)
-    from esrepro.population.ray_session import ensure_ray
+    from esrepro.population.ray_session import cluster_resources, ensure_ray, joins_cluster
 
     on_gpu = ctx.device.startswith("cuda")
     ensure_ray(num_cpus=None if on_gpu else engines * threads)
+    available = cluster_resources() if joins_cluster() else None
+    if available is not None and not on_gpu:
+        # a cluster's CPUs are the job's real ones (scripts/ray-slurm): the engines share them
+        threads = max(1, int(available.get("CPU", 0)) // engines)
+        spec = EngineSpec(**{**spec.__dict__, "threads": threads})
     if on_gpu:
         # engines share GPUs when there are more engines than GPUs (e.g. 2 engines on 1 GPU)
-        gpus = max(1, torch.cuda.device_count())
+        gpus = max(1, int(available.get("GPU", 0)) if available is not None else torch.cuda.device_count())
         share = cfg.tensor_parallel_size if engines * cfg.tensor_parallel_size <= gpus else gpus / engines
         per_engine = {"num_gpus": share, "num_cpus": 1}
         spec = EngineSpec(**{**spec.__dict__, "device": "cuda"})  # each actor sees its own GPU as cuda:0
     else:
         per_engine = {"num_cpus": threads}
+    if available is not None:
+        for resource, ray_name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+            need = engines * per_engine.get(resource, 0)
+            if need > available.get(ray_name, 0):
+                raise ValueError(f"engines={engines} need {need:g} {ray_name}s, but the Ray cluster at "
+                                 f"{os.environ['RAY_ADDRESS']} has {available.get(ray_name, 0):g}: lower the ES "
+                                 "setting engines (or tensor_parallel_size), or give the job more")
     return RayEvaluator(spec, scoring, engines, per_engine)
 
 

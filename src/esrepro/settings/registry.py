@@ -21,6 +21,8 @@ class Resources(Settings):
     mem_mb: int = Field(4000, ge=100, description="memory per node, MB")
     runtime: int = Field(60, ge=1, description="wall-clock limit, minutes")
     nodes: int = Field(1, ge=1, description="nodes of a training job (a Ray cluster spans them)")
+    ray_cluster: bool = Field(False, description="run the job under scripts/ray-slurm, whose Ray cluster the ES "
+                              "engines join, even on one node (always so when nodes > 1)")
 
     def threads(self) -> int:
         """CPU threads a job of this rule uses: cpus_per_task, else cpus_per_gpu x gpu, else 1."""
@@ -82,8 +84,9 @@ class ModelEntry(Settings):
                                  "at fetch time and recorded in the model's manifest)")
     methods: dict[str, Partial] = Field(default_factory=dict, description="method -> settings over the config's, "
                                         "plus an RL hyperparameter grid (grid: {setting: [values]})")
-    resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...) or "
-                                            "default -> cluster resources; default is required")
+    resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...), "
+                                            "train_es (ES training jobs; else they use train) or default -> "
+                                            "cluster resources; default is required")
 
     @model_validator(mode="after")
     def _source(self) -> "ModelEntry":
