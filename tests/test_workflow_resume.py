@@ -30,9 +30,10 @@ TRAIN_TARGET = f"{RUN}/log.jsonl"
 SMALL_CONFIG = "small_config.yaml"
 SMALL_REGISTRY = "small_models.yaml"
 
-# A smaller warm start than the registry's (50 SFT steps instead of 500): still enough for
-# the format reward to vary between ES members, so every iteration moves the weights.
-SMALL_SFT = {"problems": 1600, "epochs": 1, "learning_rate": 0.01}
+# A smaller warm start than the registry's (100 SFT steps instead of 500): enough for the format
+# reward to vary between ES members, so every iteration moves the weights. (50 steps at lr 0.01
+# left this machine's model without a single formatted answer: the reward was 0 for every member.)
+SMALL_SFT = {"problems": 1600, "epochs": 2, "learning_rate": 0.005}
 # ES: 3 iterations, a checkpoint after each; sigma large enough for reward variance.
 SMALL_ES = {"iterations": 3, "resume_every": 1, "population": 4, "train_examples": 8,
             "sigma": 0.05, "alpha": 0.05}
