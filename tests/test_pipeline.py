@@ -31,9 +31,12 @@ def test_paper_dag_lists_every_model(tmp_path):
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     # Countdown: base, ES and 4 RL methods per model; every other task: the base model;
-    # conciseness study: (3 sigmas + 4 betas) x 4 seeds on Qwen2.5-7B-Instruct
-    assert stats["train"] == str(7 + 7 * 4) and stats["fetch_model"] == "7"
-    assert stats["evaluate"] == str(7 * 6 + 7 * 9)
+    # conciseness study: (3 sigmas + 4 betas) x 4 seeds on Qwen2.5-7B-Instruct;
+    # ESSA study: (reference + 3 populations + 4 ranks + 3 engine counts + 2 precisions) x 2 models by the train
+    # rule, its GRPO baseline by its own rule, each run and Qwen2.5-Math-7B's base model evaluated on GSM8K
+    essa = 2 * (1 + 3 + 4 + 3 + 2)
+    assert stats["train"] == str(7 + 7 * 4 + essa) and stats["fetch_model"] == "8" and stats["essa_grpo"] == "2"
+    assert stats["evaluate"] == str(7 * 6 + 7 * 9 + essa + 2 + 1)
     # KL: every Countdown run and base model, every study run and the study's base model
     assert stats["kl"] == str(7 * 6 + 1 + 7 * 4)
     for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
