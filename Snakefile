@@ -3,8 +3,8 @@
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 # Logic lives in src/esrepro (the `esrepro` command); these files only wire paths.
 
+from esrepro import cluster, specs
 from esrepro import paths as P
-from esrepro import specs
 from esrepro.config import load_pipeline, workflow_config
 from esrepro.plan import Plan
 

@@ -13,12 +13,11 @@ import os
 import shlex
 
 ENV = "../envs/esrepro.yaml"  # relative to this rules folder
-SNAKEMAKE_RESOURCES = ("gpu", "gpu_model", "cpus_per_gpu", "cpus_per_task", "mem_mb", "runtime", "nodes")
 
 
 def resources_of(rule_name):
     """Snakemake resources of a rule, from each model's registry entry (keys every configured model sets)."""
-    keys = [k for k in SNAKEMAKE_RESOURCES
+    keys = [k for k in cluster.RESOURCES
             if all(getattr(PIPELINE.resources(m, rule_name), k) is not None for m in PIPELINE.models)]
     return {k: (lambda wildcards, k=k: getattr(PIPELINE.resources(wildcards.model, rule_name), k)) for k in keys}
 

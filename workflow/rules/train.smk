@@ -15,73 +15,13 @@ TRAIN_SHELL = (
 )
 
 
-# A train job's cluster layout. ES methods take the registry's `train_es` resources where the model
-# has them (the population engines' layout, e.g. two nodes for a 7B model), other methods `train`.
-# A job on several nodes (or asking for ray_cluster) runs under scripts/ray-slurm, which starts a
-# Ray cluster across its nodes for the ES engines to join. For the SLURM executor plugin (2.8.0)
-# such a job asks for one task per node (nodes, tasks) and sets mpi, so the plugin's job step runs
-# the shell command directly on the first node instead of inside `srun -n1` (ray-slurm starts its
-# own steps); its GPUs go per node as gres (the plugin's gpu becomes --gpus, a total that SLURM may
-# split unevenly); tasks_per_gpu 0 keeps the plugin from turning tasks into --ntasks-per-gpu.
+# A train job's cluster layout (esrepro.cluster): ES jobs take the registry's train_es resources
+# where a model has them; a job on several nodes runs under scripts/ray-slurm.
 RAY_SLURM = os.path.join(workflow.basedir, "scripts", "ray-slurm")
-TRAIN_RESOURCES = (*SNAKEMAKE_RESOURCES, "gres", "tasks", "tasks_per_gpu", "mpi")
-
-
-def train_resources_key(wildcards):
-    """The registry resources entry of a train job: `train_es` for an ES method where the model has one."""
-    es = PIPELINE.algorithm_of(wildcards.task, wildcards.method).name == "es"
-    return "train_es" if es and "train_es" in PIPELINE.model(wildcards.model).resources else "train"
-
-
-def train_job(wildcards):
-    """The registry resources of one train job."""
-    return PIPELINE.resources(wildcards.model, train_resources_key(wildcards))
-
-
-def on_ray_cluster(res):
-    return res.nodes > 1 or res.ray_cluster
-
-
-def train_resource(res, key):
-    """One Snakemake resource of a train job; None leaves it out."""
-    several = res.nodes > 1
-    if key in ("gpu", "gpu_model") and several:
-        return None
-    if key == "gres":
-        if not (several and res.gpu):
-            return None
-        return f"gpu:{res.gpu_model}:{res.gpu}" if res.gpu_model else f"gpu:{res.gpu}"
-    if key == "tasks":
-        return res.nodes if several else None
-    if key == "tasks_per_gpu":
-        return 0 if several and res.gpu else None
-    if key == "mpi":
-        return "srun" if several else None
-    return getattr(res, key)
-
-
-def train_resources():
-    return {k: (lambda wildcards, k=k: train_resource(train_job(wildcards), k)) for k in TRAIN_RESOURCES}
-
-
-def ray_layout(wildcards):
-    """A train job's layout in words, e.g. "2 nodes x 4 GPUs: 8 vllm engines, tp 1"."""
-    res = train_job(wildcards)
-    nodes = f"{res.nodes} node{'s' if res.nodes > 1 else ''}"
-    per_node = f"{res.gpu} GPUs" if res.gpu else f"{res.threads()} CPUs"
-    settings = PIPELINE.method_settings(wildcards.model, wildcards.task, wildcards.method)
-    if settings.algorithm != "es":
-        return f"{nodes} x {per_node}"
-    tp = settings.tensor_parallel_size
-    engines = settings.engines or (res.nodes * res.gpu // tp if res.gpu else 1)
-    return f"{nodes} x {per_node}: {engines} {settings.backend} engines" + (f", tp {tp}" if res.gpu else "")
-
-
-def ray_launcher(wildcards):
-    """The command a train job runs under: scripts/ray-slurm for a Ray cluster across its nodes, else none."""
-    if not on_ray_cluster(train_job(wildcards)):
-        return ""
-    return f"{shlex.quote(RAY_SLURM)} --cluster --layout {shlex.quote(ray_layout(wildcards))} -- "
+TRAIN_RESOURCES = {
+    k: (lambda w, k=k: cluster.slurm_resource(cluster.train_job(PIPELINE, w.task, w.model, w.method), k))
+    for k in cluster.TRAIN_RESOURCES
+}
 
 
 rule train:
@@ -98,10 +38,10 @@ rule train:
         device=CFG.device,
         chat=chat_flag,
         run=folder_of_manifest,
-        launcher=ray_launcher,
-    threads: lambda wildcards: train_job(wildcards).threads()
+        launcher=lambda w: cluster.launcher(PIPELINE, w.task, w.model, w.method, RAY_SLURM),
+    threads: lambda w: cluster.train_job(PIPELINE, w.task, w.model, w.method).threads()
     resources:
-        **train_resources(),
+        **TRAIN_RESOURCES,
     conda:
         ENV
     log:

@@ -1,0 +1,80 @@
+"""A job's cluster layout: the registry resources it takes, what the SLURM executor plugin is asked for,
+and, for a train job spanning nodes, the Ray cluster it runs under (scripts/ray-slurm).
+
+ES methods take the registry's ``train_es`` resources where the model has them (the population
+engines' layout, e.g. two nodes for a 7B model), other methods ``train``. A job on several nodes
+(or with ``ray_cluster``) runs under scripts/ray-slurm, which starts a Ray cluster across its
+nodes for the ES engines to join. For the SLURM executor plugin (2.8.0) such a job asks for one
+task per node (``nodes``, ``tasks``) and sets ``mpi``, so the plugin's job step runs the shell
+command directly on the first node instead of inside ``srun -n1`` (ray-slurm starts its own
+steps); its GPUs go per node as ``gres`` (the plugin's ``gpu`` becomes ``--gpus``, a total that
+SLURM may split unevenly); ``tasks_per_gpu: 0`` keeps the plugin from turning tasks into
+``--ntasks-per-gpu``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from esrepro.pipeline import Pipeline
+from esrepro.settings.registry import Resources
+
+#: Snakemake resources every rule passes on from the registry.
+RESOURCES = ("gpu", "gpu_model", "cpus_per_gpu", "cpus_per_task", "mem_mb", "runtime", "nodes")
+#: A train job's resources: the above and what a multi-node job needs.
+TRAIN_RESOURCES = (*RESOURCES, "gres", "tasks", "tasks_per_gpu", "mpi")
+
+
+def train_resources_key(p: Pipeline, task: str, model: str, method: str) -> str:
+    """The registry resources entry of a train job: ``train_es`` for an ES method where the model has one."""
+    es = p.algorithm_of(task, method).name == "es"
+    return "train_es" if es and "train_es" in p.model(model).resources else "train"
+
+
+def train_job(p: Pipeline, task: str, model: str, method: str) -> Resources:
+    """The registry resources of one train job."""
+    return p.resources(model, train_resources_key(p, task, model, method))
+
+
+def on_ray_cluster(res: Resources) -> bool:
+    """Whether a job runs under scripts/ray-slurm (several nodes, or ``ray_cluster``)."""
+    return res.nodes > 1 or res.ray_cluster
+
+
+def slurm_resource(res: Resources, key: str) -> Any:
+    """One Snakemake resource of a train job (None leaves it out)."""
+    several = res.nodes > 1
+    if key in ("gpu", "gpu_model") and several:
+        return None
+    if key == "gres":
+        if not (several and res.gpu):
+            return None
+        return f"gpu:{res.gpu_model}:{res.gpu}" if res.gpu_model else f"gpu:{res.gpu}"
+    if key == "tasks":
+        return res.nodes if several else None
+    if key == "tasks_per_gpu":
+        return 0 if several and res.gpu else None
+    if key == "mpi":
+        return "srun" if several else None
+    return getattr(res, key)
+
+
+def ray_layout(p: Pipeline, task: str, model: str, method: str) -> str:
+    """A train job's layout in words, e.g. "2 nodes x 4 GPUs: 8 vllm engines, tp 1"."""
+    res = train_job(p, task, model, method)
+    nodes = f"{res.nodes} node{'s' if res.nodes > 1 else ''}"
+    per_node = f"{res.gpu} GPUs" if res.gpu else f"{res.threads()} CPUs"
+    settings = p.method_settings(model, task, method)
+    if settings.algorithm != "es":
+        return f"{nodes} x {per_node}"
+    tp = settings.tensor_parallel_size
+    engines = settings.engines or (res.nodes * res.gpu // tp if res.gpu else 1)
+    return f"{nodes} x {per_node}: {engines} {settings.backend} engines" + (f", tp {tp}" if res.gpu else "")
+
+
+def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) -> str:
+    """The command prefix a train job runs under: ``ray_slurm`` for a Ray cluster across its nodes, else none."""
+    if not on_ray_cluster(train_job(p, task, model, method)):
+        return ""
+    return f"{shlex.quote(ray_slurm)} --cluster --layout {shlex.quote(ray_layout(p, task, model, method))} -- "
