@@ -21,6 +21,7 @@ config.update(RAW_CONFIG)
 PIPELINE = load_pipeline(config, CONFIG_SOURCE)
 PLAN = Plan(PIPELINE)
 CFG = PIPELINE.cfg
+config.update(CFG.model_dump(mode="json"))  # the report's captions see every setting, defaults included
 
 
 include: "workflow/rules/common.smk"
