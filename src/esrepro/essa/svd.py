@@ -263,7 +263,25 @@ def _correction(U: torch.Tensor, V: torch.Tensor, d: np.ndarray) -> torch.Tensor
     return (U * torch.from_numpy(d).to(U.device, U.dtype)) @ V.T
 
 
-class CandidateApplier:
+class _Candidates:
+    """``with applier.candidate(x):`` the model carries candidate x inside the block, the SFT state after it."""
+
+    def apply(self, x: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def candidate(self, x: np.ndarray) -> Iterator[None]:
+        self.apply(x)
+        try:
+            yield
+        finally:
+            self.restore()
+
+
+class CandidateApplier(_Candidates):
     """Applies candidates in place to a transformers model holding the merged SFT weights.
 
     On construction it keeps a copy of every adapted module's weight (``W_merged_sft``);
@@ -309,17 +327,9 @@ class CandidateApplier:
             w.copy_(new.to(w.dtype))
             self.modified.add(n)
 
-    @contextlib.contextmanager
-    def candidate(self, x: np.ndarray) -> Iterator[None]:
-        """Within the block the model carries candidate x; the SFT weights come back after it."""
-        self.apply(x)
-        try:
-            yield
-        finally:
-            self.restore()
 
 
-class AdapterApplier:
+class AdapterApplier(_Candidates):
     """Applies candidates to a peft model whose LoRA adapters stay unmerged (a quantised base underneath).
 
     ``apply(x)`` rewrites ``lora_A``/``lora_B`` of the modules whose values differ from x0
@@ -369,11 +379,3 @@ class AdapterApplier:
             B.copy_(f.B.to(B.device, B.dtype))
             self.modified.add(n)
 
-    @contextlib.contextmanager
-    def candidate(self, x: np.ndarray) -> Iterator[None]:
-        """Within the block the adapters carry candidate x; the SFT factors come back after it."""
-        self.apply(x)
-        try:
-            yield
-        finally:
-            self.restore()

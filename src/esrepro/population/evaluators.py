@@ -122,21 +122,27 @@ class RayEvaluator:
                     fut = getattr(self.actors[k], method).remote(*args[k])
         return out
 
-    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
-        seeds = list(seeds)
-        mine = [list(range(k, len(seeds), self.engines)) for k in range(self.engines)]
+    def _spread(self, method: str, n: int, args_for, phases: tuple[str, ...]) -> tuple[list[float], dict]:
+        """Split n members round-robin over the engines (``args_for(indices)`` builds one engine's call);
+        the rewards in member order and the slowest engine's seconds per phase."""
+        mine = [list(range(k, n, self.engines)) for k in range(self.engines)]
         t0 = time.perf_counter()
-        results = self._all("members", [(seeds, sigma, m) for m in mine])
-        rewards: list[float] = [0.0] * len(seeds)
-        seconds = {"perturb": 0.0, "generation": 0.0, "restore": 0.0}
+        results = self._all(method, [args_for(m) for m in mine])
+        rewards: list[float] = [0.0] * n
+        seconds = dict.fromkeys(phases, 0.0)
         for m, (r, t) in zip(mine, results):
             for i, value in zip(m, r):
                 rewards[i] = value
             for key in seconds:
                 seconds[key] = max(seconds[key], t[key])  # the slowest engine sets the pace
         seconds["wall"] = time.perf_counter() - t0
-        self._ops.append(("members", seeds, sigma))
         return rewards, seconds
+
+    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
+        seeds = list(seeds)
+        out = self._spread("members", len(seeds), lambda m: (seeds, sigma, m), ("perturb", "generation", "restore"))
+        self._ops.append(("members", seeds, sigma))
+        return out
 
     def apply_update(self, update: Update) -> float:
         t0 = time.perf_counter()
@@ -176,18 +182,8 @@ class RayEvaluator:
         the engines (a candidate's prompts are never split, so each is generated in the same batches as on
         one engine), rewards in candidate order; seconds per phase of the slowest engine."""
         xs = list(xs)
-        mine = [list(range(k, len(xs), self.engines)) for k in range(self.engines)]
-        t0 = time.perf_counter()
-        results = self._all("candidates", [([xs[i] for i in m], list(examples)) for m in mine])
-        rewards: list[float] = [0.0] * len(xs)
-        seconds = {"apply": 0.0, "generation": 0.0, "restore": 0.0}
-        for m, (r, t) in zip(mine, results):
-            for i, value in zip(m, r):
-                rewards[i] = value
-            for key in seconds:
-                seconds[key] = max(seconds[key], t[key])
-        seconds["wall"] = time.perf_counter() - t0
-        return rewards, seconds
+        return self._spread("candidates", len(xs), lambda m: ([xs[i] for i in m], list(examples)),
+                            ("apply", "generation", "restore"))
 
     def save_candidate(self, x: Any, path: str | Path) -> None:
         """Write the weights carrying candidate x as an HF checkpoint, from the first engine (ESSA)."""

@@ -189,38 +189,36 @@ def _maxima_panel(ax, runs: pd.DataFrame, xlabel: str, log_x: bool = False) -> p
 # --- figures ------------------------------------------------------------------------------------
 
 
-def population_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
-                      display: dict[str, str] | None = None) -> list[Path]:
-    """ESSA Fig. 4: accuracy against generations per population; maximum accuracy against population."""
-    sub = _sweep_runs(runs, "populations", methods)
+def _sweep_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
+                  key: str, column: str, xlabel: str, what: tuple[str, str],
+                  display: dict[str, str] | None = None) -> list[Path]:
+    """One sweep's figure: per model, accuracy per generation for each value, and the best accuracy per value."""
+    sub = _sweep_runs(runs, key, methods)
     models = _models(sub)
     fig, axes = _axes(len(models), 2)
     tables = []
     for i, model in enumerate(models):
         r = sub[sub["model"] == model]
         name = (display or {}).get(model, model)
-        tables.append(_curve_panel(axes[i][0], curves, r, "population").assign(model=model, panel="curve"))
-        _title(axes[i][0], name, "accuracy per generation, per population")
-        tables.append(_maxima_panel(axes[i][1], r, "population", log_x=True).assign(model=model, panel="maximum"))
-        _title(axes[i][1], name, "best accuracy against population")
+        tables.append(_curve_panel(axes[i][0], curves, r, column).assign(model=model, panel="curve"))
+        _title(axes[i][0], name, what[0])
+        tables.append(_maxima_panel(axes[i][1], r, xlabel, log_x=True).assign(model=model, panel="maximum"))
+        _title(axes[i][1], name, what[1])
     return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+
+
+def population_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
+                      display: dict[str, str] | None = None) -> list[Path]:
+    """ESSA Fig. 4: accuracy against generations per population; maximum accuracy against population."""
+    return _sweep_figure(runs, curves, methods, out_stem, "populations", "population", "population",
+                         ("accuracy per generation, per population", "best accuracy against population"), display)
 
 
 def rank_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
                 display: dict[str, str] | None = None) -> list[Path]:
     """ESSA Fig. 7: accuracy against LoRA rank (and the curves per rank)."""
-    sub = _sweep_runs(runs, "ranks", methods)
-    models = _models(sub)
-    fig, axes = _axes(len(models), 2)
-    tables = []
-    for i, model in enumerate(models):
-        r = sub[sub["model"] == model]
-        name = (display or {}).get(model, model)
-        tables.append(_curve_panel(axes[i][0], curves, r, "rank").assign(model=model, panel="curve"))
-        _title(axes[i][0], name, "accuracy per generation, per LoRA rank")
-        tables.append(_maxima_panel(axes[i][1], r, "LoRA rank", log_x=True).assign(model=model, panel="maximum"))
-        _title(axes[i][1], name, "accuracy against LoRA rank")
-    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+    return _sweep_figure(runs, curves, methods, out_stem, "ranks", "rank", "LoRA rank",
+                         ("accuracy per generation, per LoRA rank", "accuracy against LoRA rank"), display)
 
 
 def engines_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], target: float,
