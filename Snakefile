@@ -32,6 +32,7 @@ include: "workflow/rules/kl.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/conciseness.smk"
 include: "workflow/rules/provenance.smk"
+include: "workflow/rules/v2.smk"
 
 
 rule all:

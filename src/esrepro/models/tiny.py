@@ -64,12 +64,16 @@ def build_model(architecture: dict, vocab_size: int, eos_id: int, seed: int) -> 
 
 
 def _encode_pairs(
-    tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int
+    tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int,
+    max_prompt_tokens: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """Token ids and labels (prompt masked with -100) for (prompt, completion) pairs."""
+    """Token ids and labels (prompt masked with -100) for (prompt, completion) pairs; with ``max_prompt_tokens``
+    a prompt keeps only its last tokens, as evaluation truncates long prompts."""
     out = []
     for prompt, completion in pairs:
         p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if max_prompt_tokens is not None:
+            p = p[-max_prompt_tokens:]
         c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids = (p + c)[:max_len]
         labels = ([-100] * len(p) + c)[:max_len]
@@ -86,11 +90,19 @@ def sft(
     batch_size: int,
     seed: int,
     log: Callable[[dict], None] | None = None,
+    groups: list[int] | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> list[float]:
-    """Supervised fine-tuning on completions (prompt tokens masked); returns per-step losses."""
-    encoded = _encode_pairs(tokenizer, pairs, model.config.max_position_embeddings)
+    """Supervised fine-tuning on completions (prompt tokens masked); returns per-step losses.
+
+    ``groups`` (one label per pair, e.g. its task) makes every batch hold pairs of one group only, so
+    short formats are not padded to the longest (v2's mixed warm start); the batches' order is shuffled.
+    """
+    encoded = _encode_pairs(tokenizer, pairs, model.config.max_position_embeddings, max_prompt_tokens)
     rng = random.Random(seed)
     torch.manual_seed(seed)
+    if groups is not None:
+        return _sft_grouped(model, tokenizer, encoded, groups, epochs, learning_rate, batch_size, rng, log)
     steps_per_epoch = math.ceil(len(encoded) / batch_size)
     total = epochs * steps_per_epoch
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
@@ -107,6 +119,53 @@ def sft(
             rng.shuffle(order)
             for b in range(steps_per_epoch):
                 batch = [encoded[i] for i in order[b * batch_size : (b + 1) * batch_size]]
+                width = max(len(ids) for ids, _ in batch)
+                input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+                labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+                loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                value = loss.item()
+                losses.append(value)
+                if log:
+                    log({"epoch": epoch, "step": len(losses) - 1, "loss": value})
+                bar.set_postfix(loss=f"{value:.3f}")
+                bar.update()
+    model.eval()
+    model.requires_grad_(False)
+    return losses
+
+
+def _sft_grouped(model, tokenizer, encoded, groups, epochs, learning_rate, batch_size, rng, log) -> list[float]:
+    """:func:`sft` with single-group batches: each epoch shuffles every group, cuts it into batches and shuffles the
+    batches."""
+    by_group: dict = {}
+    for i, g in enumerate(groups):
+        by_group.setdefault(g, []).append(i)
+    steps_per_epoch = sum(math.ceil(len(ix) / batch_size) for ix in by_group.values())
+    total = epochs * steps_per_epoch
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)) * 0.5 * (1 + math.cos(math.pi * s / total))
+    )
+    pad = tokenizer.pad_token_id
+    losses: list[float] = []
+    model.train()
+    model.requires_grad_(True)
+    with tqdm(total=total, desc="tiny SFT", unit="step") as bar:
+        for epoch in range(epochs):
+            batches = []
+            for g in sorted(by_group, key=str):
+                ix = list(by_group[g])
+                rng.shuffle(ix)
+                batches += [ix[b:b + batch_size] for b in range(0, len(ix), batch_size)]
+            rng.shuffle(batches)
+            for idx in batches:
+                batch = [encoded[i] for i in idx]
                 width = max(len(ids) for ids, _ in batch)
                 input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
                 labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
@@ -169,6 +228,50 @@ def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path, data_s
         "generator_options": options,
         "sft_problems": len(sft_problems),
         "tokenizer_problems": len(tok_problems),
+        "sft_steps": len(losses),
+        "sft_final_loss": losses[-1],
+    }
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_jsonl(tmp / "sft_log.jsonl", sft_log)
+        write_json(tmp / "build.json", {"build": build, "summary": summary})
+    return summary
+
+
+# --- v2: a tiny model warm-started on several task formats ---------------------------------
+def build_tiny_tasks(build: dict, exclude: dict[str, list[dict]], out_dir: str | Path,
+                     data_sources: dict[str, dict] | None = None) -> dict:
+    """Build a tiny model whose warm start mixes several formats (``build.sft.tasks: {task: problems}``).
+
+    Like :func:`build_tiny`, with :mod:`esrepro.models.warm_start` drawing each task's pairs:
+    ``exclude`` holds each task's prepared rows (never trained on), ``data_sources`` each task's
+    configured source (generator options such as Sudoku's size). The tokenizer is trained on
+    ``tokenizer.corpus_problems`` pairs split across the tasks in the same proportions.
+    """
+    from esrepro.models.warm_start import mixed_pairs
+
+    seed = build["seed"]
+    counts = {t: int(n) for t, n in build["sft"]["tasks"].items()}
+    total = sum(counts.values())
+    corpus_n = build["tokenizer"]["corpus_problems"]
+    corpus_counts = {t: max(10, round(corpus_n * n / total)) for t, n in counts.items()}
+    sources = dict(data_sources or {})
+    corpus_pairs, _, _ = mixed_pairs(corpus_counts, seed + 1, sources, exclude)
+    corpus = [text for pair in corpus_pairs for text in pair]  # prompt and completion apart: no merge straddles them
+    tokenizer = train_tokenizer(corpus, build["tokenizer"]["vocab_size"])
+    model = build_model(build["architecture"], len(tokenizer), tokenizer.eos_token_id, seed)
+    pairs, made, groups = mixed_pairs(counts, seed + 2, sources, exclude)
+    sft_log: list[dict] = []
+    s = build["sft"]
+    losses = sft(model, tokenizer, pairs, s["epochs"], s["learning_rate"], s["batch_size"], seed, sft_log.append,
+                 groups=groups, max_prompt_tokens=s.get("max_prompt_tokens"))
+    summary = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "sft_tasks": made,
+        "sft_problems": len(pairs),
+        "tokenizer_problems": len(corpus_pairs),
         "sft_steps": len(losses),
         "sft_final_loss": losses[-1],
     }

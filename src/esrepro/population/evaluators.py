@@ -31,9 +31,14 @@ class SerialEvaluator:
         self.worker = PopulationWorker(engine, scoring)
         self.engines = 1
 
-    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
-        rewards, seconds = self.worker.members(seeds, sigma, list(range(len(seeds))))
+    def rewards(self, seeds: Sequence[int], sigma: float, batch: Sequence[int] | None = None
+                ) -> tuple[list[float], dict]:
+        rewards, seconds = self.worker.members(seeds, sigma, list(range(len(seeds))), batch)
         return rewards, seconds
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy responses of the current weights (periodic evaluation)."""
+        return self.worker.generate(prompts, max_new_tokens)
 
     def apply_update(self, update: Update) -> float:
         return self.worker.update(update.seeds, update.weights, update.alpha)
@@ -111,11 +116,13 @@ class RayEvaluator:
                     fut = getattr(self.actors[k], method).remote(*args[k])
         return out
 
-    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
+    def rewards(self, seeds: Sequence[int], sigma: float, batch: Sequence[int] | None = None
+                ) -> tuple[list[float], dict]:
         seeds = list(seeds)
         mine = [list(range(k, len(seeds), self.engines)) for k in range(self.engines)]
         t0 = time.perf_counter()
-        results = self._all("members", [(seeds, sigma, m) for m in mine])
+        batch = None if batch is None else list(batch)
+        results = self._all("members", [(seeds, sigma, m, batch) for m in mine])
         rewards: list[float] = [0.0] * len(seeds)
         seconds = {"perturb": 0.0, "generation": 0.0, "restore": 0.0}
         for m, (r, t) in zip(mine, results):
@@ -135,6 +142,12 @@ class RayEvaluator:
 
     def checksums(self) -> list[str]:
         return self._all("checksum", [()] * self.engines)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy responses of the current weights, from the first engine (periodic evaluation)."""
+        import ray
+
+        return ray.get(self.actors[0].generate.remote(prompts, max_new_tokens))
 
     def save(self, path: str | Path) -> None:
         import ray

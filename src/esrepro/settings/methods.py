@@ -27,6 +27,16 @@ class MethodSettings(Settings):
     keep_every: int | None = Field(
         None, ge=1, description="keep the weights every K iterations (ES) or steps (RL) under <run>/checkpoints/"
         "iterK, e.g. for the Pareto figure; null keeps none")
+    # --- periodic evaluation (v2: Figure 6, test accuracy against training-sample evaluations) ---
+    eval_every: int | None = Field(
+        None, ge=1, description="greedy evaluation on the training task's test split every K iterations (ES) or "
+        "steps (RL), and once before training, into <run>/periodic_eval.jsonl; null: none")
+    eval_limit: int | None = Field(None, ge=1, description="periodic evaluation: only the first N test examples "
+                                   "(null: all)")
+    eval_max_new_tokens: int | None = Field(None, ge=1, description="periodic evaluation: greedy generation length "
+                                            "(null: the method's own generation length)")
+    eval_batch_size: int | None = Field(None, ge=1, description="periodic evaluation of an RL run: prompts per "
+                                        "generation batch (null: 64; ES evaluates with its engines' batch_size)")
 
 
 class ESSettings(MethodSettings):
@@ -39,6 +49,11 @@ class ESSettings(MethodSettings):
     alpha: float = Field(5e-4, gt=0, description="learning rate (1/sigma folded in, as in the paper)")
     max_new_tokens: int = Field(1024, ge=1, description="greedy generation length for scoring a member")
     batch_size: int = Field(200, ge=1, description="prompts per generation batch")
+    prompts_per_iteration: int | None = Field(
+        None, ge=1, description="score every member on this many of the train_examples per iteration, drawn from a "
+        "seeded reshuffle of them each epoch (the authors' math recipe: 1,024); null: on all of them every iteration")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="keep only the last N prompt tokens (short-context "
+                                          "models, e.g. ARC prompts on the tiny model); null: whole prompts")
     noise: Literal["iid", "correlated"] = Field(
         "correlated", description="iid: a generator per (seed, tensor); correlated: every tensor reseeded with the "
         "member seed, as the authors' released code does")
@@ -54,6 +69,13 @@ class ESSettings(MethodSettings):
                                 "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
                                 "1 on CPU")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
+
+    @model_validator(mode="after")
+    def _per_iteration(self) -> "ESSettings":
+        if self.prompts_per_iteration is not None and self.prompts_per_iteration > self.train_examples:
+            raise FieldProblem("prompts_per_iteration", f"prompts_per_iteration ({self.prompts_per_iteration}) is "
+                               f"more than train_examples ({self.train_examples}), the prompts it is drawn from")
+        return self
 
 
 class RLSettings(MethodSettings):
