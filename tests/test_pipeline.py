@@ -30,24 +30,30 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    # Countdown: base, ES and 4 RL methods per model; every other task: the base model;
-    # conciseness study: (3 sigmas + 4 betas) x 4 seeds on Qwen2.5-7B-Instruct;
-    # ESSA study: (reference + 3 populations + 4 ranks + 3 engine counts + 2 precisions) x 2 models by the train
-    # rule, its GRPO baseline by its own rule, each run and Qwen2.5-Math-7B's base model evaluated on GSM8K
+    # Countdown: ES per model (+ 3 stability seeds of Qwen2.5-3B-Instruct); v2: ES on MATH (Qwen2.5-Math-7B),
+    # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 4 betas) x 4 seeds, and the
+    # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study:
+    # (reference + 3 populations + 4 ranks + 3 engine counts + 2 precisions) x 2 models by the train rule,
+    # its GRPO baseline by its own rule
     essa = 2 * (1 + 3 + 4 + 3 + 2)
-    assert stats["train"] == str(7 + 7 * 4 + essa) and stats["fetch_model"] == "8" and stats["essa_grpo"] == "2"
-    assert stats["evaluate"] == str(7 * 6 + 7 * 9 + essa + 2 + 1)
+    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa) and stats["fetch_model"] == "8"
+    assert stats["essa_grpo"] == "2"
+    # Countdown: base + 5 methods per model (+ 3 x 5 stability runs); GSM8K and conciseness: the base models;
+    # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
+    # ESSA: every run and the baseline, and Qwen2.5-Math-7B's base model on GSM8K
+    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 2 + 1)
     # KL: every Countdown run and base model, every study run and the study's base model
-    assert stats["kl"] == str(7 * 6 + 1 + 7 * 4)
+    assert stats["kl"] == str(7 * 6 + 3 * 5 + 1 + 7 * 4 + 16 * 4)
     for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
         assert stats[rule] == "1"
     for method in ("es_sigma0.0005", "es_sigma0.001", "es_sigma0.0015", "grpo_beta0", "grpo_beta0.01",
                    "grpo_beta0.0167", "grpo_beta0.0464"):
         assert f"results/kl/conciseness/qwen2.5-7b-instruct/{method}/seed3/kl.json" in out
     assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
-    assert stats["prepare_data"] == "10"
-    # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, one selection each
-    assert stats["train_cell"] == str(7 * 4 * 6) and stats["select_rl"] == str(7 * 4)
+    assert stats["prepare_data"] == "11"
+    # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, plus the authors'
+    # GRPO-Zero cell for GRPO (8) and GRPO (30), one selection each (and again for 3 stability seeds)
+    assert stats["train_cell"] == str((7 + 3) * (4 * 6 + 2)) and stats["select_rl"] == str((7 + 3) * 4)
     assert stats["table3_rl_hyperparameters"] == "1"
     for model in ("qwen2.5-0.5b-instruct", "qwen2.5-7b-instruct", "llama-3.2-1b-instruct", "llama-3.1-8b-instruct"):
         assert f"results/runs/countdown/{model}/es/seed0/checkpoint" in out

@@ -41,7 +41,15 @@ def test_tiny_budgets_equal_the_es_budget():
 def test_grid_cells_and_paths():
     plan = _plan("paper.yaml")
     cells = plan.p.grid_cells("qwen2.5-7b-instruct", "grpo8")
-    assert len(cells) == 6 and "lr1e-06_beta0.001" in cells
+    # the 3 x 2 product, then the authors' GRPO-Zero cell (lr 1e-5, no KL, 120 completions per step, 1,024 tokens)
+    assert len(cells) == 7 and "lr1e-06_beta0.001" in cells
+    zero = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-05_beta0_pbs15_ga8_len1024")
+    assert (zero["learning_rate"], zero["beta"], zero["max_completion_length"]) == (1e-5, 0.0, 1024)
+    assert zero["per_device_train_batch_size"] * zero["gradient_accumulation_steps"] == 120
+    g30 = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo30", "lr1e-05_beta0_pbs15_ga4_len1024")
+    assert g30["per_device_train_batch_size"] * g30["gradient_accumulation_steps"] == 60 and g30["num_generations"] == 30
+    assert plan.p.grid_record("qwen2.5-7b-instruct", "grpo8")["cells"][0]["learning_rate"] == 1e-5
+    assert "cells" not in plan.p.grid_record("qwen2.5-7b-instruct", "drgrpo")
     spec = json.loads(specs.as_json(specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8",
                                                       "lr3e-06_beta0")))
     assert (spec["learning_rate"], spec["beta"], spec["loss_type"]) == (3e-06, 0.0, "grpo")

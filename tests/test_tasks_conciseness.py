@@ -28,8 +28,13 @@ def test_packaged_data() -> None:
         ("Translate 'Hello' to Spanish:", "Hola"),
         ("Name one primary color:", "Red"),
         ("Is the statement 'All cats are mammals' true or false?", "True"),
+        # the paper's Table 5 has eight; these four as a third-party reproduction lists them (see the YAML)
+        ("Calculate: 12×7=", "84"),
+        ("What comes next in the sequence: 2,4,6,8, ?", "10"),
+        ("What is 15% of 200?", "30"),
+        ("How many days are in a week?", "7"),
     ]
-    assert data["paper_text_incomplete"] is True
+    assert data["paper_text_incomplete"] is False
 
 
 @pytest.fixture()
@@ -74,7 +79,7 @@ def test_authors_length_counts_the_prompt(penguins: dict) -> None:
 
 def test_prepare_conciseness(tmp_path: Path) -> None:
     result = prepare_conciseness(tmp_path, {"kind": "generated"}, 0)
-    assert (result["train"]["n"], result["test"]["n"]) == (2, 4)
+    assert (result["train"]["n"], result["test"]["n"]) == (2, 8)
     task = get_task("conciseness")
     rows = task.load("test", tmp_path)
     assert all(task.score(r["solution"], r).reward == 0.0 and task.score(r["solution"], r).correct for r in rows)

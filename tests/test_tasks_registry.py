@@ -26,11 +26,13 @@ GENERATED = [
     ("arc", {"kind": "generated"}),
     ("arc", {"kind": "generated", "n_train": 3, "n_test": 10_000}),
     ("conciseness", {"kind": "generated"}),
+    ("math_train", {"kind": "generated"}),
+    ("math_train", {"kind": "generated", "n_train": 7, "n_test": 3}),
 ]
 
 
 def test_every_name_maps_to_its_task_class() -> None:
-    assert known_tasks() == sorted(TASKS) and len(TASKS) == 10
+    assert known_tasks() == sorted(TASKS) and len(TASKS) == 11
     for name in known_tasks():
         cls = task_class(name)
         assert issubclass(cls, Task) and cls.name == name
@@ -99,5 +101,5 @@ def test_prepare_data_manifest_records_splits_and_provenance(tmp_path: Path) -> 
     spec = {"source": {"kind": "generated"}, "seed": 0}
     assert main(["prepare-data", "--task", "conciseness", "--spec", json.dumps(spec), "--out", str(tmp_path)]) == 0
     manifest = read_json(tmp_path / "manifest.json")
-    assert {s: v["n"] for s, v in manifest["splits"].items()} == {"train": 2, "test": 4}
+    assert {s: v["n"] for s, v in manifest["splits"].items()} == {"train": 2, "test": 8}
     assert manifest["provenance"] == {} and manifest["outputs"]["test.jsonl"]["sha256"] == manifest["splits"]["test"]["sha256"]

@@ -6,6 +6,7 @@ refused with all of them at once.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from esrepro.pipeline import BASE, Pipeline
@@ -26,7 +27,7 @@ def _collect(problems: list[str], fn: Callable[[], object]) -> object:
 def check_pipeline(p: Pipeline) -> None:
     """Raise ConfigError listing every problem of ``p``'s config and registry (nothing when all is well)."""
     problems: list[str] = []
-    for check in (_models, _tasks, _methods, _evaluation, _studies, _sizes, _essa_study):
+    for check in (_models, _tasks, _methods, _evaluation, _studies, _sizes, _essa_study, _v2):
         check(p, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
@@ -56,8 +57,8 @@ def _tasks(p: Pipeline, out: list[str]) -> None:
 
 
 def _methods(p: Pipeline, out: list[str]) -> None:
-    models = [m for m in p.models if m in p.registry]
     for task, block in p.cfg.train.items():
+        models = [m for m in p.train_models(task) if m in p.registry]
         for method in block.overrides():
             if method not in block.methods:
                 out.append(at(p.source, "train", task, method) + f": settings for a method not in train.{task}.methods")
@@ -68,7 +69,7 @@ def _methods(p: Pipeline, out: list[str]) -> None:
             for model in models:
                 _collect(out, lambda: p.method_settings(model, task, method))
                 _grid(p, out, model, task, method, algo.rl)
-    for model in models:  # registry overrides of methods this config never runs are still checked
+    for model in p.all_models():  # registry overrides of methods this config never runs are still checked
         for method, values in p.model(model).methods.items():
             if not isinstance(values, dict):
                 out.append(at(p.registry_source, "models", model, "methods", method) + ": expected a mapping")
@@ -77,7 +78,8 @@ def _methods(p: Pipeline, out: list[str]) -> None:
 def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: bool) -> None:
     grid = p.grid(model, method)
     where = at(p.registry_source, "models", model, "methods", method, "grid")
-    if not grid:
+    cells = p.model(model).methods.get(method, {}).get("cells")
+    if not grid and cells is None:
         return
     if not rl:
         out.append(f"{where}: grids are for RL methods (ppo, grpo, dr_grpo)")
@@ -88,6 +90,18 @@ def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: b
             out.append(f"{where}.{key}: not a setting of {method}")
         elif not isinstance(values, list) or not values:
             out.append(f"{where}.{key}: expected a non-empty list of values")
+    if cells is not None:  # v2: explicit cells beside the product
+        cwhere = at(p.registry_source, "models", model, "methods", method, "cells")
+        if not isinstance(cells, list) or not all(isinstance(c, dict) and c for c in cells):
+            out.append(f"{cwhere}: expected a list of non-empty mappings of settings")
+            return
+        for i, cell in enumerate(cells):
+            out.extend(f"{cwhere}.{i}.{k}: not a setting of {method}" for k in cell if k not in fields)
+        product = math.prod(len(v) for v in grid.values() if isinstance(v, list)) if grid else 0
+        distinct = len(p.grid_cells(model, method))  # keyed by cell name: a repeated cell collapses
+        if distinct != product + len(cells):
+            out.append(f"{cwhere}: a cell repeats another cell of the grid ({product} in the product, "
+                       f"{len(cells)} listed, {distinct} distinct)")
     if not any(p.startswith(where) for p in out):
         for cell in p.grid_cells(model, method):
             _collect(out, lambda: p.method_settings(model, task, method, cell))
@@ -131,7 +145,7 @@ def _sizes(p: Pipeline, out: list[str]) -> None:
             out.append(at(p.source, "data", task, "source") + f": {exc}")
             return {}
 
-    runs = [(task, m, meth) for task in p.cfg.train for m in p.models if m in p.registry
+    runs = [(task, m, meth) for task in p.cfg.train for m in p.train_models(task) if m in p.registry
             for meth in p.train_methods(task)]
     runs += [(s.task, s.model, meth) for name, s in p.studies().items() if s.model in p.registry
              for meth in (_collect([], lambda: p.study_methods(name)) or {})]
@@ -201,3 +215,45 @@ def _essa_study(p: Pipeline, out: list[str]) -> None:
                         "the reference run's sft_examples + the baseline's train_examples")
                 out.append(f"{where}: method {method} (model {model}) reads {need} training problems ({what}), "
                            f"but data.{study.task} prepares {n}")
+
+
+# --- v2: per-task models, stability, study name clashes, report extras ---------------------------------------
+def _v2(p: Pipeline, out: list[str]) -> None:
+    from esrepro.tasks.math_data import MATH_SETS
+
+    for task, block in p.cfg.train.items():
+        for i, model in enumerate(block.models or []):
+            if model not in p.registry:
+                out.append(at(p.source, "train", task, "models", i) + f": {model!r} is not in the registry "
+                           f"{p.registry_source}")
+    st = p.cfg.stability
+    if st is not None:
+        where = at(p.source, "stability")
+        if st.task not in p.cfg.train:
+            out.append(f"{where}.task: no train.{st.task} entry to rerun")
+        else:
+            out += [f"{where}.models: {m!r} is not trained on {st.task} (train.{st.task}.models or models)"
+                    for m in st.models if m not in p.train_models(st.task)]
+            out += [f"{where}.methods: {m!r} is not in train.{st.task}.methods"
+                    for m in st.methods if m not in p.train_methods(st.task)]
+    seen: dict[tuple[str, str], str] = {}
+    for name, study in p.studies().items():
+        for method in _collect([], lambda: p.study_methods(name)) or {}:
+            other = seen.setdefault((study.task, method), name)
+            if other != name:
+                out.append(at(p.source, "studies", name) + f": method {method} on {study.task} is also a method of "
+                           f"studies.{other}")
+    extras = set(p.cfg.report.extras)
+    where = at(p.source, "report", "extras")
+    if "lr_sweep" in extras:
+        lr = p.studies().get("conciseness_lr")
+        if lr is None or lr.grpo is None:
+            out.append(f"{where}: lr_sweep needs studies.conciseness_lr with a grpo sweep")
+    if "stability" in extras and st is None:
+        out.append(f"{where}: stability needs a stability block")
+    if "math" in extras and not any(p.train_task_of(t) in p.cfg.train for t in MATH_SETS if t in p.cfg.evaluate):
+        out.append(f"{where}: math needs a math set (evaluate.<set>) whose train_task is trained on")
+    if "puzzles" in extras and not any(t in p.cfg.train for t in ("sudoku", "arc")):
+        out.append(f"{where}: puzzles needs train.sudoku or train.arc")
+    if "gains" in extras and not p.train_methods(p.cfg.report.table1.task):
+        out.append(f"{where}: gains needs methods trained on report.table1.task ({p.cfg.report.table1.task})")

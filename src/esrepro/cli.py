@@ -92,6 +92,15 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "sft_dir": ("--sft-dir", dict(required=True, help="the reference ESSA run's sft/ folder (the SFT adapter)")),
     "ref_spec": ("--ref-spec", dict(type=_json, required=True, help="the reference ESSA run's settings as JSON")),
     "runs": ("--runs", dict(nargs="+", required=True, help="run directories (log.jsonl and manifest.json in each)")),
+    # v2 (issue 13)
+    "histogram": ("--histogram", dict(nargs="+", required=True, help="histogram.json of each ES run (param shift)")),
+    "periodic": ("--periodic", dict(nargs="+", required=True, help="periodic_eval.jsonl of each run")),
+    "sets": ("--set", dict(action="append", required=True, help="TEST_SET=TRAIN_TASK: a test set and the "
+                                                                "training task whose runs it evaluates (repeat)")),
+    "sampled_coords": ("--sampled-coords", dict(type=int, default=0, help="also simulate each run's random walk on "
+                                                "this many coordinates (0: closed form only)")),
+    "kind": ("--kind", dict(default="points", choices=["points", "relative"],
+                            help="improvement in percentage points (the paper's bars) or relative to the base")),
 }
 #: Options whose help differs by verb.
 OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
@@ -102,6 +111,14 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("eval-summary", "out"): dict(help="the summary JSON to write"),
     ("ro-crate", "out"): dict(help="crate folder (replaced)"),
     ("dvc-record", "out"): dict(help="JSON summary of what was recorded"),
+    **{(v, "out"): dict(help=OUT_STEM) for v in ("gains", "sample-curves", "param-shift", "lr-sweep",
+                                                 "lr-distributions", "train-tasks-table", "math-table",
+                                                 "puzzle-table", "stability-table")},
+    **{(v, "task"): dict(required=False, default="countdown", help="task the figure shows")
+       for v in ("gains", "sample-curves", "param-shift")},
+    ("param-shift-histogram", "out"): dict(help="output folder (histogram.json, manifest.json)"),
+    ("param-shift-histogram", "model_dir"): dict(required=True, help="the ES run's final checkpoint"),
+    ("param-shift-histogram", "run_dir"): dict(required=True, help="the ES run (manifest: alpha, N; log: rewards)"),
     ("eval-summary", "metrics"): dict(help="metrics.json of every evaluation"),
     ("essa-report", "spec"): dict(help="target_accuracy, sweeps and output stems as JSON"),
     ("essa-report", "metrics"): dict(nargs="*", default=[], required=False, help="metrics.json of the runs' evaluations"),
@@ -148,6 +165,18 @@ VERBS: dict[str, Verb] = {
     "audit": Verb("esrepro.audit:main_audit", "walk a result back to its data, model, config and code"),
     "essa-grpo": Verb("esrepro.essa.baseline:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),
     "essa-report": Verb("esrepro.steps.report:essa_report", "the ESSA study's summary table and figures"),
+    # v2 (issue 13)
+    "gains": Verb("esrepro.steps.v2:gains", "Figure 5: accuracy improvement over the base model"),
+    "sample-curves": Verb("esrepro.steps.v2:sample_curves", "Figure 6: test accuracy against training samples"),
+    "param-shift-histogram": Verb("esrepro.steps.v2:param_shift_histogram",
+                                  "count |theta_final - theta_base| of one ES run against its random walk"),
+    "param-shift": Verb("esrepro.steps.v2:param_shift", "Figures 7-9: parameter shifts against the random walk"),
+    "lr-sweep": Verb("esrepro.steps.v2:lr_sweep", "Figure 3: the conciseness GRPO learning-rate x beta sweep"),
+    "lr-distributions": Verb("esrepro.steps.v2:lr_distributions", "Figure 4: reward distributions per learning rate"),
+    "train-tasks-table": Verb("esrepro.steps.v2:train_tasks_table", "accuracy per training task and test set"),
+    "math-table": Verb("esrepro.steps.v2:math_table", "the math table beside the published RL baselines"),
+    "puzzle-table": Verb("esrepro.steps.v2:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
+    "stability-table": Verb("esrepro.steps.v2:stability_table", "accuracy mean and std over seeds per method"),
 }
 
 

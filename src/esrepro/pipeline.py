@@ -23,7 +23,12 @@ BASE = "base"  # the untrained model, evaluated as a method of its own
 CODE = "esrepro.settings"  # where the code's defaults come from, in messages
 #: Short names of grid keys in cell directory names.
 CELL_KEY_NAMES = {"learning_rate": "lr", "actor_learning_rate": "alr", "critic_learning_rate": "clr",
-                  "kl_coef": "kl", "beta": "beta"}
+                  "kl_coef": "kl", "beta": "beta",
+                  # v2: explicit cells (registry methods.<m>.cells), e.g. the authors' GRPO-Zero settings
+                  "per_device_train_batch_size": "pbs", "gradient_accumulation_steps": "ga",
+                  "max_completion_length": "len", "num_generations": "g"}
+#: Registry keys of methods.<method> that are not settings: the grid's value lists and its explicit extra cells.
+GRID_KEYS = ("grid", "cells")
 DEFAULT_CELL = "default"
 CPU_ONLY_RULES = ("fetch",)
 FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs ask for
@@ -94,6 +99,41 @@ class Pipeline:
         block = self.cfg.train.get(task)
         return list(block.methods) if block else []
 
+    # --- v2: per-task models, extra seeds, every model a run touches --------------------
+    def train_models(self, task: str) -> list[str]:
+        """Models trained on ``task``: ``train.<task>.models``, else the config's models."""
+        block = self.cfg.train.get(task)
+        return list(block.models) if block is not None and block.models else list(self.models)
+
+    def stability_seeds(self, task: str, model: str, method: str) -> list[int]:
+        """Extra seeds the ``stability`` block asks for this run (empty when none)."""
+        st = self.cfg.stability
+        if st is None or st.task != task or model not in st.models or method not in st.methods:
+            return []
+        return list(st.seeds)
+
+    def all_models(self) -> list[str]:
+        """Every model a job of this config touches: the config's, each training task's and each study's."""
+        out = list(self.models)
+        out += [m for task in self.cfg.train for m in self.train_models(task)]
+        out += [s.model for s in self._studies().values()]
+        if self.cfg.stability is not None:
+            out += list(self.cfg.stability.models)
+        if self.essa_study() is not None:
+            out += list(self.essa_study().models)
+        return list(dict.fromkeys(m for m in out if m in self.registry))
+
+    def evaluated_tasks(self) -> list[str]:
+        """Tasks evaluated: every ``evaluate`` entry, then every training task that no entry evaluates through
+        ``train_task`` (on its own test split, with ``defaults.evaluate``)."""
+        out = list(self.cfg.evaluate)
+        covered = {self.train_task_of(t) for t in out}
+        return out + [t for t in self.cfg.train if t not in covered and t not in out]
+
+    def eval_sets_of(self, train_task: str) -> list[str]:
+        """The evaluated tasks whose runs are ``train_task``'s (its test sets)."""
+        return [t for t in self.evaluated_tasks() if self.train_task_of(t) == train_task]
+
     def study_method(self, task: str, method: str) -> StudyMethod | None:
         """The study configuration called ``method`` on ``task``, if a study has one."""
         for name, study in self._studies().items():
@@ -126,15 +166,25 @@ class Pipeline:
         """The registry's hyperparameter grid of ``method`` for ``model`` (empty: the settings alone)."""
         return dict(self.model(model).methods.get(method, {}).get("grid", {}))
 
+    def extra_cells(self, model: str, method: str) -> list[dict]:
+        """The registry's explicit cells of ``method`` for ``model`` (``methods.<m>.cells``), tried besides the grid."""
+        return [dict(c) for c in self.model(model).methods.get(method, {}).get("cells", []) or []]
+
     def grid_cells(self, model: str, method: str) -> dict[str, dict]:
-        """``{cell name: overrides}``, the product of the grid's value lists, in grid order."""
+        """``{cell name: overrides}``: the product of the grid's value lists, in grid order, then the explicit cells."""
         grid = self.grid(model, method)
         keys = list(grid)
         cells = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+        cells += self.extra_cells(model, method)
         return {cell_name(c): c for c in cells}
 
+    def grid_record(self, model: str, method: str) -> dict:
+        """The grid as the selection step records it: the value lists, plus ``cells`` when there are explicit ones."""
+        extra = self.extra_cells(model, method)
+        return {**self.grid(model, method), **({"cells": extra} if extra else {})}
+
     def _registry_layer(self, model: str, method: str) -> Layer:
-        values = {k: v for k, v in self.model(model).methods.get(method, {}).items() if k != "grid"}
+        values = {k: v for k, v in self.model(model).methods.get(method, {}).items() if k not in GRID_KEYS}
         return Layer(self.registry_source, f"models.{model}.methods.{method}", values)
 
     def method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
@@ -221,12 +271,15 @@ class Pipeline:
             spaced = getattr(sweep, f"{key}_logspace", None)
             values = ([float(v) for v in np.logspace(spaced.start, spaced.stop, spaced.num)] if spaced
                       else [float(v) for v in getattr(sweep, key)])
+            rates = getattr(sweep, "learning_rates", None) or [None]
             for value in values:
-                method = f"{prefix}{format_value(value)}"
-                if method in out:
-                    raise ConfigError(at(self.source, "studies", name, algo) + f": values {out[method].swept[setting]} "
-                                      f"and {value} share the method name {method}")
-                out[method] = StudyMethod(name, algo, {setting: value})
+                for lr in rates:
+                    method = f"{prefix}{format_value(value)}" + ("" if lr is None else f"_lr{format_value(lr)}")
+                    swept = {setting: value, **({} if lr is None else {"learning_rate": float(lr)})}
+                    if method in out:
+                        raise ConfigError(at(self.source, "studies", name, algo) + f": values {out[method].swept} "
+                                          f"and {swept} share the method name {method}")
+                    out[method] = StudyMethod(name, algo, swept)
         return out
 
     def study_runs(self, name: str) -> list[tuple[str, str, int]]:
@@ -242,9 +295,9 @@ class Pipeline:
         return dict(self.cfg.task_options.get(task, {}))
 
     def eval_settings(self, task: str) -> EvalSettings:
-        """``evaluate.<task>`` over ``defaults.evaluate``."""
+        """``evaluate.<task>`` over ``defaults.evaluate`` (a training task without an entry: the defaults alone)."""
         return resolve(EvalSettings, [Layer(self.source, "defaults.evaluate", dict(self.cfg.defaults.evaluate)),
-                                      Layer(self.source, f"evaluate.{task}", dict(self.cfg.evaluate[task] or {}))])
+                                      Layer(self.source, f"evaluate.{task}", dict(self.cfg.evaluate.get(task) or {}))])
 
     def kl_settings(self, task: str) -> KLSettings:
         """``kl.<task>`` over ``defaults.kl``."""

@@ -16,7 +16,7 @@ from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
 Run = tuple[str, str, int]  # (model, method, seed)
 
 
-def _regex(keys: list[str]) -> str:
+def keys_regex(keys: list[str]) -> str:
     """A wildcard constraint matching exactly ``keys`` (nothing when empty)."""
     return "|".join(re.escape(k) for k in keys) if keys else "(?!x)x"
 
@@ -30,11 +30,22 @@ class Plan:
         self.seeds = pipeline.seeds
 
     # --- training runs -------------------------------------------------------------
+    def train_runs(self, task: str) -> list[Run]:
+        """(model, method, seed) of every run trained on ``task``: its models x methods x the config's seeds, then
+        the extra seeds of the ``stability`` block."""
+        models, methods = self.p.train_models(task), self.p.train_methods(task)
+        out = [(m, meth, s) for m in models for meth in methods for s in self.seeds]
+        out += [(m, meth, s) for m in models for meth in methods for s in self.p.stability_seeds(task, m, meth)]
+        return list(dict.fromkeys(out))
+
     def runs(self, task: str) -> list[Run]:
-        """(model, method, seed) of every run evaluated on ``task``, base models included."""
-        methods = self.p.train_methods(self.p.train_task_of(task))
-        return [(m, BASE, 0) for m in self.models] + [(m, meth, s) for m in self.models for meth in methods
-                                                      for s in self.seeds]
+        """(model, method, seed) of every run evaluated on ``task``, base models included.
+
+        Base models: the training task's models when ``task`` (or its ``train_task``) is trained on, else the
+        config's models."""
+        train_task = self.p.train_task_of(task)
+        models = self.p.train_models(train_task) if train_task in self.p.cfg.train else self.models
+        return [(m, BASE, 0) for m in models] + self.train_runs(train_task)
 
     def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
         """The weights evaluated on ``task``: the base model, or the run's final checkpoint."""
@@ -48,11 +59,11 @@ class Plan:
         trained = {(task, m) for task in self.p.cfg.train for m in self.p.train_methods(task)}
         grid = {m for task, m in trained if self.p.is_rl(task, m)}
         if rl:
-            return _regex(sorted(grid))
+            return keys_regex(sorted(grid))
         direct = {m for _, m in trained if m not in grid}
         direct |= {m for name in self.p.studies() for m in self.p.study_methods(name)}
         direct |= {m for m in self.p.essa_methods() if m != ESSA_GRPO}  # the baseline has its own rule
-        return _regex(sorted(direct))
+        return keys_regex(sorted(direct))
 
     def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
         """Run directories of every grid cell of an RL method."""
@@ -60,10 +71,13 @@ class Plan:
                 for c in self.p.grid_cells(model, method)]
 
     def selections(self, task: str) -> list[str]:
-        """selection.json of every RL run trained on ``task`` (Table 3's inputs)."""
+        """selection.json of every RL run trained on ``task``."""
         return [f"{P.fill(P.RUN, task=task, model=m, method=meth, seed=s)}/{P.SELECTION}"
-                for m in self.models for meth in self.p.train_methods(task) if self.p.is_rl(task, meth)
-                for s in self.seeds]
+                for m, meth, s in self.train_runs(task) if self.p.is_rl(task, meth)]
+
+    def all_selections(self) -> list[str]:
+        """selection.json of every RL run of every training task (Table 3's inputs)."""
+        return [path for task in self.p.cfg.train for path in self.selections(task)]
 
     def curve_logs(self, task: str, method: str) -> list[str]:
         """Training logs of ``method`` on ``task`` (the training-curve figure's inputs)."""
@@ -86,45 +100,40 @@ class Plan:
     def run_dirs(self) -> list[str]:
         """Every training run directory the evaluations read."""
         dirs = [P.fill(P.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
-                for task in self.p.cfg.evaluate for m, meth, s in self.runs(task) if meth != BASE]
+                for task in self.p.evaluated_tasks() for m, meth, s in self.runs(task) if meth != BASE]
         dirs += [self.essa_run(m, meth, s) for m, meth, s in self.p.essa_runs()]
         return list(dict.fromkeys(dirs))
 
     # --- models and data ---------------------------------------------------------------
     def built_models_regex(self) -> str:
-        return _regex([k for k, e in self.p.registry.items() if e.build is not None])
+        return keys_regex([k for k, e in self.p.registry.items() if e.build is not None])
 
     def hub_models_regex(self) -> str:
-        return _regex([k for k, e in self.p.registry.items() if e.hub_id is not None])
+        return keys_regex([k for k, e in self.p.registry.items() if e.hub_id is not None])
 
     def build_inputs(self, model: str) -> list[str]:
-        """Prepared data a built model's warm start must stay disjoint from."""
-        task = self.p.model(model).build.sft.task
-        return [P.fill(P.PREPARED, task=task)] if task in self.p.cfg.data else []
+        """Prepared data a built model's warm start must stay disjoint from (each warm-start task's)."""
+        tasks = self.p.model(model).build.sft.task_problems()
+        return [P.fill(P.PREPARED, task=t) for t in tasks if t in self.p.cfg.data]
 
     def datasets(self) -> list[str]:
         """data/prepared/{task} of every task the run reads: evaluated, trained on, warm-started on."""
         dirs: list[str] = []
-        for task in self.p.cfg.evaluate:
+        for task in self.p.evaluated_tasks():
             dirs.append(P.fill(P.PREPARED, task=task))
             if any(meth != BASE for _, meth, _ in self.runs(task)):
                 dirs.append(P.fill(P.PREPARED, task=self.p.train_task_of(task)))
-        for model in self.models:
+        for model in self.p.all_models():
             if self.p.model(model).build is not None:
                 dirs += self.build_inputs(model)
         study = self.p.essa_study()
         if study is not None:
             dirs.append(P.fill(P.PREPARED, task=study.task))
-            for model in study.models:
-                if self.p.model(model).build is not None:
-                    dirs += self.build_inputs(model)
         return list(dict.fromkeys(dirs))
 
     def model_dirs(self) -> list[str]:
-        """Every base model directory of the run: the configured models and the ESSA study's."""
-        study = self.p.essa_study()
-        models = self.models + (list(study.models) if study else [])
-        return [P.fill(P.BASE_MODEL, model=m) for m in dict.fromkeys(models)]
+        """Every base model directory of the run: every model a job touches (studies' included)."""
+        return [P.fill(P.BASE_MODEL, model=m) for m in self.p.all_models()]
 
     # --- evaluation and KL ---------------------------------------------------------------
     def eval_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
@@ -132,7 +141,12 @@ class Plan:
 
     def eval_metrics(self) -> list[str]:
         """metrics.json of every configured evaluation (each task, model, method, seed)."""
-        return [f"{self.eval_dir(task, *run)}/metrics.json" for task in self.p.cfg.evaluate for run in self.runs(task)]
+        return [f"{self.eval_dir(task, *run)}/metrics.json" for task in self.p.evaluated_tasks()
+                for run in self.runs(task)]
+
+    def task_metrics(self, tasks: list[str]) -> list[str]:
+        """metrics.json of every evaluation of ``tasks``."""
+        return [f"{self.eval_dir(task, *run)}/metrics.json" for task in tasks for run in self.runs(task)]
 
     def table1_metrics(self) -> list[str]:
         task = self.p.cfg.report.table1.task
@@ -143,10 +157,9 @@ class Plan:
         task's training runs and their base models, every study run and the study's base model)."""
         out: list[tuple[str, str, str, int]] = []
         for task in self.p.cfg.kl:
-            methods = self.p.train_methods(task)
-            if methods:
-                out += [(task, m, BASE, 0) for m in self.models]
-            out += [(task, m, meth, s) for m in self.models for meth in methods for s in self.seeds]
+            if self.p.train_methods(task):
+                out += [(task, m, BASE, 0) for m in self.p.train_models(task)]
+            out += [(task, m, meth, s) for m, meth, s in self.train_runs(task)]
         for name, study in self.p.studies().items():
             out += [(study.task, study.model, BASE, 0)]
             out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)]
@@ -179,7 +192,7 @@ class Plan:
         """Every table and figure file of the run (their manifests excluded)."""
         t1 = self.p.cfg.report.table1.task
         out = [f"{P.TABLE1}.{e}" for e in ("csv", "md", "tex", "metrics.json")]
-        if self.selections(t1):
+        if self.all_selections():
             out += [f"{P.TABLE3}.{e}" for e in ("csv", "md", "tex")]
         if self.curve_logs(t1, "es"):
             out += [f"{P.CURVES}.{e}" for e in ("png", "pdf", "csv")]
@@ -187,7 +200,9 @@ class Plan:
             out += [f"{P.TABLE2}.{e}" for e in ("csv", "md", "tex")]
             out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf")]
         out += self.essa_targets()
-        return out
+        from esrepro.plan_v2 import V2Plan
+
+        return out + V2Plan(self).targets()
 
     def final_targets(self) -> list[str]:
         out = self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()
@@ -213,7 +228,7 @@ class Plan:
 
     def essa_grpo_regex(self) -> str:
         """The GRPO baseline's method name when the study has one (its own rule trains it)."""
-        return _regex([ESSA_GRPO] if ESSA_GRPO in self.p.essa_methods() else [])
+        return keys_regex([ESSA_GRPO] if ESSA_GRPO in self.p.essa_methods() else [])
 
     def essa_ref_run(self, model: str, seed: int | str) -> str:
         """The reference ESSA run whose SFT adapter the GRPO baseline starts from."""

@@ -24,8 +24,12 @@ def data_spec(p: Pipeline, task: str) -> dict[str, Any]:
 
 
 def build_data_spec(p: Pipeline, model: str) -> dict[str, Any]:
-    """The data block of the task a built model is warm-started on (its generator options), if the config has one."""
-    task = p.model(model).build.sft.task
+    """The data block of the task a built model is warm-started on (its generator options), if the config has one;
+    with several warm-start tasks (``sft.tasks``), ``{"tasks": {task: data block}}``."""
+    sft = p.model(model).build.sft
+    if sft.tasks is not None:
+        return {"tasks": {t: data_spec(p, t) for t in sft.tasks if t in p.cfg.data}}
+    task = sft.task
     return data_spec(p, task) if task in p.cfg.data else {}
 
 

@@ -30,6 +30,7 @@ class TrainContext:
     seed: int
     run_dir: Path  # where resume state and kept snapshots go
     device: str = "cpu"
+    eval_examples: list[dict] = field(default_factory=list)  # the test split, for periodic evaluation (eval_every)
 
 
 @dataclass

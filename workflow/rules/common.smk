@@ -18,7 +18,7 @@ ENV = "../envs/esrepro.yaml"  # relative to this rules folder
 def resources_of(rule_name):
     """Snakemake resources of a rule, from each model's registry entry (keys every configured model sets)."""
     keys = [k for k in cluster.RESOURCES
-            if all(getattr(PIPELINE.resources(m, rule_name), k) is not None for m in PIPELINE.models)]
+            if all(getattr(PIPELINE.resources(m, rule_name), k) is not None for m in PIPELINE.all_models())]
     return {k: (lambda wildcards, k=k: getattr(PIPELINE.resources(wildcards.model, rule_name), k)) for k in keys}
 
 
@@ -48,3 +48,8 @@ def folder_of_manifest(wildcards, output):
 def note_args(notes):
     """--note arguments, shell-quoted."""
     return " ".join(f"--note {shlex.quote(n)}" for n in notes)
+
+
+def flag_args(flag, items):
+    """``flag item`` for each item, shell-quoted (a repeated flag, e.g. --set A=B --set C=D)."""
+    return " ".join(f"{flag} {shlex.quote(str(i))}" for i in items)

@@ -61,7 +61,7 @@ rule countdown_curves:
 
 rule table3_rl_hyperparameters:
     input:
-        selections=PLAN.selections(T1.task),
+        selections=PLAN.all_selections(),
         registry=CFG.registry,
     output:
         multiext(P.TABLE3, ".csv", ".md", ".tex", ".manifest.json"),

@@ -88,7 +88,7 @@ rule select_rl:
     wildcard_constraints:
         method=PLAN.methods_regex(rl=True),
     params:
-        grid=lambda w: specs.as_json(PIPELINE.grid(w.model, w.method)),
+        grid=lambda w: specs.as_json(PIPELINE.grid_record(w.model, w.method)),
         cells=lambda w: " ".join(f"--cell {c}={d}" for c, d in zip(PIPELINE.grid_cells(w.model, w.method),
                                                                    PLAN.cell_runs(w.task, w.model, w.method, w.seed))),
         run=folder_of_manifest,

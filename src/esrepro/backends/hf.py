@@ -93,6 +93,19 @@ class HFBackend:
         """The causal LM to generate with (a subclass may load it otherwise, e.g. with an adapter)."""
         return load_model(model_dir, dtype=dtype, device=device)
 
+    @classmethod
+    def wrap(cls, model, tokenizer, device: str = "cpu", batch_size: int = 32, chat: bool = False,
+             max_prompt_tokens: int | None = None) -> "HFBackend":
+        """A backend around an already loaded model and tokenizer (e.g. a policy being trained by RL)."""
+        self = cls.__new__(cls)
+        self.tokenizer, self.model, self.device = tokenizer, model, device
+        self.batch_size, self.chat, self.max_prompt_tokens, self.truncated = batch_size, chat, max_prompt_tokens, 0
+        self.tokenizer.padding_side = "left"
+        self.eos_ids = sorted(eos_token_ids(self.tokenizer, self.model))
+        if max_prompt_tokens is not None:
+            self.tokenizer.truncation_side = "left"
+        return self
+
     def format_prompt(self, prompt: str) -> str:
         """The text the model sees for ``prompt`` (wrapped in the chat template when ``chat``)."""
         if not self.chat:

@@ -36,17 +36,23 @@ def _state_key(cfg: ESSettings, seed: int) -> dict:
     return {**cfg.model_dump(mode="json", exclude=NOT_IN_STATE), "seed": seed}
 
 
-def _save_state(state_dir: Path, cfg: ESSettings, seed: int, iteration: int, evaluator, log: list[dict]) -> None:
-    """Write the resume checkpoint atomically: weights (and masters), completed iterations, log so far."""
+def _save_state(state_dir: Path, cfg: ESSettings, seed: int, iteration: int, evaluator, log: list[dict],
+                extra: dict[str, list[dict]] | None = None) -> None:
+    """Write the resume checkpoint atomically: weights (and masters), completed iterations, log so far, and each
+    ``extra`` list of rows (``<name>.jsonl``, e.g. the periodic evaluation's points)."""
     with atomic_path(state_dir, is_dir=True) as tmp:
         evaluator.save_state(tmp)
         (tmp / "log.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
+        for name, rows in (extra or {}).items():
+            (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         write_json(tmp / "state.json", {"completed_iterations": iteration, "config": _state_key(cfg, seed)})
     evaluator.mark_state(state_dir)
 
 
-def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator) -> tuple[int, list[dict]]:
-    """Load a resume checkpoint into every engine; returns (start iteration, log)."""
+def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
+                extra: dict[str, list[dict]] | None = None) -> tuple[int, list[dict]]:
+    """Load a resume checkpoint into every engine; returns (start iteration, log). Each ``extra`` list is
+    replaced, in place, by the rows the checkpoint holds for it."""
     meta = json.loads((state_dir / "state.json").read_text())
     if meta["config"] != _state_key(cfg, seed):
         raise ResumeMismatch(
@@ -54,7 +60,30 @@ def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator) -> tuple
             f"delete {state_dir} to start this run afresh"
         )
     evaluator.load_state(state_dir)
+    for name, rows in (extra or {}).items():
+        path = state_dir / f"{name}.jsonl"
+        rows[:] = read_jsonl(path) if path.exists() else []
     return meta["completed_iterations"], read_jsonl(state_dir / "log.jsonl")
+
+
+def iteration_batch(n_examples: int, per_iteration: int, seed: int, iteration: int) -> list[int]:
+    """Indices of the training prompts scored in ``iteration`` when each iteration takes ``per_iteration`` of them.
+
+    The prompts are read as one stream of epochs, each a fresh permutation seeded by (run seed,
+    epoch); iteration t takes stream positions [t * per_iteration, (t + 1) * per_iteration). So a
+    batch is a pure function of (seed, iteration) and resumes exactly; every prompt is used once per
+    epoch. (The authors' shuffled DataLoader ends each epoch with a shorter batch instead of
+    running into the next epoch.)
+    """
+    if not 1 <= per_iteration <= n_examples:
+        raise ValueError(f"prompts per iteration ({per_iteration}) must be in [1, {n_examples}]")
+    start, stop = iteration * per_iteration, (iteration + 1) * per_iteration
+    out: list[int] = []
+    for epoch in range(start // n_examples, (stop - 1) // n_examples + 1):
+        perm = np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), 0x5EED])).permutation(n_examples)
+        lo, hi = max(start, epoch * n_examples), min(stop, (epoch + 1) * n_examples)
+        out += perm[lo - epoch * n_examples: hi - epoch * n_examples].tolist()
+    return out
 
 
 def run_es(
@@ -64,23 +93,31 @@ def run_es(
     seed: int = 0,
     on_iteration: Callable[[dict], None] | None = None,
     progress: bool = True,
+    extra: dict[str, list[dict]] | None = None,
 ) -> list[dict]:
     """Train the evaluator's engines with ES; returns the per-iteration log.
 
     A resume checkpoint is written to ``state_dir`` every ``cfg.resume_every`` iterations;
     if one exists when called, the run continues from it. Raises :class:`EngineMismatch`
-    if the engines' weights ever differ after an update.
+    if the engines' weights ever differ after an update. ``extra``: named lists of rows the
+    caller appends to (from ``on_iteration``), kept in the resume checkpoint and restored in
+    place on resume. With ``cfg.prompts_per_iteration`` each iteration scores the members on
+    :func:`iteration_batch`'s prompts only.
     """
     state_dir = Path(state_dir)
     strategy = ESStrategy(cfg.population, cfg.sigma, cfg.alpha, seed)
     start, log = 0, []
     if (state_dir / "state.json").exists():
-        start, log = _load_state(state_dir, cfg, seed, evaluator)
+        start, log = _load_state(state_dir, cfg, seed, evaluator, extra)
     bar = tqdm(total=cfg.iterations, initial=start, desc="ES", unit="it", disable=not progress)
     for it in range(start, cfg.iterations):
         t_iter = time.perf_counter()
         seeds = strategy.ask(it)
-        rewards, seconds = evaluator.rewards(seeds, cfg.sigma)
+        if cfg.prompts_per_iteration is None:
+            rewards, seconds = evaluator.rewards(seeds, cfg.sigma)
+        else:
+            batch = iteration_batch(cfg.train_examples, cfg.prompts_per_iteration, seed, it)
+            rewards, seconds = evaluator.rewards(seeds, cfg.sigma, batch)
         update = strategy.tell(seeds, rewards)
         t_update = evaluator.apply_update(update)
         sums = evaluator.checksums()
@@ -111,7 +148,7 @@ def run_es(
         bar.update()
         done = it + 1
         if done % cfg.resume_every == 0 or done == cfg.iterations:
-            _save_state(state_dir, cfg, seed, done, evaluator, log)
+            _save_state(state_dir, cfg, seed, done, evaluator, log, extra)
     bar.close()
     return log
 

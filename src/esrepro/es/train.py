@@ -41,7 +41,8 @@ def make_evaluator(ctx: TrainContext):
     spec = EngineSpec(model_dir=str(ctx.model_dir), backend=cfg.backend, dtype=ctx.dtype, device=ctx.device,
                       batch_size=cfg.batch_size, chat=ctx.chat, noise=cfg.noise, restore=cfg.restore,
                       master_weights=cfg.master_weights, threads=threads,
-                      tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation)
+                      tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation,
+                      max_prompt_tokens=cfg.max_prompt_tokens)
     scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
                       options=dict(ctx.task.options))
     engines = engine_count(cfg.engines, ctx.device, cfg.tensor_parallel_size)
@@ -80,20 +81,33 @@ def train_es(ctx: TrainContext) -> TrainOutcome:
     from esrepro.io import atomic_path
     from esrepro.rl.budget import es_sample_budget
 
+    from esrepro.periodic import clear_periodic, periodic_of, write_periodic
+
     cfg = ctx.settings
     evaluator = make_evaluator(ctx)
     resume = ctx.run_dir / P.RESUME
-    if not (resume / "state.json").exists():
+    fresh = not (resume / "state.json").exists()
+    if fresh:
         shutil.rmtree(ctx.run_dir / P.SNAPSHOTS, ignore_errors=True)  # a fresh start keeps no stale snapshots
+        clear_periodic(ctx.run_dir)
+    periodic = periodic_of(cfg, ctx.task, ctx.eval_examples)
+    per_iteration = cfg.population * (cfg.prompts_per_iteration or cfg.train_examples)  # samples per iteration
+    if periodic is not None and fresh:
+        periodic.point(0, 0, evaluator.generate)  # the base model; a resume restores it from the state
 
-    def keep_snapshot(row: dict) -> None:
+    def after_iteration(row: dict) -> None:
         # weights after iteration row["iteration"]; the final weights go to checkpoint/ instead
         done = row["iteration"] + 1
         if cfg.keep_every and done % cfg.keep_every == 0 and done < cfg.iterations:
             with atomic_path(ctx.run_dir / P.SNAPSHOTS / P.snapshot_name(done), is_dir=True) as tmp:
                 evaluator.save(tmp)
+        if periodic is not None and periodic.due(done):
+            periodic.point(done, done * per_iteration, evaluator.generate)
 
-    log = run_es(evaluator, cfg, resume, seed=ctx.seed, on_iteration=keep_snapshot)
+    extra = {"periodic_eval": periodic.rows} if periodic is not None else None
+    log = run_es(evaluator, cfg, resume, seed=ctx.seed, on_iteration=after_iteration, extra=extra)
+    if periodic is not None:
+        write_periodic(ctx.run_dir, periodic.rows)
 
     def finish() -> None:
         evaluator.close()

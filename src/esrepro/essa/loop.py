@@ -4,7 +4,7 @@ Per generation: the strategy asks for its population of candidates (flat vectors
 singular values); the generation's fitness problems are drawn (a pure function of run
 seed and generation, :func:`esrepro.essa.data.generation_subset`); the evaluator scores
 every candidate on them (apply, generate greedily, score, restore, on one engine or
-several); the strategy is told the rewards. Every ``eval_every`` generations the
+several); the strategy is told the rewards. Every ``val_every`` generations the
 distribution's mean is scored on the held-out problems. Candidates never change an
 engine's weights, so the resume state is the CMA-ES state (its RNG included) and the log:
 written atomically every ``resume_every`` generations, as ``es/loop.py`` does for ES.
@@ -136,7 +136,7 @@ def run_essa(
             "elapsed_seconds": elapsed,
         }
         done = g + 1
-        if problems.val and (done % cfg.eval_every == 0 or done == cfg.generations):
+        if problems.val and (done % cfg.val_every == 0 or done == cfg.generations):
             row["val_reward"], row["seconds_eval"] = _mean_reward(evaluator, strategy.mean, problems.val)
         log.append(row)
         if on_generation:

@@ -31,9 +31,14 @@ class SerialEvaluator:
         self.worker = PopulationWorker(engine, scoring)
         self.engines = 1
 
-    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
-        rewards, seconds = self.worker.members(seeds, sigma, list(range(len(seeds))))
+    def rewards(self, seeds: Sequence[int], sigma: float, batch: Sequence[int] | None = None
+                ) -> tuple[list[float], dict]:
+        rewards, seconds = self.worker.members(seeds, sigma, list(range(len(seeds))), batch)
         return rewards, seconds
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy responses of the current weights (periodic evaluation)."""
+        return self.worker.generate(prompts, max_new_tokens)
 
     def apply_update(self, update: Update) -> float:
         return self.worker.update(update.seeds, update.weights, update.alpha)
@@ -138,9 +143,12 @@ class RayEvaluator:
         seconds["wall"] = time.perf_counter() - t0
         return rewards, seconds
 
-    def rewards(self, seeds: Sequence[int], sigma: float) -> tuple[list[float], dict]:
+    def rewards(self, seeds: Sequence[int], sigma: float, batch: Sequence[int] | None = None
+                ) -> tuple[list[float], dict]:
         seeds = list(seeds)
-        out = self._spread("members", len(seeds), lambda m: (seeds, sigma, m), ("perturb", "generation", "restore"))
+        batch = None if batch is None else list(batch)
+        out = self._spread("members", len(seeds), lambda m: (seeds, sigma, m, batch),
+                           ("perturb", "generation", "restore"))
         self._ops.append(("members", seeds, sigma))
         return out
 
@@ -152,6 +160,12 @@ class RayEvaluator:
 
     def checksums(self) -> list[str]:
         return self._all("checksum", [()] * self.engines)
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy responses of the current weights, from the first engine (periodic evaluation)."""
+        import ray
+
+        return ray.get(self.actors[0].generate.remote(prompts, max_new_tokens))
 
     def save(self, path: str | Path) -> None:
         import ray

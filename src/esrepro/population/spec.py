@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 
 
 @dataclass(frozen=True)
@@ -55,17 +55,19 @@ class Scoring:
     max_new_tokens: int
     options: dict = field(default_factory=dict)
 
-    def build(self) -> tuple[list[str], Callable[[list[str]], float]]:
-        """(prompts, mean reward of the responses to them)."""
+    def build(self) -> tuple[list[str], Callable[..., float]]:
+        """(prompts, mean reward of the responses to them); ``mean_reward(responses, batch)`` scores the responses
+        to the prompts ``batch`` (indices; None: all of them, in order)."""
         from esrepro.tasks import get_task
 
         task = get_task(self.task, **self.options)
         prompts = [task.prompt(e) for e in self.examples]
 
-        def mean_reward(responses: list[str]) -> float:
+        def mean_reward(responses: list[str], batch: Sequence[int] | None = None) -> float:
             import numpy as np
 
-            return float(np.mean([task.score(r, e).reward for r, e in zip(responses, self.examples, strict=True)]))
+            examples = self.examples if batch is None else [self.examples[i] for i in batch]
+            return float(np.mean([task.score(r, e).reward for r, e in zip(responses, examples, strict=True)]))
 
         return prompts, mean_reward
 

@@ -35,9 +35,12 @@ class PopulationWorker:
         """The worker's process id (tests kill it to check recovery)."""
         return os.getpid()
 
-    def members(self, seeds: Sequence[int], sigma: float, mine: Sequence[int]) -> tuple[list[float], dict]:
-        """Mean rewards of members ``mine`` (indices into ``seeds``) and seconds per phase."""
+    def members(self, seeds: Sequence[int], sigma: float, mine: Sequence[int],
+                batch: Sequence[int] | None = None) -> tuple[list[float], dict]:
+        """Mean rewards of members ``mine`` (indices into ``seeds``) and seconds per phase; each member is scored
+        on the training prompts ``batch`` (indices; None: all of them)."""
         own = set(mine)
+        prompts = self.prompts if batch is None else [self.prompts[i] for i in batch]
         every = self.spec.restore == "subtract"
         rewards: dict[int, float] = {}
         t = {"perturb": 0.0, "generation": 0.0, "restore": 0.0, "tokens": 0}
@@ -48,8 +51,8 @@ class PopulationWorker:
             self.engine.perturb(seed, sigma)
             t1 = time.perf_counter()
             if i in own:
-                responses = self.engine.generate(self.prompts, self.max_new_tokens)
-                rewards[i] = self.mean_reward(responses)
+                responses = self.engine.generate(prompts, self.max_new_tokens)
+                rewards[i] = self.mean_reward(responses, batch)
             t2 = time.perf_counter()
             self.engine.restore(seed, sigma)
             t3 = time.perf_counter()
@@ -80,6 +83,10 @@ class PopulationWorker:
 
     def checksum(self) -> str:
         return self.engine.checksum()
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy responses of the current (unperturbed) weights, e.g. for periodic evaluation."""
+        return self.engine.generate(prompts, max_new_tokens)
 
     def save(self, path: str) -> None:
         """Write the current weights as an HF checkpoint into ``path``."""

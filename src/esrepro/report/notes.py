@@ -58,3 +58,38 @@ def table2_notes(p: Pipeline) -> list[str]:
                  f"{kl.temperature}, up to {kl.max_new_tokens} tokens), per-sequence sums of per-token estimates, "
                  "mean over responses and prompts.")
     return notes
+
+
+def v2_notes(p: Pipeline, eval_tasks: list[str]) -> list[str]:
+    """Notes of a v2 table (math, puzzles, stability): scale, each test set's data source, how each training task's
+    runs were trained (ES settings, RL budgets) and the seeds."""
+    notes = [f"Scale: {p.cfg.scale}" + (" (tiny numbers: a 1M-parameter model on generated data, not the paper's)"
+                                         if p.cfg.scale == "tiny" else "")]
+    sources = []
+    for task in eval_tasks:
+        kind = p.cfg.data[task].source.kind if task in p.cfg.data else "?"
+        sources.append(f"{task}: {kind}" + (" (embedded, not the paper's data)" if kind == "generated" else ""))
+    if sources:
+        notes.append("Test data: " + "; ".join(sources))
+    for train_task in dict.fromkeys(p.train_task_of(t) for t in eval_tasks):
+        if train_task not in p.cfg.train:
+            continue
+        model = p.train_models(train_task)[0]
+        parts = []
+        for method in p.train_methods(train_task):
+            s = p.method_settings(model, train_task, method).as_dict()
+            if not p.is_rl(train_task, method):
+                per = s.get("prompts_per_iteration") or s["train_examples"]
+                parts.append(f"{method.upper()} N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, "
+                             f"{s['iterations']} iterations x {per} prompts of {s['train_examples']}, "
+                             f"{s['max_new_tokens']} new tokens ({es_sample_budget(s):,} samples)")
+            else:
+                b = rl_budget(s["sample_budget"], samples_per_step(s))
+                parts.append(f"{method} ({p.algorithm_of(train_task, method).name}): {b.steps:,} steps x "
+                             f"{b.samples_per_step} = {b.samples_used:,} samples")
+        notes.append(f"Trained on {train_task} ({p.model(model).display}"
+                     + (" and others" if len(p.train_models(train_task)) > 1 else "") + "): " + "; ".join(parts))
+    st = p.cfg.stability
+    seeds = sorted(set(p.seeds) | set(st.seeds if st is not None else []))
+    notes.append(f"Seeds: {seeds} (mean over seeds; base models evaluated once)")
+    return notes

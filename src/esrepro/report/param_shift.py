@@ -313,8 +313,12 @@ def half_normal_counts(bins: Bins, n_params: int, scale: float) -> DeltaHistogra
 
     P(a <= |X| < b) = erfc(a / (s sqrt 2)) - erfc(b / (s sqrt 2)) (erfc keeps the tails accurate).
     """
+    if scale == 0:  # a walk that never moved (every iteration's rewards equal): all mass at 0
+        ref = DeltaHistogram.empty(bins)
+        ref.zero, ref.n_params = float(n_params), n_params
+        return ref
     if not scale > 0:
-        raise ValueError(f"the walk's scale must be > 0, got {scale}")
+        raise ValueError(f"the walk's scale must be >= 0, got {scale}")
     tail = np.array([math.erfc(e / (scale * math.sqrt(2.0))) for e in bins.edges()])
     ref = DeltaHistogram.empty(bins)
     ref.counts = n_params * (tail[:-1] - tail[1:])
@@ -411,7 +415,7 @@ def shift_table(panels: Sequence[tuple[str, DeltaHistogram, RandomWalk, DeltaHis
     for label, hist, walk, sampled in panels:
         ref = half_normal_counts(hist.bins, hist.n_params, walk.scale)
         edges = hist.bins.edges()
-        spans = [("zero", 0.0, 0.0, hist.zero, 0.0, sampled.zero if sampled else math.nan),
+        spans = [("zero", 0.0, 0.0, hist.zero, ref.zero, sampled.zero if sampled else math.nan),
                  ("underflow", 0.0, edges[0], hist.underflow, ref.underflow,
                   sampled.underflow if sampled else math.nan)]
         spans += [(f"{i}", edges[i], edges[i + 1], hist.counts[i], ref.counts[i],
@@ -461,7 +465,8 @@ def shift_figure(
         dax.set_title(f"{label}: difference", fontsize="medium")
         ax.legend(loc="upper right", fontsize="x-small")
         pct = lambda v: 100.0 * v / n if n else math.nan  # noqa: E731
-        note = (f"{n:,} parameters; RMS |Δ| / s = {hist.rms / walk.scale:.3f}\n"
+        ratio = f"{hist.rms / walk.scale:.3f}" if walk.scale > 0 else "n/a (the walk never moved)"
+        note = (f"{n:,} parameters; RMS |Δ| / s = {ratio}\n"
                 f"unchanged (Δ = 0): {pct(hist.zero):.2f}%\n"
                 f"below range: {pct(hist.underflow):.2f}% (walk {pct(ref.underflow):.2f}%)\n"
                 f"above range: {pct(hist.overflow):.2f}% (walk {pct(ref.overflow):.2f}%)")

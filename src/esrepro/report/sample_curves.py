@@ -180,7 +180,7 @@ def curves_figure(
     order += [m for m in all_methods if m not in order]
     ncols = min(4, len(models))
     nrows = math.ceil(len(models) / ncols)
-    fig = Figure(figsize=(3.9 * ncols, 3.2 * nrows + 0.6), layout="constrained")
+    fig = Figure(figsize=(max(7.5, 3.9 * ncols), 3.2 * nrows + 0.9), layout="constrained")  # room for the legend
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     handles = {}
     for ax, model in zip(axes, models):
@@ -207,9 +207,9 @@ def curves_figure(
         ax.set_visible(False)
     fig.legend([handles[m] for m in order if m in handles],
                [METHOD_LABELS.get(m, m) for m in order if m in handles],
-               loc="outside lower center", ncols=len(handles), fontsize="small",
+               loc="outside lower center", ncols=min(len(handles), 5), fontsize="small",
                title="mean over seeds; shaded: ± std over seeds", title_fontsize="x-small")
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize="medium")
     return save_figure(fig, out_stem)
 
 

@@ -350,7 +350,7 @@ def headline_metrics(metrics: pd.DataFrame, task: str, split: str) -> dict[str, 
 # ---------------------------------------------------------------------------
 # Table 3: RL hyperparameter selection
 
-TABLE3_COLUMNS = ("Model", "Method", "Seed", "Grid", "Selected", "Training reward", "Cells", "Steps",
+TABLE3_COLUMNS = ("Task", "Model", "Method", "Seed", "Grid", "Selected", "Training reward", "Cells", "Steps",
                   "Samples per step")
 
 
@@ -365,25 +365,33 @@ def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping
     ``seed`` added. Rows follow the registry's model order, then Table 1's method order.
     """
     order = list(METHOD_COLUMNS)
-    keyed = sorted(selections, key=lambda r: (list(models).index(r["model"]) if r["model"] in models else len(models),
+    tasks = list(dict.fromkeys(r.get("task", "") for r in selections))
+    keyed = sorted(selections, key=lambda r: (tasks.index(r.get("task", "")),
+                                              list(models).index(r["model"]) if r["model"] in models else len(models),
                                               order.index(r["method"]) if r["method"] in order else len(order),
                                               r["method"], r["seed"]))
     rows = []
     for r in keyed:
-        grid = r.get("grid") or {}
+        grid = dict(r.get("grid") or {})
+        extra_cells = grid.pop("cells", None) or []
         settings = r.get("settings") or {}
         budget = r.get("budget") or {}
         grid_text = "; ".join(f"{k} in {{{', '.join(_fmt_value(v) for v in vals)}}}" for k, vals in grid.items())
+        if extra_cells:  # v2: explicit cells beside the product (e.g. the authors' GRPO-Zero settings)
+            grid_text += ("; " if grid_text else "") + "plus " + "; ".join(
+                "{" + ", ".join(f"{k}={_fmt_value(v)}" for k, v in c.items()) + "}" for c in extra_cells)
+        varied = set(grid) | {k for c in extra_cells for k in c}
         fixed = ", ".join(f"{k}={_fmt_value(settings[k])}" for k in ("learning_rate", "beta", "actor_learning_rate",
                                                                      "critic_learning_rate", "kl_coef")
-                          if k in settings and k not in grid)
+                          if k in settings and k not in varied)
         rows.append({
+            "Task": r.get("task", ""),
             "Model": (models.get(r["model"]) or {}).get("display", r["model"]),
             "Method": METHOD_LABELS.get(r["method"], r["method"]),
             "Seed": r["seed"],
             "Grid": grid_text or "(none)",
             "Selected": ", ".join(f"{k}={_fmt_value(v)}" for k, v in (r.get("winner_settings") or {}).items())
-                        + (("; " if grid else "") + fixed if fixed else ""),
+                        + (("; " if varied else "") + fixed if fixed else ""),
             "Training reward": f"{r['train_reward']:.4f}",
             "Cells": len(r.get("cells", [])),
             "Steps": budget.get("steps"),
@@ -399,12 +407,13 @@ def build_table3(selection_paths: Iterable[PathLike], models: Mapping[str, Mappi
     for path in selection_paths:
         rec = dict(read_json(path))
         parts = Path(path).parts  # results/runs/{task}/{model}/{method}/seed{s}/selection.json
-        rec.update(model=parts[-4], method=parts[-3], seed=int(parts[-2].removeprefix("seed")))
+        rec.update(task=parts[-5] if len(parts) >= 5 else "", model=parts[-4], method=parts[-3],
+                   seed=int(parts[-2].removeprefix("seed")))
         records.append(rec)
     df = table3(records, models)
     stem = Path(out_stem)
     write_text(stem.with_name(stem.name + ".csv"), df.to_csv(index=False, lineterminator="\n"))
-    caption = "RL hyperparameters: each model's grid and the cell kept for Table 1 (best final training reward)"
+    caption = ("RL hyperparameters: each task's and model's grid and the cell kept (best final training reward)")
     notes = ["Training reward: mean reward over the last quarter of the run's steps (Task.score, the reward ES "
              "optimises). Grids live in the model registry (config/models.yaml, methods.<method>.grid)."]
     body = df.astype(str).to_markdown(index=False, disable_numparse=True)

@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass
 
 
 def es_sample_budget(es_settings: dict) -> int:
-    """Training-sample evaluations of an ES run: iterations x population x train_examples."""
-    return int(es_settings["iterations"]) * int(es_settings["population"]) * int(es_settings["train_examples"])
+    """Training-sample evaluations of an ES run: iterations x population x prompts per iteration (train_examples,
+    or ``prompts_per_iteration`` when each iteration scores a batch of them)."""
+    per = es_settings.get("prompts_per_iteration") or es_settings["train_examples"]
+    return int(es_settings["iterations"]) * int(es_settings["population"]) * int(per)
 
 
 def samples_per_step(settings: dict) -> int:

@@ -87,8 +87,12 @@ def train_grpo(
     dtype: str = "float32",
     chat: bool = False,
     snapshot_dir: str | Path | None = None,
+    periodic: tuple[Any, int] | None = None,
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
+
+    ``periodic``: (:class:`esrepro.periodic.PeriodicEval`, completions per step): evaluate the policy
+    greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     One log row per step: ``step``, ``reward_mean``, ``reward_std``, ``loss``, ``entropy``,
     ``completion_length``, ``learning_rate``, ``seconds`` and, only when ``beta > 0``, ``kl``.
@@ -138,6 +142,25 @@ def train_grpo(
             with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
                 save_checkpoint(model, tokenizer, out)
 
+    class _Periodic(TrainerCallback):
+        """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps."""
+
+        def _point(self, step: int, model) -> None:  # noqa: ANN001
+            from esrepro.periodic import model_generator
+
+            evaluation, per_step = periodic
+            device = str(next(model.parameters()).device)
+            generate = model_generator(model, tokenizer, device, int(settings.get("eval_batch_size") or 64), chat)
+            evaluation.point(step, step * per_step, generate)
+
+        def on_train_begin(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
+            if periodic is not None and model is not None:
+                self._point(0, model)
+
+        def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
+            if periodic is not None and model is not None and periodic[0].due(state.global_step):
+                self._point(state.global_step, model)
+
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=tmp, on_cpu=on_cpu),
                          model_init_kwargs={"dtype": DTYPES[dtype]})
@@ -147,7 +170,7 @@ def train_grpo(
             args=cfg,
             train_dataset=_dataset(task, examples, chat),
             processing_class=tokenizer,
-            callbacks=[_Log(), _Snapshot()],
+            callbacks=[_Log(), _Snapshot(), _Periodic()],
         )
         trainer.train()
         model = trainer.model

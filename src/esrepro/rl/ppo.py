@@ -146,8 +146,12 @@ def train_ppo(
     dtype: str = "float32",
     chat: bool = False,
     progress: bool = True,
+    periodic: tuple[Any, int] | None = None,
 ) -> tuple[nn.Module, Any, list[dict]]:
     """Train the policy in ``model_dir`` with PPO for ``steps`` steps; returns (policy, tokenizer, log rows).
+
+    ``periodic``: (:class:`esrepro.periodic.PeriodicEval`, samples per step): evaluate the policy
+    greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
     ``entropy``, ``completion_length``, ``seconds`` and, only when ``kl_coef > 0``, ``kl``.
@@ -185,6 +189,16 @@ def train_ppo(
     order: list[int] = []
     rows: list[dict] = []
     from tqdm import tqdm
+
+    def evaluate_now(done: int) -> None:
+        from esrepro.periodic import model_generator
+
+        evaluation, per_step = periodic
+        generate = model_generator(actor, tok, device, cfg.eval_batch_size or 64, chat)
+        evaluation.point(done, done * per_step, generate)
+
+    if periodic is not None:
+        evaluate_now(0)
 
     for step in tqdm(range(steps), desc="PPO", disable=not progress):
         t0 = time.perf_counter()
@@ -258,6 +272,8 @@ def train_ppo(
         if kl is not None:
             row["kl"] = float(masked_mean(kl, mask))
         rows.append(row)
+        if periodic is not None and periodic[0].due(step + 1):
+            evaluate_now(step + 1)
     actor.eval()
     return actor, tok, rows
 

@@ -35,8 +35,16 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
         if algorithm == "ppo":
             raise ValueError("keep_every (kept snapshots) is not implemented for PPO")
         extra["snapshot_dir"] = snapshots
+    from esrepro.periodic import clear_periodic, periodic_of, write_periodic
+
+    clear_periodic(ctx.run_dir)  # RL runs do not resume: a rerun writes its own points
+    periodic = periodic_of(ctx.settings, ctx.task, ctx.eval_examples)
+    if periodic is not None:
+        extra["periodic"] = (periodic, budget.samples_per_step)
     model, tok, rows = trainer(ctx.model_dir, ctx.task, ctx.examples, settings, steps=budget.steps, seed=ctx.seed,
                                dtype=ctx.dtype, chat=ctx.chat, **extra)
+    if periodic is not None:
+        write_periodic(ctx.run_dir, periodic.rows)
     rows = [{"iteration": r["step"], **r} for r in rows]
     manifest: dict = {"budget": budget.as_dict()}
     if algorithm in ("grpo", "dr_grpo") and ctx.device == "cpu":

@@ -44,6 +44,14 @@ def _link_tree(src: Path, dst: Path) -> None:
             shutil.copy2(path, target)
 
 
+def grid_keys(grid: dict) -> list[str]:
+    """The settings a grid varies: its value lists' keys, then those of its explicit ``cells`` (v2)."""
+    keys = [k for k in grid if k != "cells"]
+    for cell in grid.get("cells", []) or []:
+        keys += [k for k in cell if k not in keys]
+    return keys
+
+
 def select_run(cells: dict[str, str | Path], grid: dict, out: str | Path) -> dict:
     """Score every cell's run, materialise the winner into ``out``; returns the selection record."""
     out = Path(out)
@@ -56,7 +64,7 @@ def select_run(cells: dict[str, str | Path], grid: dict, out: str | Path) -> dic
         "criterion": "final training reward: mean reward_mean over the last quarter of steps",
         "grid": grid,
         "winner": winner,
-        "winner_settings": {k: win_manifest["settings"].get(k) for k in grid},
+        "winner_settings": {k: win_manifest["settings"].get(k) for k in grid_keys(grid)},
         "train_reward": scores[winner],
         "cells": [{"cell": c, "run": str(cells[c]), "train_reward": scores[c], "steps": len(logs[c])}
                   for c in cells],

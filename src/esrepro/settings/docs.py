@@ -12,6 +12,7 @@ from esrepro.settings.base import fields_help
 from esrepro.settings.methods import ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
     DataSource, Dataset, Defaults, ESSAStudy, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report,
+    Stability,
     Study, TrainTask,
 )
 from esrepro.settings.registry import Architecture, Build, ModelEntry, Registry, Resources, Tokenizer, WarmStart
@@ -33,11 +34,12 @@ BLOCKS: list[tuple[str, type[BaseModel], str]] = [
     ("train", TrainTask, "train.<task> (besides methods: <method>: {settings for this task})"),
     ("evaluate", EvalSettings, "defaults.evaluate, evaluate.<task>"),
     ("kl", KLSettings, "defaults.kl, kl.<task>"),
-    ("study", Study, "studies.conciseness"),
+    ("study", Study, "studies.conciseness, studies.conciseness_lr"),
     ("es-sweep", ESSweep, "studies.<name>.es"),
     ("grpo-sweep", GRPOSweep, "studies.<name>.grpo"),
     ("essa-study", ESSAStudy, "studies.essa"),
     ("report", Report, "report"),
+    ("stability", Stability, "stability"),
     ("model", ModelEntry, "models.<key> in config/models.yaml"),
     ("resources", Resources, "models.<key>.resources.<rule or default>"),
     ("build", Build, "models.<key>.build"),

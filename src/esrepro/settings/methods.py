@@ -30,6 +30,16 @@ class MethodSettings(Settings):
     keep_every: int | None = Field(
         None, ge=1, description="keep the weights every K iterations (ES) or steps (RL) under <run>/checkpoints/"
         "iterK, e.g. for the Pareto figure; null keeps none")
+    # --- periodic evaluation (v2: Figure 6, test accuracy against training-sample evaluations) ---
+    eval_every: int | None = Field(
+        None, ge=1, description="greedy evaluation on the training task's test split every K iterations (ES) or "
+        "steps (RL), and once before training, into <run>/periodic_eval.jsonl; null: none")
+    eval_limit: int | None = Field(None, ge=1, description="periodic evaluation: only the first N test examples "
+                                   "(null: all)")
+    eval_max_new_tokens: int | None = Field(None, ge=1, description="periodic evaluation: greedy generation length "
+                                            "(null: the method's own generation length)")
+    eval_batch_size: int | None = Field(None, ge=1, description="periodic evaluation of an RL run: prompts per "
+                                        "generation batch (null: 64; ES evaluates with its engines' batch_size)")
 
 
 class ESSettings(MethodSettings):
@@ -42,6 +52,11 @@ class ESSettings(MethodSettings):
     alpha: float = Field(5e-4, gt=0, description="learning rate (1/sigma folded in, as in the paper)")
     max_new_tokens: int = Field(1024, ge=1, description="greedy generation length for scoring a member")
     batch_size: int = Field(200, ge=1, description="prompts per generation batch")
+    prompts_per_iteration: int | None = Field(
+        None, ge=1, description="score every member on this many of the train_examples per iteration, drawn from a "
+        "seeded reshuffle of them each epoch (the authors' math recipe: 1,024); null: on all of them every iteration")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="keep only the last N prompt tokens (short-context "
+                                          "models, e.g. ARC prompts on the tiny model); null: whole prompts")
     noise: Literal["iid", "correlated"] = Field(
         "correlated", description="iid: a generator per (seed, tensor); correlated: every tensor reseeded with the "
         "member seed, as the authors' released code does")
@@ -67,6 +82,13 @@ class ESSettings(MethodSettings):
         if self.generation != "default" and self.backend != "hf":
             raise FieldProblem("generation", f"generation {self.generation} is a path of the hf backend; the "
                                f"{self.backend} backend generates its own way (leave generation at default)")
+        return self
+
+    @model_validator(mode="after")
+    def _per_iteration(self) -> "ESSettings":
+        if self.prompts_per_iteration is not None and self.prompts_per_iteration > self.train_examples:
+            raise FieldProblem("prompts_per_iteration", f"prompts_per_iteration ({self.prompts_per_iteration}) is "
+                               f"more than train_examples ({self.train_examples}), the prompts it is drawn from")
         return self
 
 
@@ -197,9 +219,9 @@ class ESSASettings(MethodSettings):
         100, ge=1, description="problems drawn from the fitness subset each generation (without replacement, "
         "seeded by run seed and generation); null: all of them")
     val_examples: int = Field(0, ge=0, description="held-out alignment problems (after the fitness subset) the "
-                              "CMA-ES mean is scored on every eval_every generations (0: none)")
-    eval_every: int = Field(1, ge=1, description="score the mean on the held-out problems every K generations "
-                            "(and after the last)")
+                              "CMA-ES mean is scored on every val_every generations (0: none)")
+    val_every: int = Field(1, ge=1, description="score the mean on the held-out problems every K generations "
+                           "(and after the last)")
     fitness: Literal["accuracy", "reward"] = Field(
         "accuracy", description="what a candidate is scored by: accuracy (the paper) or the task's reward")
     rank: int = Field(16, ge=1, description="LoRA rank r on q, k, v and o projections (the paper sweeps 4-64; "
@@ -248,6 +270,9 @@ class ESSASettings(MethodSettings):
         if self.resample_per_step is not None and self.resample_per_step > self.fitness_examples:
             raise FieldProblem("resample_per_step", f"resample_per_step ({self.resample_per_step}) exceeds "
                                f"fitness_examples ({self.fitness_examples})")
+        if self.eval_every is not None:
+            raise FieldProblem("eval_every", "ESSA has no test-split periodic evaluation; its curve is the CMA-ES mean "
+                               "on val_examples held-out problems every val_every generations")
         return self
 
 

@@ -50,7 +50,7 @@ class DataSource(Settings):
     fields: dict[str, str] | None = Field(None, description="hub/local: column names (problem, answer)")
     min_numbers: int | None = Field(None, ge=2, description="generated Countdown: fewest numbers per problem")
     max_numbers: int | None = Field(None, ge=2, description="generated Countdown: most numbers per problem")
-    max_number: int | None = Field(None, ge=1, description="generated Countdown: largest number")
+    max_number: int | None = Field(None, ge=1, description="generated Countdown and math_train: largest number")
     max_target: int | None = Field(None, ge=1, description="generated Countdown: largest target")
     size: Literal[4, 6, 9] | None = Field(None, description="generated Sudoku: grid size")
     max_blanks: int | None = Field(None, ge=1, description="generated Sudoku: most blanks per puzzle")
@@ -137,11 +137,21 @@ class GRPOSweep(Settings):
     betas_logspace: Logspace | None = Field(None, description="the appendix's sweep instead: {start: -4, stop: 0, "
                                             "num: 10} gives ten log-spaced betas")
     settings: Partial = Field(default_factory=dict, description="GRPO settings of every run, over defaults.grpo")
+    learning_rates: list[float] | None = Field(
+        None, min_length=1, description="also sweep the learning rate: one run per (beta, learning rate), methods "
+        "grpo_beta<b>_lr<lr> (the appendix's Figures 3-4: {2, 3, 4, 5} x 1e-6); null: settings' learning rate")
 
     @field_validator("settings")
     @classmethod
     def _not_swept(cls, v: Partial) -> Partial:
         return _without(v, ("beta", "algorithm", "keep_every", "budget_from"), "betas")
+
+    @field_validator("learning_rates")
+    @classmethod
+    def _rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (any(x <= 0 for x in v) or len(set(v)) != len(v)):
+            raise ValueError("learning_rates must be distinct and positive")
+        return v
 
     @model_validator(mode="after")
     def _one_sweep(self) -> "GRPOSweep":
@@ -224,6 +234,25 @@ class Studies(Settings):
 
     conciseness: Study | None = Field(None, description="the conciseness study (Table 2, Figures 1, 3-4)")
     essa: ESSAStudy | None = Field(None, description="the ESSA study (ESSA Figures 2, 4, 7, 8, 9)")
+    conciseness_lr: Study | None = Field(
+        None, description="the conciseness GRPO learning-rate x beta sweep (appendix Figures 3 and 4); its GRPO runs "
+        "are compared with the conciseness study's ES runs")
+
+
+class Stability(Settings):
+    """Cross-run stability: more seeds of some training runs, so their tables report mean and std over seeds."""
+
+    task: str = Field(description="training task (needs train.<task>)")
+    models: list[str] = Field(min_length=1, description="registry keys of the models rerun")
+    methods: list[str] = Field(min_length=1, description="methods of train.<task>.methods rerun")
+    seeds: list[int] = Field(min_length=2, description="seeds of every such run (the config's seeds are added)")
+
+    @field_validator("models", "methods", "seeds")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"entries must be distinct; got {v}")
+        return v
 
 
 class TableRef(Settings):
@@ -233,10 +262,19 @@ class TableRef(Settings):
     split: str = Field("test", description="split")
 
 
+#: The v2 tables and figures a config can ask for (``report.extras``).
+REPORT_EXTRAS = ("gains", "sample_curves", "param_shift", "lr_sweep", "train_tasks", "math", "puzzles", "stability")
+
+
 class Report(Settings):
     """Tables and figures."""
 
     table1: TableRef = Field(default_factory=TableRef, description="Table 1's task and split")
+    extras: list[Literal[REPORT_EXTRAS]] = Field(
+        default_factory=list, description="v2 outputs to write: gains (Figure 5), sample_curves (Figure 6, from "
+        "periodic evaluation), param_shift (Figures 7-9, every ES run), lr_sweep (Figures 3-4, "
+        "studies.conciseness_lr), train_tasks (accuracy per training task and test set), math (the math table), "
+        "puzzles (the puzzle table), stability (mean and std over seeds); [] writes none")
 
 
 class TrainTask(Settings):
@@ -245,6 +283,8 @@ class TrainTask(Settings):
     model_config = Settings.model_config | {"extra": "allow"}
 
     methods: list[str] = Field(min_length=1, description="methods trained on this task, in table order")
+    models: list[str] | None = Field(None, min_length=1, description="registry keys of the models trained on this "
+                                     "task (null: the config's models)")
 
     @field_validator("methods")
     @classmethod
@@ -294,6 +334,7 @@ class PipelineConfig(Settings):
     kl: dict[str, Partial] = Field(default_factory=dict, description="task -> how KL to the base model is "
                                    "measured (over defaults.kl); every run of the task gets one")
     studies: Studies = Field(default_factory=Studies, description="hyperparameter studies")
+    stability: Stability | None = Field(None, description="cross-run stability: extra seeds of some runs")
     report: Report = Field(default_factory=Report, description="tables and figures")
 
     @field_validator("models", "seeds")

@@ -51,14 +51,35 @@ class Architecture(Settings):
     max_position_embeddings: int = Field(ge=16, description="context length")
 
 
+#: Tasks the tiny model can be warm-started on (each has a generator of SFT pairs: esrepro.models.warm_start).
+SFT_TASKS = ("countdown", "math_train", "gsm8k", "sudoku", "arc")
+
+
 class WarmStart(Settings):
     """The tiny model's warm-start SFT on generated problems (disjoint from the prepared splits)."""
 
     task: Literal["countdown"] = Field("countdown", description="task whose generated problems it is trained on")
-    problems: int = Field(ge=1, description="generated problems")
+    problems: int | None = Field(None, ge=1, description="generated problems (the single-task form, with task)")
+    tasks: dict[Literal[SFT_TASKS], int] | None = Field(
+        None, description="several formats instead: task -> generated problems, mixed and shuffled (e.g. "
+        "{countdown: 2000, math_train: 1500, sudoku: 800, arc: 400}); the tokenizer is trained on every format")
     epochs: int = Field(ge=1, description="passes over them")
     learning_rate: float = Field(gt=0, description="AdamW learning rate (cosine schedule)")
     batch_size: int = Field(ge=1, description="problems per step")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="with tasks: keep only the last N prompt tokens "
+                                          "(as ES and evaluation do for long ARC prompts); null: whole prompts")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "WarmStart":
+        if (self.problems is None) == (self.tasks is None):
+            raise ValueError("give exactly one of problems (with task) or tasks ({task: problems})")
+        if self.tasks is not None and (not self.tasks or any(n < 1 for n in self.tasks.values())):
+            raise ValueError("tasks needs at least one task, each with at least one problem")
+        return self
+
+    def task_problems(self) -> dict[str, int]:
+        """``{task: problems}`` in either form."""
+        return dict(self.tasks) if self.tasks is not None else {self.task: int(self.problems)}
 
 
 class Build(Settings):

@@ -16,8 +16,17 @@ def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out:
 
     set_threads(threads)
     started = now()
-    rows = [row for p in exclude for row in read_jsonl(p)]
-    summary = build(spec["build"], rows, out, data_source=data_spec.get("source", {}))
+    if spec["build"]["sft"].get("tasks"):  # v2: several warm-start formats; rows grouped by their task folder
+        from esrepro.models.tiny import build_tiny_tasks
+
+        by_task: dict[str, list[dict]] = {}
+        for p in exclude:
+            by_task.setdefault(Path(p).parent.name, []).extend(read_jsonl(p))
+        sources = {t: d.get("source", {}) for t, d in data_spec.get("tasks", {}).items()}
+        summary = build_tiny_tasks(spec["build"], by_task, out, data_sources=sources)
+    else:
+        rows = [row for p in exclude for row in read_jsonl(p)]
+        summary = build(spec["build"], rows, out, data_source=data_spec.get("source", {}))
     write_json(Path(out) / "manifest.json", build_manifest(
         "build_tiny", inputs={f"excluded_{Path(p).stem}": p for p in exclude},
         settings={"model": model, **spec, "data": data_spec}, started=started, outputs={"model": out},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 from pathlib import Path
 
 from esrepro import paths as P
@@ -35,13 +36,20 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     examples = load_examples(task_obj, data_dir, "train", settings.train_examples, f"{method}.train_examples")
     run = Path(out)
     device = pick_device(device)
+    eval_examples = (load_examples(task_obj, data_dir, "test", settings.eval_limit)
+                     if settings.eval_every is not None else [])  # v2: periodic evaluation on the test split
     ctx = TrainContext(method=method, model=model, model_dir=Path(model_dir), dtype=dtype, chat=chat,
-                       settings=settings, task=task_obj, examples=examples, seed=seed, run_dir=run, device=device)
+                       settings=settings, task=task_obj, examples=examples, seed=seed, run_dir=run, device=device,
+                       eval_examples=eval_examples)
     outcome = _trainer(algo.trainer)(ctx)
     with atomic_path(run / P.CHECKPOINT, is_dir=True) as tmp:
         outcome.save(tmp)
     write_jsonl(run / P.TRAIN_LOG, outcome.log)
     snapshots = {f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}
+    from esrepro.periodic import PERIODIC_EVAL
+
+    if (run / PERIODIC_EVAL).exists():
+        snapshots["periodic_eval"] = run / PERIODIC_EVAL
     write_json(run / P.MANIFEST, build_manifest(
         "train", inputs={"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"},
         settings={"method": method, "task": task, "model": model, "dtype": dtype, "chat": chat,
@@ -75,6 +83,12 @@ def select(task: str, model: str, method: str, grid: dict, cell: list[str], out:
     cells = named_paths(cell, "--cell", "NAME=RUN_DIR")
     run = Path(out)
     record = select_run(cells, grid, run)
+    from esrepro.periodic import PERIODIC_EVAL
+
+    periodic = Path(cells[record["winner"]]) / PERIODIC_EVAL  # v2: the kept cell's periodic evaluation goes along
+    (run / PERIODIC_EVAL).unlink(missing_ok=True)
+    if periodic.exists():
+        shutil.copyfile(periodic, run / PERIODIC_EVAL)
     inputs = {f"{c}_log": Path(d) / P.TRAIN_LOG for c, d in cells.items()}
     inputs["winner_checkpoint"] = Path(cells[record["winner"]]) / P.CHECKPOINT
     write_json(run / P.MANIFEST, build_manifest(

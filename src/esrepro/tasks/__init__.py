@@ -28,6 +28,7 @@ TASKS: dict[str, str] = {
     "sudoku": "esrepro.tasks.sudoku:SudokuTask",
     "arc": "esrepro.tasks.arc:ArcTask",
     "conciseness": "esrepro.tasks.conciseness:ConcisenessTask",
+    "math_train": "esrepro.tasks.math_train:MathTrainTask",  # v2: MATH training (levels 3-5 / generated)
 }
 
 

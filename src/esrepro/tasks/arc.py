@@ -79,12 +79,24 @@ def parse_grid(block: str) -> Grid | None:
     return grid
 
 
-def grade(response: str, example: dict) -> Score:
-    """1.0 if the last answer block is exactly the expected output grid, else 0.0."""
+def grade(response: str, example: dict, partial: bool = False) -> Score:
+    """1.0 if the last answer block is exactly the expected output grid, else 0.0.
+
+    With ``partial`` (a denser training signal, e.g. for the tiny model; ``correct`` stays the
+    exact verdict) any answer block earns the fraction of the expected grid's cells it holds in
+    place, its lines read leniently as digit strings (:func:`esrepro.tasks.sudoku.cell_fraction`).
+    """
+    from esrepro.tasks.sudoku import cell_fraction
+
     block = last_answer_block(response)
     grid = parse_grid(block) if block is not None else None
-    correct = grid is not None and grid == [list(map(int, r)) for r in example["test_output"]]
-    return Score(1.0 if correct else 0.0, correct, {"formatted": block is not None, "parsed": grid is not None})
+    want = [list(map(int, r)) for r in example["test_output"]]
+    correct = grid is not None and grid == want
+    details = {"formatted": block is not None, "parsed": grid is not None}
+    reward = 1.0 if correct else 0.0
+    if partial and block is not None and not correct:
+        reward = cell_fraction(block, ["".join(map(str, r)) for r in want])
+    return Score(reward, correct, details)
 
 
 def pass_at_k_estimate(n: int, c: int, k: int) -> float:
@@ -175,7 +187,7 @@ def split_sizes(source: dict) -> dict[str, int | None]:
 
 
 class ArcTask(Task):
-    """ARC-AGI with exact-match grading; no options."""
+    """ARC-AGI with exact-match grading; option ``partial`` (bool, default False) as in :func:`grade`."""
 
     name: ClassVar[str] = "arc"
     data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
@@ -185,4 +197,48 @@ class ArcTask(Task):
         return arc_prompt(example)
 
     def score(self, response: str, example: dict) -> Score:
-        return grade(response, example)
+        return grade(response, example, partial=bool(self.options.get("partial", False)))
+
+
+# ---------------------------------------------------------------- tiny warm start (v2)
+
+#: Rules of the synthetic ARC-format tasks the tiny model is warm-started on (NOT ARC tasks).
+SYNTHETIC_RULES = ("identity", "flip_rows", "flip_columns", "transpose", "rotate180", "recolor")
+
+
+def _apply_rule(rule: str, grid: Grid, colors: tuple[int, int]) -> Grid:
+    if rule == "identity":
+        return [list(r) for r in grid]
+    if rule == "flip_rows":
+        return [list(r) for r in grid[::-1]]
+    if rule == "flip_columns":
+        return [list(r[::-1]) for r in grid]
+    if rule == "transpose":
+        return [list(r) for r in zip(*grid)]
+    if rule == "rotate180":
+        return [list(r[::-1]) for r in grid[::-1]]
+    a, b = colors
+    return [[b if v == a else v for v in r] for r in grid]
+
+
+def synthetic_example(rng: random.Random, max_side: int = 4, pairs: int = 2) -> dict:
+    """One ARC-format example with a simple random rule (flip, transpose, recolour...): the prompt's shape, not ARC."""
+    rule = rng.choice(SYNTHETIC_RULES)
+    colors = tuple(rng.sample(range(10), 2))
+
+    def grid() -> Grid:
+        h, w = rng.randint(2, max_side), rng.randint(2, max_side)
+        return [[rng.choice((colors[0], rng.randrange(10))) for _ in range(w)] for _ in range(h)]
+
+    train = []
+    for _ in range(pairs):
+        g = grid()
+        train.append({"input": g, "output": _apply_rule(rule, g, colors)})
+    test = grid()
+    return {"id": f"synthetic-{rule}", "task_id": f"synthetic-{rule}", "train": train, "test_input": test,
+            "test_output": _apply_rule(rule, test, colors), "rule": rule}
+
+
+def sft_completion(example: dict) -> str:
+    """A correct continuation of the prompt (which ends in ``<think>``): the output grid in answer tags."""
+    return f" Apply the rule to the test input.</think>\n<answer>{render_grid(example['test_output'])}</answer>"

@@ -29,6 +29,7 @@ from esrepro.tasks.sources import (
     rows_from_source,
     source_count,
     source_kind,
+    split_counts,
     write_prepared,
 )
 
@@ -126,9 +127,8 @@ def prepare(out_dir: str | Path, source: dict, seed: int, *, hub: HubClient | No
 def split_sizes(source: dict) -> dict[str, int | None]:
     """Rows per split :func:`prepare` will write; None where only the data can tell."""
     kind = source_kind(TASK, source, SOURCE_KINDS)
-    n_train = source_count(TASK, source, "n_train", DEFAULT_N_TRAIN if kind == "generated" else None)
-    n_test = source_count(TASK, source, "n_test", DEFAULT_N_TEST if kind == "generated" else None)
+    counts = split_counts(TASK, source, kind, {"train": DEFAULT_N_TRAIN, "test": DEFAULT_N_TEST})
     if kind == "generated":
-        return {"train": n_train, "test": n_test}
+        return counts
     splits = hub_splits(TASK, source) if kind == "hub" else ["train", "test"]
     return {split: None for split in splits}

@@ -79,6 +79,13 @@ def source_count(task: str, source: dict, key: str, default: int | None) -> int 
     return value
 
 
+def split_counts(task: str, source: dict, kind: str, generated: dict[str, int]) -> dict[str, int | None]:
+    """``n_<split>`` of a source for each split of ``generated``, whose values are the defaults of a generated
+    source (other kinds: no default)."""
+    return {split: source_count(task, source, f"n_{split}", n if kind == "generated" else None)
+            for split, n in generated.items()}
+
+
 def capped(n: int, cap: int | None) -> int:
     """How many of ``n`` rows remain after ``rows[:cap]``."""
     return n if cap is None else min(n, cap)

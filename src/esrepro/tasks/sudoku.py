@@ -274,12 +274,27 @@ def is_valid_solution(grid: Grid, puzzle: Grid) -> tuple[bool, bool]:
     return keeps, rows_ok and cols_ok and boxes_ok
 
 
-def grade(response: str, example: dict, partial: bool = False) -> Score:
+def cell_fraction(block: str, solution_rows: Sequence[str]) -> float:
+    """Fraction of the solution's cells that a leniently read answer holds at the same place: the block's lines
+    are read as digit strings (anything else dropped), row r column c compared with the solution's."""
+    lines = [[ch for ch in line if ch.isdigit()] for line in block[: 64 * len(solution_rows) ** 2].split("\n")]
+    lines = [line for line in lines if line]
+    total = sum(len(r) for r in solution_rows)
+    right = sum(1 for r, row in enumerate(solution_rows) if r < len(lines)
+                for c, ch in enumerate(row) if c < len(lines[r]) and lines[r][c] == ch)
+    return right / total if total else 0.0
+
+
+def grade(response: str, example: dict, partial: bool | str = False) -> Score:
     """Grade a response against a puzzle example (see the module docstring)."""
     puzzle = from_rows(example["puzzle"])
     n = len(puzzle)
     block = last_answer_block(response)
     grid = parse_grid(block, n) if block is not None else None
+    if partial == "cells":  # v2, a dense signal for the tiny model: any answer block earns its cells that match
+        exact = grid is not None and all(is_valid_solution(grid, puzzle))
+        reward = 1.0 if exact else (cell_fraction(block, example["solution"]) if block is not None else 0.0)
+        return Score(reward, exact, {"formatted": block is not None, "parsed": grid is not None})
     if grid is None:
         return Score(0.0, False, {"formatted": block is not None, "parsed": False})
     keeps, valid = is_valid_solution(grid, puzzle)
@@ -342,7 +357,9 @@ def split_sizes(source: dict) -> dict[str, int | None]:
 
 
 class SudokuTask(Task):
-    """Sudoku; option ``partial`` (bool, default False) as in the module docstring."""
+    """Sudoku; option ``partial`` (bool, default False) as in the module docstring, or ``"cells"``: any answer
+    block earns the fraction of the solution's cells it holds in place (:func:`cell_fraction`; v2, a training
+    signal for the tiny model). ``correct`` is always the exact verdict."""
 
     name: ClassVar[str] = "sudoku"
     data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
@@ -352,5 +369,11 @@ class SudokuTask(Task):
         return sudoku_prompt(example["puzzle"])
 
     def score(self, response: str, example: dict) -> Score:
-        return grade(response, example, partial=bool(self.options.get("partial", False)))
+        partial = self.options.get("partial", False)
+        return grade(response, example, partial=partial if partial == "cells" else bool(partial))
 
+
+def sft_completion(example: dict) -> str:
+    """A correct continuation of the prompt (which ends in ``<think>``): the solution grid in answer tags."""
+    return " Fill every blank so each row, column and box has each digit once.</think>\n<answer>" + \
+        "\n".join(example["solution"]) + "</answer>"

@@ -1,0 +1,245 @@
+"""The v2 tables (issue 13): accuracy per training task, the math table beside the published RL baselines,
+the puzzle table (Sudoku, ARC-AGI: Original vs ES) and cross-run stability (mean and std over seeds).
+
+Every table holds numbers (percent; NaN where there is none) and is written by
+:func:`esrepro.report.tables.write_table` (csv, md, tex) with the paper's numbers beside ours
+where ``config/published.yaml`` has them. Published blocks are found by their ``task``:
+a block's ``models.<model>.<method>`` is the paper's number for that model and method on that
+task; the math block (``task: math``) lists ``benchmarks`` and ``baselines``, published RL
+models each with its source.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from esrepro.report.tables import METHOD_COLUMNS, METHOD_LABELS, STD_SUFFIX, load_metrics, load_published, write_table
+
+PathLike = str | os.PathLike
+
+#: Display names of the math sets, in the v2 table's order.
+MATH_SETS: dict[str, str] = {"math500": "MATH500", "minerva": "Minerva", "olympiad_bench": "OlympiadBench",
+                             "aime24": "AIME24", "amc23": "AMC23"}
+TASK_LABELS: dict[str, str] = {**MATH_SETS, "countdown": "Countdown", "sudoku": "Sudoku", "arc": "ARC-AGI",
+                               "gsm8k": "GSM8K", "conciseness": "Conciseness", "math_train": "MATH (train)"}
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def method_order(methods: Iterable[str]) -> list[str]:
+    """Table 1's order (base first), then any other method, sorted."""
+    present = set(methods)
+    return [m for m in METHOD_COLUMNS if m in present] + sorted(present - set(METHOD_COLUMNS))
+
+
+def published_blocks(published: Mapping[str, Any], task: str) -> list[Mapping[str, Any]]:
+    """Every table block of ``published`` whose ``task`` is ``task``."""
+    return [b for b in (published.get("tables") or {}).values() if isinstance(b, Mapping) and b.get("task") == task]
+
+
+def paper_value(published: Mapping[str, Any], task: str, model: str, method: str) -> float:
+    """The paper's accuracy (%) for (task, model, method), NaN when none is recorded (the notebook's lookup)."""
+    from esrepro.report.notebook import _paper_value
+
+    return _paper_value(published, task, model, method)
+
+
+def _stats(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Mean, sample std (NaN with one seed), count, min and max of accuracy (%) per (task, model, method)."""
+    if metrics.empty:
+        return pd.DataFrame(columns=["mean", "std", "count", "min", "max"])
+    pct = metrics.assign(pct=pd.to_numeric(metrics["accuracy"]) * 100.0)
+    out = pct.groupby(["task", "model", "method"])["pct"].agg(["mean", "std", "count", "min", "max"])
+    out.loc[out["count"] < 2, "std"] = math.nan
+    return out
+
+
+def _display(models: Mapping[str, Mapping[str, Any]], key: str) -> str:
+    return (models.get(key) or {}).get("display", key)
+
+
+# --- accuracy per training task ---------------------------------------------------------------------------------
+def train_tasks_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
+                      sets: Mapping[str, str]) -> pd.DataFrame:
+    """One row per (training task, test set, model): each method's accuracy (ours, std, paper).
+
+    ``sets`` maps each test set to the training task whose runs it evaluates; rows follow its order.
+    """
+    stats = _stats(metrics)
+    methods = method_order(metrics["method"]) if len(metrics) else []
+    records = []
+    for test_set, train_task in sets.items():
+        present = [m for m in models if (test_set, m) in {(t, mm) for t, mm, _ in stats.index}]
+        present += sorted({mm for t, mm, _ in stats.index if t == test_set} - set(present))
+        for model in present:
+            rec: dict[str, Any] = {"Training task": TASK_LABELS.get(train_task, train_task),
+                                   "Test set": TASK_LABELS.get(test_set, test_set), "Model": _display(models, model)}
+            for method in methods:
+                label = method_label(method)
+                row = stats.loc[(test_set, model, method)] if (test_set, model, method) in stats.index else None
+                rec[f"{label} (ours)"] = math.nan if row is None else float(row["mean"])
+                rec[f"{label} (ours){STD_SUFFIX}"] = math.nan if row is None else float(row["std"])
+                rec[f"{label} (paper)"] = paper_value(published, test_set, model, method)
+            records.append(rec)
+    df = pd.DataFrame(records)
+    if df.empty:
+        return df
+    keep = [c for c in df.columns if not c.endswith("(paper)") or df[c].notna().any()]
+    return df[keep]
+
+
+def build_train_tasks_table(metric_paths: Iterable[PathLike], published_path: PathLike,
+                            models: Mapping[str, Mapping[str, Any]], sets: Mapping[str, str], out_stem: PathLike,
+                            notes: Sequence[str] = ()) -> pd.DataFrame:
+    """Load metrics, build :func:`train_tasks_table` and write it (csv, md, tex)."""
+    df = train_tasks_table(load_metrics(metric_paths), load_published(published_path), models, sets)
+    caption = "Test accuracy (%) of every training task's runs on its test sets: ours, and the paper's where published"
+    write_table(df, out_stem, caption, ["Ours: mean over seeds (± sample std with more than one seed); paper columns "
+                                        "appear where config/published.yaml has a number.", *notes])
+    return df
+
+
+# --- the math table -------------------------------------------------------------------------------------------------
+def _math_block(published: Mapping[str, Any]) -> Mapping[str, Any]:
+    blocks = published_blocks(published, "math")
+    return blocks[0] if blocks else {}
+
+
+def math_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]
+               ) -> pd.DataFrame:
+    """Rows: each model's base and fine-tuned runs (ours), the paper's own numbers, then the published RL baselines.
+
+    Columns: ``Model``, ``Method``, ``Source``, one column per math set (accuracy %, ours: mean over
+    seeds with ``... std``), and ``Average`` (of the five, when all five are there).
+    """
+    stats = _stats(metrics)
+    sets = [s for s in MATH_SETS if len(metrics) and s in set(metrics["task"])] or list(MATH_SETS)
+    labels = [MATH_SETS[s] for s in sets]
+    block = _math_block(published)
+    records: list[dict[str, Any]] = []
+
+    def add(model: str, method: str, source: str, values: Mapping[str, float], stds: Mapping[str, float]) -> None:
+        rec: dict[str, Any] = {"Model": model, "Method": method, "Source": source}
+        for s, label in zip(sets, labels):
+            rec[label] = values.get(s, math.nan)
+            rec[f"{label}{STD_SUFFIX}"] = stds.get(s, math.nan)
+        vals = [rec[label] for label in labels]
+        rec["Average"] = sum(vals) / len(vals) if vals and not any(math.isnan(v) for v in vals) else math.nan
+        records.append(rec)
+
+    keys = list(dict.fromkeys(m for _, m, _ in stats.index))
+    keys = [k for k in models if k in keys] + sorted(set(keys) - set(models))
+    for model in keys:
+        methods = method_order(m for t, mm, m in stats.index if mm == model)
+        for method in methods:
+            vals = {s: float(stats.loc[(s, model, method)]["mean"]) for s in sets if (s, model, method) in stats.index}
+            stds = {s: float(stats.loc[(s, model, method)]["std"]) for s in sets if (s, model, method) in stats.index}
+            add(_display(models, model), method_label(method), "ours", vals, stds)
+    prov = block.get("provenance") or {}
+    for model, by_method in (block.get("benchmark_models") or {}).items():
+        for method, values in (by_method or {}).items():
+            add(_display(models, model), method_label(method),
+                f"paper (arXiv {prov.get('arxiv', '?')}{prov.get('version', '')})", values or {}, {})
+    for base in block.get("baselines") or []:
+        add(base["name"], method_label(base["method"]), base.get("source", "published"), base.get("values") or {}, {})
+    return pd.DataFrame(records)
+
+
+def build_math_table(metric_paths: Iterable[PathLike], published_path: PathLike,
+                     models: Mapping[str, Mapping[str, Any]], out_stem: PathLike, notes: Sequence[str] = ()
+                     ) -> pd.DataFrame:
+    """Load metrics, build :func:`math_table` and write it (csv, md, tex)."""
+    published = load_published(published_path)
+    df = math_table(load_metrics(metric_paths), published, models)
+    block = _math_block(published)
+    default = ["Accuracy (%) with greedy decoding, the last \\boxed{} graded by math-verify. Ours: mean over seeds "
+               "(± sample std with more than one seed)."]
+    if block.get("note"):
+        default.append(str(block["note"]))
+    write_table(df, out_stem, "Math reasoning: ES and the base model (ours) beside the published RL baselines",
+                [*default, *notes])
+    return df
+
+
+# --- the puzzle table ------------------------------------------------------------------------------------------------
+def puzzle_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
+                 tasks: Sequence[str] = ("sudoku", "arc")) -> pd.DataFrame:
+    """One row per model: for each puzzle and method, accuracy (%) ours (± std) and the paper's.
+
+    Models the paper reports a puzzle number for get a row even without a run of ours (ours blank), so
+    the published numbers are always in the table."""
+    stats = _stats(metrics)
+    present = [t for t in tasks if any(t == tt for tt, _, _ in stats.index)]
+    published_models = {task: {m: set(v or {}) for b in published_blocks(published, task)
+                               for m, v in (b.get("models") or {}).items()} for task in present}
+    keys = list(dict.fromkeys(m for t, m, _ in stats.index if t in present))
+    keys += [m for by_model in published_models.values() for m in by_model if m not in keys]
+    keys = [k for k in models if k in keys] + sorted(set(keys) - set(models))
+    records = []
+    for model in keys:
+        rec: dict[str, Any] = {"Model": _display(models, model)}
+        for task in present:
+            tl = TASK_LABELS.get(task, task)
+            ours = {m for t, mm, m in stats.index if t == task}
+            for method in method_order(ours | {m for v in published_models[task].values() for m in v}):
+                label = f"{tl} {method_label(method)}"
+                row = stats.loc[(task, model, method)] if (task, model, method) in stats.index else None
+                rec[f"{label} (ours)"] = math.nan if row is None else float(row["mean"])
+                rec[f"{label} (ours){STD_SUFFIX}"] = math.nan if row is None else float(row["std"])
+                rec[f"{label} (paper)"] = paper_value(published, task, model, method)
+        records.append(rec)
+    return pd.DataFrame(records)
+
+
+def build_puzzle_table(metric_paths: Iterable[PathLike], published_path: PathLike,
+                       models: Mapping[str, Mapping[str, Any]], out_stem: PathLike, notes: Sequence[str] = ()
+                       ) -> pd.DataFrame:
+    """Load metrics, build :func:`puzzle_table` and write it (csv, md, tex)."""
+    df = puzzle_table(load_metrics(metric_paths), load_published(published_path), models)
+    write_table(df, out_stem, "Puzzles: test accuracy (%) before (Original) and after fine-tuning, ours beside the "
+                "paper's", ["Sudoku: exact solutions; ARC-AGI: exact output grids (pass@1, greedy). Ours: mean over "
+                            "seeds (± sample std with more than one seed); blank: no run or not reported.", *notes])
+    return df
+
+
+# --- cross-run stability ---------------------------------------------------------------------------------------------
+def stability_table(metrics: pd.DataFrame, models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per (test set, model, method) with at least two seeds: seeds, mean, std, min, max and range (%)."""
+    stats = _stats(metrics)
+    records = []
+    tasks = list(dict.fromkeys(t for t, _, _ in stats.index))
+    for task in tasks:
+        keys = list(dict.fromkeys(m for t, m, _ in stats.index if t == task))
+        for model in [k for k in models if k in keys] + sorted(set(keys) - set(models)):
+            for method in method_order(m for t, mm, m in stats.index if t == task and mm == model):
+                row = stats.loc[(task, model, method)]
+                if row["count"] < 2:
+                    continue
+                records.append({"Test set": TASK_LABELS.get(task, task), "Model": _display(models, model),
+                                "Method": method_label(method), "Seeds": int(row["count"]),
+                                "Mean": float(row["mean"]), "Std": float(row["std"]), "Min": float(row["min"]),
+                                "Max": float(row["max"]), "Range": float(row["max"] - row["min"])})
+    return pd.DataFrame(records, columns=["Test set", "Model", "Method", "Seeds", "Mean", "Std", "Min", "Max",
+                                          "Range"])
+
+
+def build_stability_table(metric_paths: Iterable[PathLike], models: Mapping[str, Mapping[str, Any]],
+                          out_stem: PathLike, notes: Sequence[str] = ()) -> pd.DataFrame:
+    """Load metrics, build :func:`stability_table` and write it (csv, md, tex)."""
+    df = stability_table(load_metrics(metric_paths), models)
+    write_table(df, out_stem, "Cross-run stability: test accuracy (%) over seeds per method",
+                ["Std: sample standard deviation over seeds; Range: max - min. The paper claims ES varies less "
+                 "across runs than the RL methods; config/published.yaml records no per-seed spread of the paper's "
+                 "to set beside these.", *notes])
+    return df
+
+
+__all__ = ["build_math_table", "build_puzzle_table", "build_stability_table", "build_train_tasks_table",
+           "math_table", "paper_value", "puzzle_table", "stability_table", "train_tasks_table"]
