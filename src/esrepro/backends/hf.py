@@ -71,10 +71,15 @@ class HFBackend:
     ) -> None:
         if generation not in GENERATION_MODES:
             raise ValueError(f"unknown generation {generation!r}; expected one of {', '.join(GENERATION_MODES)}")
-        self.tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir)
+        self._attach(self._load_model(model_dir, dtype, device), tokenizer, device, batch_size, chat, max_prompt_tokens,
+                     generation)
+
+    def _attach(self, model, tokenizer, device: str, batch_size: int, chat: bool, max_prompt_tokens: int | None,
+                generation: Generation) -> None:
+        """Set up generation around a loaded model and tokenizer (left padding and truncation, stop ids, caches)."""
+        self.tokenizer, self.model, self.device = tokenizer, model, device
         self.tokenizer.padding_side = "left"
-        self.model = self._load_model(model_dir, dtype, device)
-        self.device = device
         self.batch_size = batch_size
         self.chat = chat
         self.max_prompt_tokens = max_prompt_tokens
@@ -98,12 +103,7 @@ class HFBackend:
              max_prompt_tokens: int | None = None) -> "HFBackend":
         """A backend around an already loaded model and tokenizer (e.g. a policy being trained by RL)."""
         self = cls.__new__(cls)
-        self.tokenizer, self.model, self.device = tokenizer, model, device
-        self.batch_size, self.chat, self.max_prompt_tokens, self.truncated = batch_size, chat, max_prompt_tokens, 0
-        self.tokenizer.padding_side = "left"
-        self.eos_ids = sorted(eos_token_ids(self.tokenizer, self.model))
-        if max_prompt_tokens is not None:
-            self.tokenizer.truncation_side = "left"
+        self._attach(model, tokenizer, device, batch_size, chat, max_prompt_tokens, "default")
         return self
 
     def format_prompt(self, prompt: str) -> str:
