@@ -10,8 +10,8 @@ from __future__ import annotations
 from esrepro import paths as P
 from esrepro.pipeline import BASE
 from esrepro.plan import Plan
+from esrepro.tasks.math_data import MATH_SETS
 
-MATH_SETS = ("math500", "minerva", "olympiad_bench", "aime24", "amc23")
 PUZZLES = ("sudoku", "arc")
 TABLE = ("csv", "md", "tex")
 FIGURE = ("png", "pdf", "csv")
