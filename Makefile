@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install reproduce test dry-run-paper benchmark clean
+.PHONY: install reproduce test dry-run-paper benchmark benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ dry-run-paper: install
 benchmark: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_engine.py --build-shape tiny --population 8 \
 		--prompts 32 --new-tokens 64 --iterations 3 --drift-cycles 1000 --json results/benchmarks/es_engine.json
+
+# the embedded default from a fresh clone of the committed state: wall time, jobs, job-seconds per rule
+benchmark-default: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/embedded_default.py
 
 clean:
 	rm -rf results/models results/runs results/eval results/tables results/figures results/logs results/reports results/ro-crate data/prepared .snakemake
