@@ -158,12 +158,13 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the checks above are not vacuous
 
     # every ES job of the 7B/8B models, and only those, runs on 2 nodes x 4 GPUs as 8 vLLM engines
-    es_jobs = {(m, meth) for m in ("qwen2.5-7b-instruct", "llama-3.1-8b-instruct")
-               for task in pipeline.cfg.train for meth in pipeline.train_methods(task)
-               if pipeline.algorithm_of(task, meth).name == "es"}
+    big = {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen2.5-math-7b"}
+    es_jobs = {(m, meth) for task in pipeline.cfg.train for m in pipeline.train_models(task) if m in big
+               for meth in pipeline.train_methods(task) if pipeline.algorithm_of(task, meth).name == "es"}
     es_jobs |= {("qwen2.5-7b-instruct", meth) for meth, found in pipeline.study_methods("conciseness").items()
                 if found.algorithm == "es"}
-    assert set(layouts) == es_jobs and len(es_jobs) == 2 + 3, sorted(layouts)  # countdown x 2, three sigmas
+    # Countdown x 2 models, MATH (Qwen2.5-Math-7B), the conciseness study's three sigmas
+    assert set(layouts) == es_jobs and len(es_jobs) == 2 + 1 + 3, sorted(layouts)
     assert set(layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
 
 
