@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from esrepro.io import write_json, write_jsonl
 from esrepro.report.figures import build_countdown_curves, training_curves

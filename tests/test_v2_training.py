@@ -221,7 +221,7 @@ def test_multi_format_tiny_build_is_seeded(tmp_path):
              "sft": {"tasks": {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}, "epochs": 1,
                      "learning_rate": 0.003, "batch_size": 8}}
     a = build_tiny_tasks(build, {}, tmp_path / "a", {"sudoku": {"size": 4}})
-    b = build_tiny_tasks(build, {}, tmp_path / "b", {"sudoku": {"size": 4}})
+    build_tiny_tasks(build, {}, tmp_path / "b", {"sudoku": {"size": 4}})
     assert a["sft_tasks"] == {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}
     assert a["sft_steps"] == 2 + 2 + 1 + 1  # one task per batch
     wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
