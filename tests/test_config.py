@@ -268,6 +268,16 @@ def test_duplicate_keys_are_refused_with_their_line(tmp_path):
         load_yaml(path)
 
 
+def test_merge_keys_may_be_overridden_but_duplicates_are_not(tmp_path):
+    """``<<: *anchor`` (config/paper.yaml shares the conciseness GRPO settings so) merges; the mapping's own key wins."""
+    path = tmp_path / "merge.yaml"
+    path.write_text("a: &s {x: 1, y: 2}\nb: {<<: *s, y: 3}\n")
+    assert load_yaml(path) == {"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}}
+    path.write_text("a: &s {x: 1}\nb: {<<: *s, y: 3, y: 4}\n")
+    with pytest.raises(ConfigError, match=rf"{path}:2:19: not valid YAML: duplicate key 'y'"):
+        load_yaml(path)
+
+
 def test_family_is_informational(refused, tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
     reg["models"]["tiny"]["family"] = "mistral"

@@ -25,12 +25,17 @@ class _DuplicateKey(yaml.MarkedYAMLError):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys."""
+    """SafeLoader that refuses duplicate keys (a merge key's ``<<: *anchor`` entries may be overridden)."""
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: set = set()
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue  # merged in by construct_mapping; the mapping's own keys override them
         key = loader.construct_object(key_node, deep=True)
         if key in seen:
             raise _DuplicateKey(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
