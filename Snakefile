@@ -5,7 +5,7 @@
 
 from esrepro import cluster, specs
 from esrepro import paths as P
-from esrepro.config import load_pipeline, workflow_config
+from esrepro.config import config_files, load_pipeline, workflow_config
 from esrepro.plan import Plan
 
 report: "workflow/report/workflow.rst"

@@ -6,6 +6,7 @@ import copy
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -276,6 +277,25 @@ def test_merge_keys_may_be_overridden_but_duplicates_are_not(tmp_path):
     path.write_text("a: &s {x: 1}\nb: {<<: *s, y: 3, y: 4}\n")
     with pytest.raises(ConfigError, match=rf"{path}:2:19: not valid YAML: duplicate key 'y'"):
         load_yaml(path)
+
+
+def test_extends_reads_the_base_first_and_names_a_missing_or_cyclic_one(tmp_path, monkeypatch):
+    from esrepro.config import config_files, read_config, workflow_config
+
+    monkeypatch.chdir(tmp_path)
+    Path("base.yaml").write_text("scale: tiny\nmodels: [tiny]\ndefaults:\n  es: {sigma: 0.1, alpha: 0.2}\n")
+    Path("top.yaml").write_text("extends: base.yaml\nmodels: [x, y]\ndefaults:\n  es: {alpha: 0.3}\n")
+    assert read_config("top.yaml") == {"scale": "tiny", "models": ["x", "y"],
+                                       "defaults": {"es": {"sigma": 0.1, "alpha": 0.3}}}
+    assert workflow_config(["top.yaml"], {})[0]["defaults"]["es"] == {"sigma": 0.1, "alpha": 0.3}
+    assert config_files(["top.yaml"]) == ["base.yaml", "top.yaml"]  # both recorded for provenance
+    Path("top.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"top.yaml: extends: no such config file 'nowhere.yaml'"):
+        read_config("top.yaml")
+    Path("top.yaml").write_text("extends: base.yaml\n")
+    Path("base.yaml").write_text("extends: top.yaml\n")
+    with pytest.raises(ConfigError, match=r"extends: top.yaml extends itself \(top.yaml -> base.yaml -> top.yaml\)"):
+        read_config("top.yaml")
 
 
 def test_family_is_informational(refused, tmp_path):

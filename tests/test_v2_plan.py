@@ -18,7 +18,7 @@ import yaml
 
 from conftest import REPO, copy_repo
 from esrepro import paths as P
-from esrepro.config import ConfigError, load_pipeline, load_yaml
+from esrepro.config import ConfigError, load_pipeline, load_yaml, read_config
 from esrepro.io import write_json
 from esrepro.plan import Plan
 from esrepro.plan_v2 import V2Plan
@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent
 
 
 def _plan(cfg: dict | str, root: Path = REPO) -> Plan:
-    data = load_yaml(REPO / "config" / cfg) if isinstance(cfg, str) else cfg
+    data = read_config(REPO / "config" / cfg, root=REPO) if isinstance(cfg, str) else cfg
     return Plan(load_pipeline(data, "config/test.yaml" if isinstance(cfg, dict) else f"config/{cfg}", root=root))
 
 
@@ -83,7 +83,7 @@ def test_default_config_asks_for_no_v2_output():
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
-    cfg = load_yaml(REPO / "config" / "v2_tiny.yaml")
+    cfg = read_config(REPO / "config" / "v2_tiny.yaml", root=REPO)
     cfg["data"]["gsm8k"] = {"source": {"kind": "generated", "n_train": 32, "n_test": 20}}
     cfg["train"]["gsm8k"] = {"methods": ["es", "grpo8"]}  # no evaluate.gsm8k entry, no code change
     plan = _plan(cfg)
@@ -176,7 +176,7 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
 
 # --- config errors --------------------------------------------------------------------------------------------------
 def _refused(edit) -> list[str]:
-    cfg = copy.deepcopy(load_yaml(REPO / "config" / "v2_tiny.yaml"))
+    cfg = copy.deepcopy(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO))
     edit(cfg)
     with pytest.raises(ConfigError) as err:
         load_pipeline(cfg, "config/v2_tiny.yaml", root=REPO)
@@ -210,14 +210,14 @@ def test_registry_cells_are_checked(tmp_path):
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
     with pytest.raises(ConfigError) as err:
-        load_pipeline(load_yaml(REPO / "config" / "v2_tiny.yaml"), "config/v2_tiny.yaml", root=root)
+        load_pipeline(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO), "config/v2_tiny.yaml", root=root)
     assert any("models.tiny-countdown.methods.grpo8.cells.0.nope: not a setting of grpo8" in p
                for p in err.value.problems)
     reg["models"]["tiny-countdown"]["methods"] = {"grpo8": {"grid": {"learning_rate": [1e-3, 2e-3]},
                                                       "cells": [{"learning_rate": 2e-3}]}}
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     with pytest.raises(ConfigError) as err:
-        load_pipeline(load_yaml(REPO / "config" / "v2_tiny.yaml"), "config/v2_tiny.yaml", root=root)
+        load_pipeline(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO), "config/v2_tiny.yaml", root=root)
     assert any("grpo8.cells: a cell repeats another cell of the grid" in p for p in err.value.problems)
 
 

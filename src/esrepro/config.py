@@ -107,7 +107,7 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
 def validate_files(configs: list[str]) -> None:
     """Check pipeline config files (and the registry and published numbers each names) without running anything."""
     for path in configs:
-        load_pipeline(load_yaml(path) or {}, path)
+        load_pipeline(read_config(path), path)
         print(f"{path}: ok")
 
 
@@ -120,18 +120,61 @@ def _deep_update(base: dict, new: dict) -> dict:
     return base
 
 
+EXTENDS = "extends"
+
+
+def _chain(path: str | Path, root: str | Path) -> list[tuple[str, Path]]:
+    """(name as written, path to read) of ``path`` and every file its ``extends:`` names, the base first."""
+    chain: list[tuple[str, Path]] = []
+    name, file = str(path), Path(path)
+    while True:
+        if name in [n for n, _ in chain]:
+            raise ConfigError(f"{chain[-1][0]}: {EXTENDS}: {name} extends itself ("
+                              + " -> ".join([*(n for n, _ in chain), name]) + ")")
+        data = load_yaml(file)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{name}: expected a mapping of options at the top level")
+        chain.append((name, file))
+        base = data.get(EXTENDS)
+        if base is None:
+            return chain[::-1]
+        if not isinstance(base, str):
+            raise ConfigError(f"{name}: {EXTENDS}: expected the path of a config file, got {base!r}")
+        file = Path(base) if Path(base).is_absolute() else Path(root) / base
+        if not file.is_file():
+            raise ConfigError(f"{name}: {EXTENDS}: no such config file {base!r} (paths are relative to the "
+                              "working directory)")
+        name = base
+
+
+def read_config(path: str | Path, root: str | Path = ".") -> dict:
+    """A config file's options: those of the file its ``extends:`` names (recursively, relative to ``root``, the
+    working directory), updated by its own (mappings merge key by key, anything else replaces; ``key: null`` sets
+    null)."""
+    merged: dict = {}
+    for _, file in _chain(path, root):
+        data = dict(load_yaml(file))
+        data.pop(EXTENDS, None)
+        _deep_update(merged, data)
+    return merged
+
+
 def workflow_config(configfiles: list, overrides: dict, default: str = "config/config.yaml") -> tuple[dict, str]:
     """A run's raw config and its source name, as the Snakefile uses them.
 
     ``--configfile`` files replace the default config (they are not merged into it, so no
-    tiny setting leaks into a paper run); each is read strictly (duplicate keys and syntax
-    errors name file and line); ``--config key=value`` overrides go on top.
+    tiny setting leaks into a paper run; a file may say ``extends: other.yaml`` to build on
+    one); each is read strictly (duplicate keys and syntax errors name file and line);
+    ``--config key=value`` overrides go on top.
     """
     files = [str(f) for f in configfiles] or [default]
     merged: dict = {}
     for path in files:
-        data = load_yaml(path)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of options at the top level")
-        _deep_update(merged, data)
+        _deep_update(merged, read_config(path))
     return _deep_update(merged, {k: v for k, v in dict(overrides).items()}), " + ".join(files)
+
+
+def config_files(configfiles: list, default: str = "config/config.yaml") -> list[str]:
+    """Every file a run's config is read from (the ``--configfile`` files and what they extend), for provenance."""
+    return list(dict.fromkeys(name for path in ([str(f) for f in configfiles] or [default])
+                              for name, _ in _chain(path, ".")))

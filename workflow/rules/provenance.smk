@@ -20,8 +20,7 @@ WORKFLOW_FILES = [
     "dvc.yaml",
     "pyproject.toml",
 ]
-CONFIG_FILES = [*(str(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]),
-                CFG.registry, CFG.published]
+CONFIG_FILES = [*config_files(workflow.config_settings.configfiles), CFG.registry, CFG.published]
 # Each training run as the train rule declares it: checkpoint folder and per-iteration log.
 RUN_FILES = [f"{run}/{name}" for run in PLAN.run_dirs() for name in (P.CHECKPOINT, P.TRAIN_LOG)]
 REPORT_FILES = [f"{P.ANALYSIS}.ipynb", f"{P.ANALYSIS}.html"]

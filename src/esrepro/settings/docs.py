@@ -77,6 +77,13 @@ the algorithm, then the swept value; the ESSA study's runs layer `defaults.essa`
 `defaults.grpo`, `studies.essa.grpo`, the registry's `grpo` entry). Evaluation and KL settings layer `defaults.evaluate` /
 `defaults.kl` under `evaluate.<task>` / `kl.<task>`. A job's CPU threads are its registry
 resources' `cpus_per_task` (or `cpus_per_gpu` x `gpu`).
+
+A `--configfile` replaces `config/config.yaml`. A config file may build on another with
+`extends: <path>` (relative to the working directory): the other file's options are read
+first, then this file's on top, mappings merged key by key and anything else (a list, a
+value, `null`) replaced; `config/v2_tiny.yaml` extends `config/stability_tiny.yaml` so. Within
+a file, a YAML anchor and merge key (`<<: *name`) share a block; a key written twice is an
+error.
 """
 
 

@@ -315,6 +315,8 @@ class Defaults(Settings):
 class PipelineConfig(Settings):
     """A whole pipeline run (config/config.yaml for the tiny default, config/paper.yaml for the paper)."""
 
+    extends: str | None = Field(None, description="another config file this one builds on (read first, this one's "
+                                "options on top; config/README.md, 'How settings combine')")
     scale: Literal["tiny", "paper"] = Field(description="labels every table: tiny numbers are not the paper's")
     registry: str = Field("config/models.yaml", description="path of the model registry")
     published: str = Field("config/published.yaml", description="path of the papers' published numbers")
