@@ -130,7 +130,8 @@ def refused(tmp_path) -> Callable[..., list[str]]:
         if registry_edit:
             registry_edit(reg["models"])
         (root / "config" / "models.yaml").write_text(registry_text or yaml.safe_dump(reg, sort_keys=False))
-        (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
+        for name in ("published.yaml", "tiny_methods.yaml"):  # the published numbers; what config.yaml extends
+            (root / "config" / name).write_text((REPO / "config" / name).read_text())
         path = root / "config" / "config.yaml"
         path.write_text(config_text or yaml.safe_dump(cfg, sort_keys=False))
         with pytest.raises(ConfigError) as err:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from esrepro import specs
-from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml
+from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml, read_config
 from esrepro.plan import Plan
 from esrepro.report.tables import build_table3
 from esrepro.rl.budget import rl_budget, samples_per_step
@@ -107,7 +107,7 @@ def test_a_grid_key_must_be_a_setting_of_the_method(tmp_path):
     (tmp_path / "models.yaml").write_text(json.dumps(reg))
     for name in ("published.yaml",):
         (tmp_path / name).write_text((REPO / "config" / name).read_text())
-    cfg = load_yaml(REPO / "config" / "config.yaml")
+    cfg = read_config(REPO / "config" / "config.yaml", root=REPO)
     cfg["registry"], cfg["published"] = str(tmp_path / "models.yaml"), str(tmp_path / "published.yaml")
     with pytest.raises(ConfigError, match=r"models\.tiny\.methods\.grpo8\.grid\.learnig_rate: not a setting"):
         check_config(cfg, "config/config.yaml", root="/")

@@ -7,6 +7,7 @@ run's configuration and checks everything a job will read before any job starts
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,17 @@ def validate_published(path: str | Path, shown: str | None = None) -> dict:
 def load_pipeline(config: dict, source: str | Path, root: str | Path = "."):
     """Validate a run's config, registry and published numbers and every cross-reference; the resolved pipeline.
 
-    Raises :class:`ConfigError` listing every problem, one line each, naming file and field.
+    Raises :class:`ConfigError` listing every problem, one line each, naming file and field. A config that
+    still names the file it ``extends`` (relative to ``root``) is read over that file's options first.
     """
     from esrepro.checks import check_pipeline
     from esrepro.pipeline import Pipeline
     from esrepro.settings.pipeline import PipelineConfig
 
     source = str(source)
+    if isinstance(config, dict) and isinstance(config.get(EXTENDS), str):
+        own = copy.deepcopy({k: v for k, v in config.items() if k != EXTENDS})
+        config = _deep_update(read_config(_base_file(source, config[EXTENDS], root), root), own)
     cfg = validate_block(PipelineConfig, config, source)
     root = Path(root)
     registry = load_registry(root / cfg.registry, cfg.registry)
@@ -123,6 +128,15 @@ def _deep_update(base: dict, new: dict) -> dict:
 EXTENDS = "extends"
 
 
+def _base_file(name: str, base: str, root: str | Path) -> Path:
+    """The file ``name``'s ``extends: base`` names (relative to ``root``, the working directory)."""
+    file = Path(base) if Path(base).is_absolute() else Path(root) / base
+    if not file.is_file():
+        raise ConfigError(f"{name}: {EXTENDS}: no such config file {base!r} (paths are relative to the "
+                          "working directory)")
+    return file
+
+
 def _chain(path: str | Path, root: str | Path) -> list[tuple[str, Path]]:
     """(name as written, path to read) of ``path`` and every file its ``extends:`` names, the base first."""
     chain: list[tuple[str, Path]] = []
@@ -140,11 +154,7 @@ def _chain(path: str | Path, root: str | Path) -> list[tuple[str, Path]]:
             return chain[::-1]
         if not isinstance(base, str):
             raise ConfigError(f"{name}: {EXTENDS}: expected the path of a config file, got {base!r}")
-        file = Path(base) if Path(base).is_absolute() else Path(root) / base
-        if not file.is_file():
-            raise ConfigError(f"{name}: {EXTENDS}: no such config file {base!r} (paths are relative to the "
-                              "working directory)")
-        name = base
+        name, file = base, _base_file(name, base, root)
 
 
 def read_config(path: str | Path, root: str | Path = ".") -> dict:
