@@ -20,6 +20,13 @@ METHOD_NAME = r"^[a-z0-9]+$"
 Partial = dict[str, Any]
 
 
+
+def distinct_entries(v: list) -> list:
+    """``v`` if no entry repeats (a list-field validator)."""
+    if len(set(v)) != len(v):
+        raise ValueError(f"entries must be distinct; got {v}")
+    return v
+
 class HubFile(Settings):
     """One file of a hub dataset repository."""
 
@@ -216,9 +223,7 @@ class ESSAStudy(Settings):
     @field_validator("precisions", "models", "seeds")
     @classmethod
     def _distinct(cls, v: list) -> list:
-        if len(set(v)) != len(v):
-            raise ValueError(f"entries must be distinct; got {v}")
-        return v
+        return distinct_entries(v)
 
     @field_validator("settings")
     @classmethod
@@ -250,9 +255,7 @@ class Stability(Settings):
     @field_validator("models", "methods", "seeds")
     @classmethod
     def _distinct(cls, v: list) -> list:
-        if len(set(v)) != len(v):
-            raise ValueError(f"entries must be distinct; got {v}")
-        return v
+        return distinct_entries(v)
 
 
 class TableRef(Settings):
@@ -342,6 +345,4 @@ class PipelineConfig(Settings):
     @field_validator("models", "seeds")
     @classmethod
     def _distinct(cls, v: list) -> list:
-        if len(set(v)) != len(v):
-            raise ValueError(f"entries must be distinct; got {v}")
-        return v
+        return distinct_entries(v)
