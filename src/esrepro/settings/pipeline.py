@@ -20,12 +20,12 @@ METHOD_NAME = r"^[a-z0-9]+$"
 Partial = dict[str, Any]
 
 
-
 def distinct_entries(v: list) -> list:
     """``v`` if no entry repeats (a list-field validator)."""
     if len(set(v)) != len(v):
         raise ValueError(f"entries must be distinct; got {v}")
     return v
+
 
 class HubFile(Settings):
     """One file of a hub dataset repository."""
