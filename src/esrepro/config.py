@@ -137,9 +137,10 @@ def _base_file(name: str, base: str, root: str | Path) -> Path:
     return file
 
 
-def _chain(path: str | Path, root: str | Path) -> list[tuple[str, Path]]:
-    """(name as written, path to read) of ``path`` and every file its ``extends:`` names, the base first."""
-    chain: list[tuple[str, Path]] = []
+def _chain(path: str | Path, root: str | Path) -> list[tuple[str, dict]]:
+    """(name as written, options without ``extends``) of ``path`` and every file its ``extends:`` names, the base
+    first; each file is read once."""
+    chain: list[tuple[str, dict]] = []
     name, file = str(path), Path(path)
     while True:
         if name in [n for n, _ in chain]:
@@ -148,8 +149,8 @@ def _chain(path: str | Path, root: str | Path) -> list[tuple[str, Path]]:
         data = load_yaml(file)
         if not isinstance(data, dict):
             raise ConfigError(f"{name}: expected a mapping of options at the top level")
-        chain.append((name, file))
-        base = data.get(EXTENDS)
+        base = data.pop(EXTENDS, None)
+        chain.append((name, data))
         if base is None:
             return chain[::-1]
         if not isinstance(base, str):
@@ -162,9 +163,7 @@ def read_config(path: str | Path, root: str | Path = ".") -> dict:
     working directory), updated by its own (mappings merge key by key, anything else replaces; ``key: null`` sets
     null)."""
     merged: dict = {}
-    for _, file in _chain(path, root):
-        data = dict(load_yaml(file))
-        data.pop(EXTENDS, None)
+    for _, data in _chain(path, root):
         _deep_update(merged, data)
     return merged
 
