@@ -275,6 +275,31 @@ def test_stability_table_reports_spread_over_seeds(tmp_path):
     assert es["Std"] == pytest.approx(1.0)
 
 
+def test_table_steps_write_every_format_and_a_manifest_of_their_inputs(tmp_path):
+    """The steps behind the math, puzzle, per-task and stability rules: files, and a manifest naming the metrics,
+    the registry and (for tables beside the paper's numbers) the published numbers."""
+    from esrepro.steps.v2 import math_table, puzzle_table, stability_table, train_tasks_table
+
+    registry, published = str(REPO / "config/models.yaml"), str(REPO / "config/published.yaml")
+    rows = [(t, "tiny-v2", m, s, 0.1 * (s + 1)) for t in ("math500", "sudoku", "arc") for m in ("base", "es")
+            for s in ((0,) if m == "base" else (0, 1))]
+    metrics = [str(p) for p in _metrics(tmp_path, rows)]
+    out = tmp_path / "t"
+    math_table(metrics, published, registry, str(out / "math"), note=["n"])
+    puzzle_table(metrics, published, registry, str(out / "puzzles"))
+    stability_table(metrics, registry, str(out / "stability"))
+    train_tasks_table(metrics, published, registry, ["sudoku=sudoku", "arc=arc"], str(out / "train_tasks"))
+    for stem, published_input, settings in (("math", True, {"notes": ["n"]}), ("puzzles", True, {"notes": []}),
+                                            ("stability", False, {"notes": []}),
+                                            ("train_tasks", True, {"sets": {"sudoku": "sudoku", "arc": "arc"},
+                                                                   "notes": []})):
+        assert all((out / f"{stem}{e}").is_file() for e in (".csv", ".md", ".tex")), stem
+        manifest = json.loads((out / f"{stem}.manifest.json").read_text())
+        assert manifest["settings"] == settings, stem
+        assert ("published" in manifest["inputs"]) == published_input and "registry" in manifest["inputs"], stem
+        assert set(metrics) <= set(manifest["inputs"]), stem
+
+
 def test_table3_names_the_task_and_the_explicit_cells(tmp_path):
     from esrepro.report.tables import build_table3
 

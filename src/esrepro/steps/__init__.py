@@ -41,3 +41,15 @@ def report_manifest(kind: str, stem: str | Path, exts: tuple[str, ...], started:
     stem = str(stem)
     outputs = {f"{Path(stem).name}{e}": f"{stem}{e}" for e in exts}
     write_json(f"{stem}.manifest.json", build_manifest(kind, inputs, settings, started, outputs=outputs))
+
+
+def registry_entries(registry: str | Path) -> dict[str, dict]:
+    """Every registry entry as plain JSON data (display names and the like for tables and figures)."""
+    from esrepro.config import load_registry
+
+    return {k: v.model_dump(mode="json") for k, v in load_registry(registry).items()}
+
+
+def kl_inputs(kl: list[str]) -> dict[str, str]:
+    """A figure's inputs when it reads the sampled responses beside each kl.json: both files of every run."""
+    return {p: p for p in [*kl, *(str(Path(k).with_name("samples.jsonl")) for k in kl)]}

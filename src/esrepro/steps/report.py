@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from esrepro.steps import report_manifest
+from esrepro.steps import kl_inputs, registry_entries, report_manifest
 from esrepro.steps.train import named_paths
 
 TABLE = (".csv", ".md", ".tex")
@@ -44,13 +42,11 @@ def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None =
 
 def table3(selection: list[str], registry: str, out: str) -> None:
     """Table 3: each RL method's hyperparameter grid and the cell kept, per model."""
-    from esrepro.config import load_registry
     from esrepro.provenance import now
     from esrepro.report.tables import build_table3
 
     started = now()
-    reg = {k: v.model_dump(mode="json") for k, v in load_registry(registry).items()}
-    build_table3(selection, reg, out)
+    build_table3(selection, registry_entries(registry), out)
     report_manifest("table3", out, TABLE, started, inputs={p: p for p in selection} | {"registry": registry},
                     settings={})
 
@@ -84,8 +80,7 @@ def reward_distribution(kl: list[str], out: str) -> None:
 
     started = now()
     reward_distribution_figure(kl, out)
-    samples = [str(Path(p).with_name("samples.jsonl")) for p in kl]
-    report_manifest("reward_distribution", out, FIGURE, started, inputs={p: p for p in [*kl, *samples]}, settings={})
+    report_manifest("reward_distribution", out, FIGURE, started, inputs=kl_inputs(kl), settings={})
 
 
 # --- the ESSA study (ESSA paper Figures 2, 4, 7, 8, 9 and a summary table) ---------------------------

@@ -11,16 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from esrepro.steps import report_manifest, set_threads
+from esrepro.steps import kl_inputs, registry_entries, report_manifest, set_threads
+from esrepro.steps.report import TABLE
 
-TABLE = (".csv", ".md", ".tex")
 FIGURE = (".png", ".pdf", ".csv")
-
-
-def _display(registry: str) -> dict[str, dict]:
-    from esrepro.config import load_registry
-
-    return {k: v.model_dump(mode="json") for k, v in load_registry(registry).items()}
 
 
 def _label(task: str) -> str:
@@ -38,7 +32,7 @@ def gains(metrics: list[str], registry: str, models: list[str], out: str, task: 
     from esrepro.report.tables import load_metrics
 
     started = now()
-    reg = _display(registry)
+    reg = registry_entries(registry)
     present = set(load_metrics(metrics)["method"]) - {"base"}
     methods = [m for m in GAIN_METHODS if m in present] + sorted(present - set(GAIN_METHODS))
     build_gains(metrics, out, task=task, split=split, kind=kind, methods=methods, models=models,
@@ -53,7 +47,7 @@ def sample_curves(periodic: list[str], registry: str, out: str, task: str = "cou
     from esrepro.report.sample_curves import build_sample_curves
 
     started = now()
-    reg = _display(registry)
+    reg = registry_entries(registry)
     build_sample_curves(periodic, out, split="test",
                         title=f"{_label(task)}: test accuracy against training-sample evaluations",
                         display={k: v["display"] for k, v in reg.items()})
@@ -123,56 +117,54 @@ def lr_distributions(kl: list[str], out: str) -> None:
 
     started = now()
     build_lr_distributions(kl, out)
-    samples = [str(Path(p).with_name("samples.jsonl")) for p in kl]
-    report_manifest("lr_distributions", out, FIGURE, started, inputs={p: p for p in [*kl, *samples]}, settings={})
+    report_manifest("lr_distributions", out, FIGURE, started, inputs=kl_inputs(kl), settings={})
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
+def _table(kind: str, build, metrics: list[str], registry: str, out: str, note: list[str] | None,
+           published: str | None = None, **settings) -> None:
+    """Write one v2 table (``build(registry entries, notes)`` writes its files) and its manifest: the metrics, the
+    registry and, for tables set beside the paper's numbers, the published numbers."""
+    from esrepro.provenance import now
+
+    started = now()
+    notes = note or []
+    build(registry_entries(registry), notes)
+    inputs = {**{m: m for m in metrics}, **({"published": published} if published else {}), "registry": registry}
+    report_manifest(kind, out, TABLE, started, inputs=inputs, settings={**settings, "notes": notes})
+
+
 def train_tasks_table(metrics: list[str], published: str, registry: str, sets: list[str], out: str,
                       note: list[str] | None = None) -> None:
     """Accuracy of every training task's runs on each of its test sets, beside the paper's where published."""
-    from esrepro.provenance import now
     from esrepro.report.v2_tables import build_train_tasks_table
     from esrepro.steps.train import named_paths
 
-    started = now()
     mapping = named_paths(sets, "--set", "TEST_SET=TRAIN_TASK")
-    build_train_tasks_table(metrics, published, _display(registry), mapping, out, notes=note or [])
-    report_manifest("train_tasks_table", out, TABLE, started,
-                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
-                    settings={"sets": mapping, "notes": note or []})
+    _table("train_tasks_table",
+           lambda entries, notes: build_train_tasks_table(metrics, published, entries, mapping, out, notes=notes),
+           metrics, registry, out, note, published, sets=mapping)
 
 
 def math_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:
     """The math table: base and ES (ours) on the five math sets, beside the published RL baselines."""
-    from esrepro.provenance import now
     from esrepro.report.v2_tables import build_math_table
 
-    started = now()
-    build_math_table(metrics, published, _display(registry), out, notes=note or [])
-    report_manifest("math_table", out, TABLE, started,
-                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
-                    settings={"notes": note or []})
+    _table("math_table", lambda entries, notes: build_math_table(metrics, published, entries, out, notes=notes),
+           metrics, registry, out, note, published)
 
 
 def puzzle_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:
     """The puzzle table: Sudoku and ARC-AGI accuracy before and after fine-tuning, beside the paper's."""
-    from esrepro.provenance import now
     from esrepro.report.v2_tables import build_puzzle_table
 
-    started = now()
-    build_puzzle_table(metrics, published, _display(registry), out, notes=note or [])
-    report_manifest("puzzle_table", out, TABLE, started,
-                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
-                    settings={"notes": note or []})
+    _table("puzzle_table", lambda entries, notes: build_puzzle_table(metrics, published, entries, out, notes=notes),
+           metrics, registry, out, note, published)
 
 
 def stability_table(metrics: list[str], registry: str, out: str, note: list[str] | None = None) -> None:
     """Cross-run stability: accuracy mean, std, min and max over seeds per model and method."""
-    from esrepro.provenance import now
     from esrepro.report.v2_tables import build_stability_table
 
-    started = now()
-    build_stability_table(metrics, _display(registry), out, notes=note or [])
-    report_manifest("stability_table", out, TABLE, started, inputs={**{m: m for m in metrics}, "registry": registry},
-                    settings={"notes": note or []})
+    _table("stability_table", lambda entries, notes: build_stability_table(metrics, entries, out, notes=notes),
+           metrics, registry, out, note)
