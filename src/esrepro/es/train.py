@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from esrepro import paths as P
 from esrepro.trainer import TrainContext, TrainOutcome
 
 
+def visible_gpus() -> int:
+    """GPUs the run's engines can use: every GPU of the Ray cluster the job joins (e.g. all nodes of a multi-node
+    job), else this process's."""
+    from esrepro.population.ray_session import cluster_resources, joins_cluster
+
+    if joins_cluster():
+        return int(cluster_resources().get("GPU", 0))
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def engine_count(requested: int | None, device: str, tensor_parallel_size: int = 1) -> int:
-    """Engines for a run: the setting, else one per ``tensor_parallel_size`` GPUs on CUDA (every GPU of the Ray
-    cluster the job joins, e.g. all nodes of a multi-node job; else this process's), else 1."""
+    """Engines for a run: the setting, else one per ``tensor_parallel_size`` of the :func:`visible_gpus` on CUDA,
+    else 1."""
     if requested:
         return requested
     if device.startswith("cuda"):
-        from esrepro.population.ray_session import cluster_resources, joins_cluster
-
-        if joins_cluster():
-            gpus = int(cluster_resources().get("GPU", 0))
-        else:
-            import torch
-
-            gpus = torch.cuda.device_count()
-        return max(1, gpus // tensor_parallel_size)
+        return max(1, visible_gpus() // tensor_parallel_size)
     return 1
 
 
@@ -48,31 +54,39 @@ def make_evaluator(ctx: TrainContext):
     engines = engine_count(cfg.engines, ctx.device, cfg.tensor_parallel_size)
     if engines == 1:
         return SerialEvaluator(spec, scoring)
+    spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"), cfg.tensor_parallel_size)
+    return RayEvaluator(spec, scoring, engines, per_engine)
+
+
+def ray_placement(spec, engines: int, on_gpu: bool, tensor_parallel_size: int = 1) -> tuple[Any, dict]:
+    """Start (or join) Ray for ``engines`` actors built from ``spec`` (an engine spec dataclass with ``threads`` and
+    ``device``); the spec the actors get and each actor's Ray resources.
+
+    On a cluster the job joined, CPU engines share the cluster's CPUs and the engines' needs are checked against
+    what it has; GPU engines share GPUs when there are more engines than GPUs (e.g. 2 engines on 1 GPU).
+    """
     from esrepro.population.ray_session import cluster_resources, ensure_ray, joins_cluster
 
-    on_gpu = ctx.device.startswith("cuda")
-    ensure_ray(num_cpus=None if on_gpu else engines * threads)
+    ensure_ray(num_cpus=None if on_gpu else engines * spec.threads)
     available = cluster_resources() if joins_cluster() else None
     if available is not None and not on_gpu:
         # a cluster's CPUs are the job's real ones (scripts/ray-slurm): the engines share them
-        threads = max(1, int(available.get("CPU", 0)) // engines)
-        spec = EngineSpec(**{**spec.__dict__, "threads": threads})
+        spec = replace(spec, threads=max(1, int(available.get("CPU", 0)) // engines))
     if on_gpu:
-        # engines share GPUs when there are more engines than GPUs (e.g. 2 engines on 1 GPU)
-        gpus = max(1, int(available.get("GPU", 0)) if available is not None else torch.cuda.device_count())
-        share = cfg.tensor_parallel_size if engines * cfg.tensor_parallel_size <= gpus else gpus / engines
+        gpus = max(1, visible_gpus())
+        share = tensor_parallel_size if engines * tensor_parallel_size <= gpus else gpus / engines
         per_engine = {"num_gpus": share, "num_cpus": 1}
-        spec = EngineSpec(**{**spec.__dict__, "device": "cuda"})  # each actor sees its own GPU as cuda:0
+        spec = replace(spec, device="cuda")  # each actor sees its own GPU as cuda:0
     else:
-        per_engine = {"num_cpus": threads}
+        per_engine = {"num_cpus": spec.threads}
     if available is not None:
         for resource, ray_name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
             need = engines * per_engine.get(resource, 0)
             if need > available.get(ray_name, 0):
                 raise ValueError(f"engines={engines} need {need:g} {ray_name}s, but the Ray cluster at "
-                                 f"{os.environ['RAY_ADDRESS']} has {available.get(ray_name, 0):g}: lower the ES "
-                                 "setting engines (or tensor_parallel_size), or give the job more")
-    return RayEvaluator(spec, scoring, engines, per_engine)
+                                 f"{os.environ['RAY_ADDRESS']} has {available.get(ray_name, 0):g}: lower the "
+                                 "method's engines setting (or tensor_parallel_size), or give the job more")
+    return spec, per_engine
 
 
 def train_es(ctx: TrainContext) -> TrainOutcome:

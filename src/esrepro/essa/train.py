@@ -109,7 +109,7 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     """A serial evaluator for one engine, a Ray evaluator for several; every engine holds the SFT model."""
     import torch
 
-    from esrepro.es.train import engine_count
+    from esrepro.es.train import engine_count, ray_placement
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
 
@@ -124,13 +124,7 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     engines = engine_count(cfg.engines, ctx.device)
     if engines == 1:
         return SerialEvaluator(spec, scoring)
-    from esrepro.population.ray_session import ensure_ray
-
-    on_gpu = ctx.device.startswith("cuda")
-    ensure_ray(num_cpus=None if on_gpu else engines * threads)
-    per_engine = {"num_gpus": 1, "num_cpus": 1} if on_gpu else {"num_cpus": threads}
-    if on_gpu:
-        spec = ESSAEngineSpec(**{**spec.__dict__, "device": "cuda"})
+    spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"))
     return RayEvaluator(spec, scoring, engines, per_engine)
 
 
