@@ -81,6 +81,17 @@ def clear_periodic(run_dir: str | Path) -> None:
     (Path(run_dir) / PERIODIC_EVAL).unlink(missing_ok=True)
 
 
+RL_EVAL_BATCH = 64  # prompts per generation batch of an RL run's periodic evaluation (eval_batch_size: null)
+
+
+def policy_point(evaluation: PeriodicEval, step: int, per_step: int, model: Any, tokenizer: Any, device: str,
+                 batch_size: int | None, chat: bool) -> dict:
+    """A point of an RL run's periodic evaluation after ``step`` optimiser steps of ``per_step`` completions each,
+    from the in-memory policy (``batch_size`` None: :data:`RL_EVAL_BATCH`)."""
+    generate = model_generator(model, tokenizer, device, int(batch_size or RL_EVAL_BATCH), chat)
+    return evaluation.point(step, step * per_step, generate)
+
+
 def model_generator(model: Any, tokenizer: Any, device: str, batch_size: int, chat: bool,
                     max_prompt_tokens: int | None = None) -> Callable[[list[str], int], list[str]]:
     """Greedy generation with an in-memory policy (RL trainers), in eval mode, restoring its mode afterwards."""

@@ -146,12 +146,11 @@ def train_grpo(
         """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps."""
 
         def _point(self, step: int, model) -> None:  # noqa: ANN001
-            from esrepro.periodic import model_generator
+            from esrepro.periodic import policy_point
 
             evaluation, per_step = periodic
-            device = str(next(model.parameters()).device)
-            generate = model_generator(model, tokenizer, device, int(settings.get("eval_batch_size") or 64), chat)
-            evaluation.point(step, step * per_step, generate)
+            policy_point(evaluation, step, per_step, model, tokenizer, str(next(model.parameters()).device),
+                         settings.get("eval_batch_size"), chat)
 
         def on_train_begin(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
             if periodic is not None and model is not None:

@@ -191,11 +191,10 @@ def train_ppo(
     from tqdm import tqdm
 
     def evaluate_now(done: int) -> None:
-        from esrepro.periodic import model_generator
+        from esrepro.periodic import policy_point
 
         evaluation, per_step = periodic
-        generate = model_generator(actor, tok, device, cfg.eval_batch_size or 64, chat)
-        evaluation.point(done, done * per_step, generate)
+        policy_point(evaluation, done, per_step, actor, tok, device, cfg.eval_batch_size, chat)
 
     if periodic is not None:
         evaluate_now(0)
