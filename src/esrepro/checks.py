@@ -33,10 +33,15 @@ def check_pipeline(p: Pipeline) -> None:
         raise ConfigError(list(dict.fromkeys(problems)))
 
 
+def _registry_keys(p: Pipeline, out: list[str], keys: list[str], *field: str) -> list[str]:
+    """The ``keys`` (a config list of models at ``field``) the registry has; one problem for each it lacks."""
+    out += [at(p.source, *field, i) + f": {key!r} is not in the registry {p.registry_source}"
+            for i, key in enumerate(keys) if key not in p.registry]
+    return [key for key in keys if key in p.registry]
+
+
 def _models(p: Pipeline, out: list[str]) -> None:
-    for i, key in enumerate(p.cfg.models):
-        if key not in p.registry:
-            out.append(at(p.source, "models", i) + f": {key!r} is not in the registry {p.registry_source}")
+    _registry_keys(p, out, p.cfg.models, "models")
 
 
 def _tasks(p: Pipeline, out: list[str]) -> None:
@@ -174,12 +179,7 @@ def _essa_study(p: Pipeline, out: list[str]) -> None:
     if study is None:
         return
     where = at(p.source, "studies", "essa")
-    models = []
-    for i, m in enumerate(study.models):
-        if m in p.registry:
-            models.append(m)
-        else:
-            out.append(f"{where}.models.{i}: {m!r} is not in the registry {p.registry_source}")
+    models = _registry_keys(p, out, study.models, "studies", "essa", "models")
     if study.task not in p.cfg.data:
         out.append(f"{where}.task: no data.{study.task} entry to train on")
     if study.task not in p.cfg.evaluate:
@@ -222,10 +222,7 @@ def _v2(p: Pipeline, out: list[str]) -> None:
     from esrepro.tasks.math_data import MATH_SETS
 
     for task, block in p.cfg.train.items():
-        for i, model in enumerate(block.models or []):
-            if model not in p.registry:
-                out.append(at(p.source, "train", task, "models", i) + f": {model!r} is not in the registry "
-                           f"{p.registry_source}")
+        _registry_keys(p, out, block.models or [], "train", task, "models")
     st = p.cfg.stability
     if st is not None:
         where = at(p.source, "stability")
