@@ -116,7 +116,7 @@ class Pipeline:
         """Every model a job of this config touches: the config's, each training task's and each study's."""
         out = list(self.models)
         out += [m for task in self.cfg.train for m in self.train_models(task)]
-        out += [s.model for s in self._studies().values()]
+        out += [s.model for s in self.studies().values()]
         if self.cfg.stability is not None:
             out += list(self.cfg.stability.models)
         if self.essa_study() is not None:
@@ -136,7 +136,7 @@ class Pipeline:
 
     def study_method(self, task: str, method: str) -> StudyMethod | None:
         """The study configuration called ``method`` on ``task``, if a study has one."""
-        for name, study in self._studies().items():
+        for name, study in self.studies().items():
             if study.task == task:
                 found = self.study_methods(name).get(method)
                 if found is not None:
@@ -211,7 +211,7 @@ class Pipeline:
         return layers
 
     def _study_layers(self, model: str, method: str, found: StudyMethod) -> list[Layer]:
-        study = self._studies()[found.study]
+        study = self.studies()[found.study]
         sweep = getattr(study, found.algorithm)
         family = algorithm(found.algorithm).defaults
         return [
@@ -237,7 +237,7 @@ class Pipeline:
 
             return essa_sample_budget(self.method_settings(model, task, ESSA_REF).as_dict())
         if found is not None:
-            study = self._studies()[found.study]
+            study = self.studies()[found.study]
             if study.es is None:
                 raise ConfigError(at(self.source, "studies", found.study, found.algorithm, "settings", "sample_budget")
                                   + ": required when the study has no ES runs")
@@ -250,19 +250,16 @@ class Pipeline:
         return es_sample_budget(self.method_settings(model, task, ref).as_dict())
 
     # --- studies ---------------------------------------------------------------------
-    def _studies(self) -> dict[str, Study]:
-        """The sweep studies (ES sigmas, GRPO betas; the conciseness study); the ESSA study is apart."""
-        return {k: v for k, v in self.cfg.studies if isinstance(v, Study)}
-
     def studies(self) -> dict[str, Study]:
-        """The studies this config runs, by name."""
-        return self._studies()
+        """The sweep studies this config runs, by name (ES sigmas, GRPO betas and learning rates; the conciseness
+        studies); the ESSA study is apart (:meth:`essa_study`)."""
+        return {k: v for k, v in self.cfg.studies if isinstance(v, Study)}
 
     def study_methods(self, name: str) -> dict[str, StudyMethod]:
         """A study's run configurations by method name: one per swept value per algorithm."""
         import numpy as np
 
-        study = self._studies()[name]
+        study = self.studies()[name]
         out: dict[str, StudyMethod] = {}
         for algo, (key, setting, prefix) in SWEEPS.items():
             sweep = getattr(study, algo)
@@ -284,7 +281,7 @@ class Pipeline:
 
     def study_runs(self, name: str) -> list[tuple[str, str, int]]:
         """(model, method, seed) of a study's training runs."""
-        study = self._studies().get(name)
+        study = self.studies().get(name)
         if study is None:
             return []
         return [(study.model, m, s) for m in self.study_methods(name) for s in study.seeds]

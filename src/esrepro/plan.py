@@ -141,8 +141,7 @@ class Plan:
 
     def eval_metrics(self) -> list[str]:
         """metrics.json of every configured evaluation (each task, model, method, seed)."""
-        return [f"{self.eval_dir(task, *run)}/metrics.json" for task in self.p.evaluated_tasks()
-                for run in self.runs(task)]
+        return self.task_metrics(self.p.evaluated_tasks())
 
     def task_metrics(self, tasks: list[str]) -> list[str]:
         """metrics.json of every evaluation of ``tasks``."""
