@@ -175,6 +175,17 @@ def _grouped_order(groups: list, batch_size: int) -> Callable:
 GENERATOR_OPTIONS = ("min_numbers", "max_numbers", "max_number", "max_target")
 
 
+def fresh_countdown(n: int, seed: int, source: dict, exclude: list[dict]) -> list[dict]:
+    """``n`` generated Countdown problems (the data source's generator options, ``seed``) none of which is a
+    problem of ``exclude`` (same numbers and target): warm-start problems disjoint from the prepared data."""
+    from esrepro.tasks.countdown import generate_problems
+
+    banned = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in exclude if "numbers" in e}
+    options = {k: v for k, v in source.items() if k in GENERATOR_OPTIONS}
+    probs = generate_problems(n + len(banned), seed=seed, **options)
+    return [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in banned][:n]
+
+
 def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path, data_source: dict | None = None) -> dict:
     """Build the tiny model from a registry ``build`` block into ``out_dir`` (atomically).
 
@@ -184,21 +195,14 @@ def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path, data_s
     count and ranges) make the warm-start problems follow the same distribution.
     Returns a summary (parameter count, final SFT loss, problem counts).
     """
-    from esrepro.tasks.countdown import CountdownTask, generate_problems, sft_completion
+    from esrepro.tasks.countdown import CountdownTask, sft_completion
 
     seed = build["seed"]
     task = CountdownTask()
-    banned = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in exclude}
-
+    exclude = list(exclude)
     options = {k: v for k, v in (data_source or {}).items() if k in GENERATOR_OPTIONS}
-
-    def fresh(n: int, s: int) -> list[dict]:
-        probs = generate_problems(n + len(banned), seed=s, **options)
-        keep = [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in banned]
-        return keep[:n]
-
-    tok_problems = fresh(build["tokenizer"]["corpus_problems"], seed + 1)
-    sft_problems = fresh(build["sft"]["problems"], seed + 2)
+    tok_problems = fresh_countdown(build["tokenizer"]["corpus_problems"], seed + 1, data_source or {}, exclude)
+    sft_problems = fresh_countdown(build["sft"]["problems"], seed + 2, data_source or {}, exclude)
     # prompts and completions are separate texts: no merge may straddle the boundary
     corpus = [text for p in tok_problems for text in (task.prompt(p), sft_completion(p))]
     pairs = [(task.prompt(p), sft_completion(p)) for p in sft_problems]

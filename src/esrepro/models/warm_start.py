@@ -25,15 +25,11 @@ SEED_OFFSET = 7_919
 
 
 def _countdown(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:
-    from esrepro.models.tiny import GENERATOR_OPTIONS
-    from esrepro.tasks.countdown import CountdownTask, generate_problems, sft_completion
+    from esrepro.models.tiny import fresh_countdown
+    from esrepro.tasks.countdown import CountdownTask, sft_completion
 
     task = CountdownTask()
-    keys = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in banned if "numbers" in e}
-    options = {k: v for k, v in source.items() if k in GENERATOR_OPTIONS}
-    probs = generate_problems(n + len(keys), seed=seed + SEED_OFFSET, **options)
-    keep = [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in keys][:n]
-    return [(task.prompt(p), sft_completion(p)) for p in keep]
+    return [(task.prompt(p), sft_completion(p)) for p in fresh_countdown(n, seed + SEED_OFFSET, source, banned)]
 
 
 def _math_train(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:
