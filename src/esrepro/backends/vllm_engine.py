@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import torch
 
 from esrepro.backends.vllm_layout import (
+    HFTensor,
     ShardSpec,
     VLLMLayout,
     build_layout,
@@ -221,6 +222,62 @@ def _tp_gather(tensor: torch.Tensor) -> list[torch.Tensor] | None:
     return list(out.unbind(0)) if group.rank_in_group == 0 else None
 
 
+def unpack_cpu_linears(model: torch.nn.Module, layout: VLLMLayout, rank: int, model_dir: str | Path) -> list[str]:
+    """Make ``model``'s linear layers compute from their ``weight`` on vLLM's CPU platform; the names of the weights
+    it reloaded from ``model_dir``'s safetensors.
+
+    After loading, vLLM's CPU platform hands every linear layer a packed copy of its weight for its GEMM kernels
+    (``layer.cpu_linear``, ``dispatch_cpu_unquantized_gemm`` in ``vllm/model_executor/layers/utils.py``) and empties
+    ``weight`` (shape ``(0,)``) for most of them; the tied ``lm_head`` keeps the embedding but computes from its own
+    packed copy. In-place noise on ``weight`` would never reach the kernels. Here every such layer computes with
+    ``torch.nn.functional.linear`` over its ``weight`` (what transformers' ``nn.Linear`` does), emptied weights are
+    rebuilt in vLLM's layout (``layout``'s shards of ``rank``) from the checkpoint, and a bias the packing cast to float32
+    goes back to the weight's dtype. The GPU platform never packs, and this is never called there.
+    """
+    emptied: dict[str, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        if not hasattr(module, "cpu_linear"):
+            continue
+        module.cpu_linear = torch.nn.functional.linear
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.numel() == 0:
+            emptied[f"{name}.weight" if name else "weight"] = module
+        bias = getattr(module, "bias", None)
+        if isinstance(bias, torch.Tensor) and isinstance(weight, torch.Tensor) and bias.dtype != weight.dtype:
+            bias.data = bias.data.to(weight.dtype)
+    if not emptied:
+        return []
+    specs = layout.shards(rank)
+    index = {s.name: j for j, s in enumerate(specs)}
+    unknown = sorted(set(emptied) - set(index))
+    if unknown:
+        raise ValueError(f"vLLM emptied weights {unknown} that the ES layout does not know")
+    shards = _ShardsFromHF(specs, _checkpoint_reader(Path(model_dir), layout.hf), str(model_dir))
+    for name, module in emptied.items():
+        dtype = module.weight.dtype
+        module.weight = torch.nn.Parameter(shards[f"p{index[name]}"].to(dtype), requires_grad=False)
+    return sorted(emptied)
+
+
+def _checkpoint_reader(model_dir: Path, hf: Sequence[HFTensor]) -> Callable[[str], torch.Tensor]:
+    """``read("p{k}")``: HF parameter ``k`` (of ``hf``) from the checkpoint's safetensors, one file or sharded."""
+    from safetensors import safe_open
+
+    index_file = model_dir / "model.safetensors.index.json"
+    where = json.loads(index_file.read_text())["weight_map"] if index_file.exists() else {}
+    names = {t.index: t.name for t in hf}
+    handles: dict[str, Any] = {}
+
+    def read(key: str) -> torch.Tensor:
+        name = names[int(key[1:])]
+        file = where.get(name, "model.safetensors")
+        if file not in handles:
+            handles[file] = safe_open(str(model_dir / file), framework="pt", device="cpu")
+        return handles[file].get_tensor(name)
+
+    return read
+
+
 class ESWorkerExtension:
     """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
 
@@ -231,9 +288,13 @@ class ESWorkerExtension:
 
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
+        from vllm.platforms import current_platform
+
         tp = get_tp_group()
         layout = build_layout(AutoConfig.from_pretrained(model_dir), tp.world_size)
         model = self.model_runner.get_model()
+        if current_platform.is_cpu():
+            unpack_cpu_linears(model, layout, tp.rank_in_group, model_dir)
         params = {n: p.data for n, p in model.named_parameters()}
         weights = sum(p.numel() * p.element_size() for p in params.values())
         copy = "float32 masters" if master_weights else "an exact-restore snapshot" if restore == "exact" else "no copy"
@@ -245,6 +306,8 @@ class ESWorkerExtension:
             self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights)
         except torch.OutOfMemoryError as e:
             raise RuntimeError(f"out of GPU memory for the ES state: {hint}") from e
+        if not current_platform.is_cuda_alike():
+            return tp.rank_in_group  # CPU: vLLM reserved only its KV cache (kv_cache_memory_bytes)
         free, _ = torch.cuda.mem_get_info()
         available = free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         need = self.es_state.transient_bytes()
