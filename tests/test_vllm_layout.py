@@ -6,7 +6,6 @@ every rank's vLLM parameters. The engine tests run only where vLLM imports and C
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -320,9 +319,6 @@ def test_engine_module_imports_without_vllm():
 # ---------------------------------------------------------------- GPU only
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None or not torch.cuda.is_available(), reason="needs vllm and CUDA"
-)
 
 
 @needs_cuda
@@ -338,53 +334,6 @@ def test_perturb_bf16_on_cuda_is_bit_exact(name, make_config, tp):
         specs = layout.shards(r)
         perturb_shards_([st[s.name] for s in specs], specs, 99, 1e-3, "iid")
     assert_same(to_hf(vllm_states, layout), state)
-
-
-GPU_ARCH = {  # head size 64: supported by every vLLM attention backend
-    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 256,
-}
-
-
-@needs_vllm
-@pytest.mark.slow
-@pytest.mark.parametrize("tp", [1, 2])
-def test_vllm_engine_matches_the_hf_weights(tp, tmp_path_factory):
-    from conftest import make_model_dir
-
-    from esrepro.backends.vllm_engine import VLLMEngine
-    from esrepro.models.loading import load_model
-
-    if torch.cuda.device_count() < tp:
-        pytest.skip(f"needs {tp} GPUs")
-    model_dir = make_model_dir(tmp_path_factory.mktemp("gpu_model"), GPU_ARCH)
-    engine = VLLMEngine(model_dir, dtype="bfloat16", tensor_parallel_size=tp, gpu_memory_utilization=0.3,
-                        max_model_len=256, enforce_eager=True)
-    hf = load_model(model_dir, dtype="bfloat16", device="cuda")
-    params = [p for _, p in hf.named_parameters()]
-    assert engine.checksum() == hf_checksum(hf.named_parameters())
-
-    prompts = ["Using the numbers [3 4], make 7.", "Using the numbers [1 2], make 3."]
-    before = engine.generate(prompts, 16)
-    assert len(before) == 2 and all(isinstance(t, str) for t in before)
-    engine.perturb(17, 0.05)
-    perturb_(params, 17, 0.05, "iid")
-    assert engine.checksum() == hf_checksum(hf.named_parameters())
-    engine.generate(prompts, 16)
-    engine.restore(17, 0.05)
-    hf_restored = load_model(model_dir, dtype="bfloat16", device="cuda")
-    assert engine.checksum() == hf_checksum(hf_restored.named_parameters())
-    assert engine.generate(prompts, 16) == before  # no KV cached under the perturbed weights reused
-
-    params = [p for _, p in hf_restored.named_parameters()]
-    engine.apply_update([1, 2, 3], [0.5, -1.0, 0.5], 0.01)
-    update_(params, [1, 2, 3], [0.5, -1.0, 0.5], 0.01, "iid")
-    assert engine.checksum() == hf_checksum(hf_restored.named_parameters())
-
-    out = tmp_path_factory.mktemp("saved") / "ckpt"
-    engine.save(out)
-    reloaded = load_model(out, dtype="bfloat16", device="cpu")
-    assert hf_checksum(reloaded.named_parameters()) == engine.checksum()
 
 
 # ---------------------------------------------------------------- resume state (CPU)
@@ -472,29 +421,3 @@ def test_sharded_resume_state_refuses_a_file_of_another_kind(tmp_path):
     save_file(partial, str(tmp_path / "partial.safetensors"))
     with pytest.raises(KeyError, match=r"lacks weights \['p3'\]"):
         plain[1].load_state_file(tmp_path / "partial.safetensors")
-
-
-@needs_vllm
-@pytest.mark.slow
-def test_vllm_engine_resume_state_round_trip(tmp_path_factory):
-    from conftest import make_model_dir
-
-    from esrepro.backends.hf import HFEngine
-    from esrepro.backends.vllm_engine import VLLMEngine
-
-    model_dir = make_model_dir(tmp_path_factory.mktemp("gpu_model"), GPU_ARCH)
-    engine = VLLMEngine(model_dir, dtype="bfloat16", gpu_memory_utilization=0.3, max_model_len=256,
-                        enforce_eager=True, master_weights="float32")
-    prompts = ["Using the numbers [3 4], make 7."]
-    engine.apply_update([1, 2], [1.0, -1.0], 0.01)
-    saved_sum, saved_out = engine.checksum(), engine.generate(prompts, 16)
-    state = tmp_path_factory.mktemp("resume") / "state.safetensors"
-    engine.save_state(state)
-    engine.apply_update([3], [1.0], 0.01)
-    assert engine.checksum() != saved_sum
-    engine.load_state(state)
-    assert engine.checksum() == saved_sum
-    assert engine.generate(prompts, 16) == saved_out  # prefix cache dropped with the old weights
-    hf = HFEngine(model_dir, dtype="bfloat16", device="cuda", master_weights="float32")
-    hf.load_state(state)  # the same file serves the transformers engine
-    assert hf.checksum() == saved_sum

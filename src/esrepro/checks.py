@@ -27,7 +27,7 @@ def _collect(problems: list[str], fn: Callable[[], object]) -> object:
 def check_pipeline(p: Pipeline) -> None:
     """Raise ConfigError listing every problem of ``p``'s config and registry (nothing when all is well)."""
     problems: list[str] = []
-    for check in (_models, _tasks, _methods, _evaluation, _studies, _sizes, _essa_study, _v2):
+    for check in (_models, _tasks, _methods, _engines, _evaluation, _studies, _sizes, _essa_study, _v2):
         check(p, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
@@ -78,6 +78,40 @@ def _methods(p: Pipeline, out: list[str]) -> None:
         for method, values in p.model(model).methods.items():
             if not isinstance(values, dict):
                 out.append(at(p.registry_source, "models", model, "methods", method) + ": expected a mapping")
+
+
+def _engines(p: Pipeline, out: list[str]) -> None:
+    """ES engine layouts a job's GPUs cannot hold: refused here rather than inside vLLM or Ray's scheduler."""
+    from esrepro.cluster import train_job, train_resources_key
+    from esrepro.es.train import engines_per_gpu
+
+    for task, block in p.cfg.train.items():
+        for model in (m for m in p.train_models(task) if m in p.registry):
+            for method in block.methods:
+                try:
+                    cfg = p.method_settings(model, task, method)
+                    res = train_job(p, task, model, method)
+                except (ConfigError, KeyError):
+                    continue  # reported by _methods
+                if cfg.algorithm != "es" or not res.gpu:
+                    continue
+                where = at(p.registry_source, "models", model, "resources", train_resources_key(p, task, model, method))
+                tp, gpus = cfg.tensor_parallel_size, res.nodes * res.gpu
+                if tp > res.gpu:
+                    out.append(f"{where}: {method} on {task}: tensor_parallel_size {tp} is more than the {res.gpu} "
+                               "GPUs of one node (an engine's GPUs must share a node)")
+                    continue
+                engines = cfg.engines or max(1, gpus // tp)
+                try:
+                    sharing = engines_per_gpu(engines, gpus, tp)
+                except ValueError as exc:
+                    out.append(f"{where}: {method} on {task}: {exc}")
+                    continue
+                util = cfg.gpu_memory_utilization
+                if util is not None and sharing * util > 0.95:
+                    out.append(f"{where}: {method} on {task}: {sharing} engines share each GPU at "
+                               f"gpu_memory_utilization {util:g}, {sharing * util:.2f} of its memory in all, none "
+                               "left for ES's weight copies")
 
 
 def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: bool) -> None:

@@ -23,3 +23,25 @@ def pick_device(requested: str | None = None) -> str:
     if want != "cpu" and not want.startswith("cuda"):
         raise ValueError(f"device {want!r}: expected auto, cpu, cuda or cuda:N")
     return want
+
+
+def noise_device(device: "torch.device | str") -> str:
+    """What the ES noise generated on ``device`` depends on: ``cpu``, or the GPU's name and its count of
+    streaming multiprocessors (CUDA's ``randn`` splits work by SM count, so an H100 PCIe and an H100 SXM draw
+    other noise from one seed)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    props = torch.cuda.get_device_properties(device)
+    return f"{props.name} ({props.multi_processor_count} SMs)"
+
+
+def synchronize(device: "torch.device | str") -> None:
+    """Wait for the work queued on ``device`` (CUDA kernels run asynchronously); nothing to wait for on the CPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

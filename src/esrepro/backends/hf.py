@@ -35,8 +35,10 @@ from typing import Literal, Sequence, get_args
 
 import torch
 
+from esrepro.devices import noise_device, synchronize
 from esrepro.es.noise import NoiseVariant
 from esrepro.es.weights import ESWeights, RestoreMode, hf_checksum
+from esrepro.models.decoding import greedy_rule
 from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
@@ -87,6 +89,8 @@ class HFBackend:
         self.truncated = 0
         self.generated_tokens = 0
         self.eos_ids = sorted(eos_token_ids(self.tokenizer, self.model))
+        source = f"{getattr(self.model.config, 'name_or_path', '') or 'the model'}: generation_config"
+        self.decoding = greedy_rule(self.model.generation_config.to_dict(), source)
         if max_prompt_tokens is not None:
             self.tokenizer.truncation_side = "left"
         self._static_caches: dict[tuple[int, int], object] = {}
@@ -132,7 +136,8 @@ class HFBackend:
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     def _generation_config(self, max_new_tokens: int):
-        """The model's generation config made greedy, with this backend's stop and pad ids."""
+        """The model's generation config made greedy, with this backend's stop and pad ids (what it applies beyond
+        argmax is :attr:`decoding`, checked at load: esrepro.models.decoding)."""
         config = copy.deepcopy(self.model.generation_config)
         config.update(max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
                       pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids)
@@ -258,6 +263,14 @@ class HFBackend:
     def _encode(self, texts: list[str]):
         """``texts`` left-padded into tensors on the model's device."""
         return self._tokenize(texts, return_tensors="pt", padding=True).to(self.device)
+
+    def synchronize(self) -> None:
+        """Wait for the model's queued device work (a clock read after it times the work, not its launch)."""
+        synchronize(self.model.device)
+
+    def noise_device(self) -> str:
+        """The device ES noise for this model is generated on (:func:`esrepro.devices.noise_device`)."""
+        return noise_device(self.model.device)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """Parameters in ``model.named_parameters()`` order (tied weights appear once)."""

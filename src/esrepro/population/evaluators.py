@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esrepro.es.strategy import Update
+from esrepro.population.ray_session import job_env
 from esrepro.population.spec import EngineSpec, Scoring
 from esrepro.population.worker import PopulationWorker
 
@@ -21,7 +22,27 @@ STATE_FILE = "state.safetensors"
 
 
 class EngineMismatch(RuntimeError):
-    """Engines that applied the same updates hold different weights."""
+    """Engines that applied the same updates hold different weights, or would draw different noise."""
+
+
+def engine_env(spec: Any, k: int) -> dict:
+    """Ray runtime environment of engine ``k``: a vLLM engine gets compile caches and a port range of its own, so
+    engines built on one node never share a cache folder or race for a port (each starts after the previous one
+    answers, too); other engines need nothing (the job's environment, :func:`job_env`)."""
+    if getattr(spec, "backend", None) != "vllm":
+        return {}  # the job's runtime environment applies
+    import os
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / f"esrepro-vllm-{os.getpid()}-engine{k}"
+    env = {
+        "VLLM_CACHE_ROOT": str(root / "vllm"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "CUDA_CACHE_PATH": str(root / "cuda"),
+        "VLLM_PORT": str(int(os.environ.get("VLLM_PORT", "29600")) + 50 * k),
+    }
+    return {"env_vars": {**job_env(), **env}}
 
 
 class SerialEvaluator:
@@ -45,6 +66,14 @@ class SerialEvaluator:
 
     def checksums(self) -> list[str]:
         return [self.worker.checksum()]
+
+    def noise_device(self) -> str:
+        """The device the engine draws its noise on (recorded in, and checked against, the resume state)."""
+        return self.worker.noise_device()
+
+    def decoding(self) -> dict:
+        """The engine's greedy decoding rule (for the run's manifest)."""
+        return self.worker.decoding()
 
     def save(self, path: str | Path) -> None:
         self.worker.save(str(path))
@@ -81,18 +110,52 @@ class RayEvaluator:
     """
 
     def __init__(self, engine: EngineSpec, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
-                 retries: int = 3) -> None:
+                 retries: int = 3, start_timeout: float = 1800.0, call_timeout: float = 3600.0) -> None:
         import ray
 
         if engines < 1:
             raise ValueError(f"engines must be at least 1, got {engines}")
         self.engines = engines
-        self._actor_class = ray.remote(PopulationWorker).options(**(per_engine or {"num_cpus": engine.threads}))
+        self._resources = per_engine or {"num_cpus": engine.threads}
+        self._actor_class = ray.remote(PopulationWorker)
         self._spec, self._scoring, self.retries = engine, scoring, retries
+        self.start_timeout, self.call_timeout = start_timeout, call_timeout
         self._state: str | None = None  # the resume file the replay starts from (None: the base model)
         self._ops: list[tuple] = []  # weight changes since that state, in order
-        self.actors = [self._actor_class.remote(engine, scoring) for _ in range(engines)]
+        self.actors: list[Any] = []
         self.respawned = 0
+        try:
+            for k in range(engines):  # one after another: engines sharing a GPU must not start side by side
+                self.actors.append(self._start(k))
+        except BaseException:
+            self.close()
+            raise
+        devices = self._all("noise_device", [()] * self.engines)
+        if len(set(devices)) != 1:
+            self.close()
+            raise EngineMismatch(f"the engines run on different devices {devices}: the same seed would give "
+                                 "them other noise; give the run one GPU model")
+        self._noise_device = devices[0]
+
+    def _start(self, k: int) -> Any:
+        """Actor ``k``, built and answering (within ``start_timeout`` seconds)."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        options = dict(self._resources)
+        env = engine_env(self._spec, k)
+        if env:
+            options["runtime_env"] = env
+        actor = self._actor_class.options(**options).remote(self._spec, self._scoring)
+        try:
+            ray.get(actor.pid.remote(), timeout=self.start_timeout)
+        except GetTimeoutError:
+            ray.kill(actor)
+            raise TimeoutError(
+                f"engine {k} did not start within {self.start_timeout:g} s: Ray may have no room for an actor "
+                f"with {self._resources} (cluster: {ray.cluster_resources()}), or the model is still loading; "
+                "lower the method's engines setting or give the job more") from None
+        return actor
 
     def _respawn(self, k: int) -> None:
         import ray
@@ -101,12 +164,22 @@ class RayEvaluator:
             ray.kill(self.actors[k])
         except Exception:  # already gone
             pass
-        actor = self._actor_class.remote(self._spec, self._scoring)
+        actor = self._start(k)
         if self._state is not None:
-            ray.get(actor.load_state.remote(self._state))
-        ray.get(actor.replay.remote(self._ops))
+            self._get(actor.load_state.remote(self._state), k, "load_state")
+        self._get(actor.replay.remote(self._ops), k, "replay")
         self.actors[k] = actor
         self.respawned += 1
+
+    def _get(self, future: Any, k: int, method: str) -> Any:
+        """``ray.get`` of engine ``k``'s call, failing after ``call_timeout`` seconds (a hung engine)."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            return ray.get(future, timeout=self.call_timeout)
+        except GetTimeoutError:
+            raise TimeoutError(f"engine {k} did not answer {method} within {self.call_timeout:g} s") from None
 
     def _all(self, method: str, args: Sequence[tuple]) -> list[Any]:
         """Call ``method`` on every actor (``args[k]`` for actor k); a dead actor is replaced and its call retried."""
@@ -118,7 +191,7 @@ class RayEvaluator:
         for k, fut in enumerate(futures):
             for attempt in range(self.retries + 1):
                 try:
-                    out[k] = ray.get(fut)
+                    out[k] = self._get(fut, k, method)
                     break
                 except (ActorDiedError, ActorUnavailableError, RayActorError):
                     if attempt == self.retries:
@@ -161,22 +234,24 @@ class RayEvaluator:
     def checksums(self) -> list[str]:
         return self._all("checksum", [()] * self.engines)
 
+    def noise_device(self) -> str:
+        """The device every engine draws its noise on (checked equal when they started)."""
+        return self._noise_device
+
+    def decoding(self) -> dict:
+        """The engines' greedy decoding rule (one model, so one rule; for the run's manifest)."""
+        return self._all("decoding", [()] * self.engines)[0]
+
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy responses of the current weights, from the first engine (periodic evaluation)."""
-        import ray
-
-        return ray.get(self.actors[0].generate.remote(prompts, max_new_tokens))
+        return self._get(self.actors[0].generate.remote(prompts, max_new_tokens), 0, "generate")
 
     def save(self, path: str | Path) -> None:
-        import ray
-
-        ray.get(self.actors[0].save.remote(str(path)))
+        self._get(self.actors[0].save.remote(str(path)), 0, "save")
 
     def save_state(self, directory: str | Path) -> None:
-        import ray
-
         path = str(Path(directory).resolve() / STATE_FILE)
-        ray.get(self.actors[0].save_state.remote(path))
+        self._get(self.actors[0].save_state.remote(path), 0, "save_state")
 
     def mark_state(self, directory: str | Path) -> None:
         """The resume state in ``directory`` is now where a replacement starts from (after it is in place)."""
@@ -201,9 +276,7 @@ class RayEvaluator:
 
     def save_candidate(self, x: Any, path: str | Path) -> None:
         """Write the weights carrying candidate x as an HF checkpoint, from the first engine (ESSA)."""
-        import ray
-
-        ray.get(self.actors[0].call.remote("save_candidate", x, str(Path(path).resolve())))
+        self._get(self.actors[0].call.remote("save_candidate", x, str(Path(path).resolve())), 0, "save_candidate")
 
     def close(self) -> None:
         import ray

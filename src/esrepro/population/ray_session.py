@@ -23,13 +23,19 @@ def ensure_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> None
 
     if ray.is_initialized():
         return
-    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = job_env()
     if joins_cluster():
         ray.init(address="auto", runtime_env={"env_vars": env}, log_to_driver=False)
     else:
         # address="local": always a cluster of this job's own, never one another job started on the node
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  runtime_env={"env_vars": env}, log_to_driver=False, configure_logging=False)
+
+
+def job_env() -> dict[str, str]:
+    """Environment variables every actor of this job gets: this process's import path, so a source checkout runs
+    the same code in every actor."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def cluster_resources() -> dict[str, float]:

@@ -22,8 +22,10 @@ class EngineSpec:
     master_weights: str | None = None
     threads: int = 1
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.8
+    gpu_memory_utilization: float = 0.85  # vllm: this engine's share of its GPU (already divided among sharers)
+    kv_cache_memory_bytes: int | None = None  # vllm: KV cache bytes instead of the share (CPU build: 256 MiB)
     generation: str = "default"  # the hf backend's generation path (esrepro.backends.hf)
+    call_timeout: float | None = None  # vllm: seconds a call into its workers may take
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
@@ -41,8 +43,10 @@ class EngineSpec:
             from esrepro.backends.vllm_engine import VLLMEngine
 
             return VLLMEngine(self.model_dir, dtype=self.dtype, tensor_parallel_size=self.tensor_parallel_size,
-                              chat=self.chat, max_prompt_tokens=self.max_prompt_tokens,
-                              gpu_memory_utilization=self.gpu_memory_utilization, **weights)
+                              chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, device=self.device,
+                              gpu_memory_utilization=self.gpu_memory_utilization,
+                              kv_cache_memory_bytes=self.kv_cache_memory_bytes, call_timeout=self.call_timeout,
+                              **weights)
         raise ValueError(f"unknown backend {self.backend!r}; expected hf or vllm")
 
 

@@ -31,6 +31,19 @@ class PopulationWorker:
         # ESSA scores chosen examples: IndexedScoring builds a per-example scorer instead of a mean
         self.example_scores = self.mean_reward if isinstance(scoring, IndexedScoring) else None
 
+    def _clock(self) -> float:
+        """``time.perf_counter()`` once the engine's queued device work is done (GPU kernels run asynchronously)."""
+        self.engine.synchronize()
+        return time.perf_counter()
+
+    def noise_device(self) -> str:
+        """The device the engine's noise is generated on (engines and resumes of one run must share it)."""
+        return self.engine.noise_device()
+
+    def decoding(self) -> dict:
+        """The engine's greedy decoding rule, as manifests record it (esrepro.models.decoding)."""
+        return self.engine.decoding.as_dict()
+
     def pid(self) -> int:
         """The worker's process id (tests kill it to check recovery)."""
         return os.getpid()
@@ -47,15 +60,15 @@ class PopulationWorker:
         for i, seed in enumerate(seeds):
             if i not in own and not every:
                 continue
-            t0 = time.perf_counter()
+            t0 = self._clock()
             self.engine.perturb(seed, sigma)
-            t1 = time.perf_counter()
+            t1 = self._clock()
             if i in own:
                 responses = self.engine.generate(prompts, self.max_new_tokens)
                 rewards[i] = self.mean_reward(responses, batch)
-            t2 = time.perf_counter()
+            t2 = self._clock()
             self.engine.restore(seed, sigma)
-            t3 = time.perf_counter()
+            t3 = self._clock()
             t["perturb"] += t1 - t0
             t["generation"] += t2 - t1
             t["restore"] += t3 - t2
@@ -63,9 +76,9 @@ class PopulationWorker:
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> float:
         """Apply the ES update; returns its seconds."""
-        t0 = time.perf_counter()
+        t0 = self._clock()
         self.engine.apply_update(seeds, weights, alpha)
-        return time.perf_counter() - t0
+        return self._clock() - t0
 
     def replay(self, ops: Sequence[Op]) -> None:
         """Bring a fresh engine to the others' state: repeat every weight change since the loaded state."""
@@ -121,17 +134,17 @@ class PopulationWorker:
         rewards: list[float] = []
         t = {"apply": 0.0, "generation": 0.0, "restore": 0.0}
         for x in xs:
-            t0 = time.perf_counter()
+            t0 = self._clock()
             self.engine.apply(np.asarray(x, dtype=np.float64))
-            t1 = time.perf_counter()
+            t1 = self._clock()
             try:
                 responses = self.engine.generate(prompts, self.max_new_tokens)
                 values = self.example_scores(responses, indices)
             finally:
-                t2 = time.perf_counter()
+                t2 = self._clock()
                 self.engine.restore()
             rewards.append(float(np.mean(values)))
             t["apply"] += t1 - t0
             t["generation"] += t2 - t1
-            t["restore"] += time.perf_counter() - t2
+            t["restore"] += self._clock() - t2
         return rewards, t

@@ -72,6 +72,16 @@ class ESSettings(MethodSettings):
                                 "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
                                 "1 on CPU")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vllm backend: share of each GPU an engine's vLLM takes for weights, activations "
+        "and KV cache (ES keeps its weight copies outside it); null: 0.85, divided among the engines sharing a GPU")
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="vllm backend: KV cache bytes per engine instead of sizing it from "
+        "gpu_memory_utilization (on vLLM's CPU build null means 256 MiB)")
+    start_timeout: float = Field(1800, gt=0, description="seconds an engine actor (engines > 1) may take to start "
+                                 "before the run stops with the resources it waited for")
+    call_timeout: float = Field(3600, gt=0, description="seconds one call to an engine may take (a population "
+                                "slice, an update, a save) before the run stops as hung")
     generation: Generation = Field(
         "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "
         "cache and compiled decoding; CUDA graphs on GPU) or continuous (transformers' continuous batching, paged "

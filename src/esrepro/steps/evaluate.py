@@ -36,7 +36,8 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     write_json(root / "manifest.json", build_manifest(
         "evaluate", inputs={"model": model_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"},
         settings={**labels, **spec, "dtype": dtype, "chat": chat}, started=started,
-        outputs={"metrics": root / "metrics.json", "responses": root / "responses.jsonl"}, extra={"device": device},
+        outputs={"metrics": root / "metrics.json", "responses": root / "responses.jsonl"},
+        extra={"device": device, "decoding": backend.decoding.as_dict()},
     ))
     print(json.dumps({**labels, **result.metrics}))
     return result.metrics
