@@ -159,3 +159,11 @@ def test_engines_that_disagree_stop_the_run(tiny_model_dir, scoring, ray_local, 
             run_es(evaluator, cfg, tmp_path / "resume", progress=False)
     finally:
         evaluator.close()
+
+
+def test_an_engine_ray_cannot_place_times_out_naming_its_resources(scoring, tiny_model_dir, ray_local):
+    cfg = _cfg("iid", "exact")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"engine 0 did not start within 3 s.*'num_cpus': 64"):
+        RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, per_engine={"num_cpus": 64}, start_timeout=3)
+    assert time.monotonic() - started < 60

@@ -243,3 +243,55 @@ def test_a_vllm_es_job_through_snakemake_is_evaluated_by_transformers(tmp_path, 
     assert eval_manifest["decoding"] == manifest["decoding"]
     # the last periodic point is the trained weights under vLLM; the evaluation the same weights under transformers
     assert periodic[-1]["accuracy"] == evaluated["accuracy"]
+
+
+ENGINE_SCRIPT = """
+import sys, time
+from esrepro.backends.vllm_engine import VLLMEngine
+if __name__ == "__main__":
+    engine = VLLMEngine(sys.argv[1], dtype="float32", device="cpu", tensor_parallel_size=int(sys.argv[2]),
+                        kv_cache_memory_bytes=32 * 2**20)
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_no_engine_process_outlives_a_killed_engine(model_dir, tmp_path, monkeypatch, tp):
+    """SIGKILL of the process holding an engine (a Ray actor, a job) leaves none of vLLM's processes behind: the
+    engine core runs in that process, and tensor-parallel workers exit when it is gone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(c) for c in (cpus * 2)[:tp]))
+    script = tmp_path / "engine.py"
+    script.write_text(ENGINE_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(model_dir), str(tp)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert any(line.strip() == "ready" for line in proc.stdout), "the engine did not start"  # after vLLM's log
+        family = psutil.Process(proc.pid).children(recursive=True)
+        workers = [p for p in family if p.is_running()]
+        assert len(workers) >= tp - 1  # tp > 1: vLLM's worker processes
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        running = [p for p in alive if _running(p)]  # a zombie has ended (this sandbox's PID 1 may not reap it)
+        assert not running, [p.name() for p in running]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _running(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -287,11 +287,18 @@ class ESWorkerExtension:
     """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
 
     def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None,
-                 gpu_memory_utilization: float) -> int:
-        """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank."""
+                 gpu_memory_utilization: float, driver_pid: int) -> int:
+        """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank.
+
+        A worker in a process of its own (tensor parallelism) ends when the driver ``driver_pid`` that built it
+        does: vLLM's workers outlive a SIGKILLed driver otherwise, holding their GPU.
+        """
         from transformers import AutoConfig
         from vllm.distributed import get_pp_group, get_tp_group
         from vllm.platforms import current_platform
+
+        if os.getpid() != driver_pid:
+            die_with_parent(driver_pid)
 
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
@@ -358,6 +365,23 @@ class ESWorkerExtension:
 
     def es_load_state(self, path: str) -> None:
         self.es_state.load_state_file(path)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent ``parent`` ends (Linux ``PR_SET_PDEATHSIG``); exit now
+    if it has already ended (this process was re-parented). Elsewhere nothing is done."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _select_device(device: str) -> None:
@@ -489,7 +513,8 @@ class VLLMEngine:
             **llm_kwargs,
         )
         self.prefix_caching = enable_prefix_caching
-        self._rpc("es_setup", str(self.model_dir), noise, restore, master_weights, gpu_memory_utilization)
+        self._rpc("es_setup", str(self.model_dir), noise, restore, master_weights, gpu_memory_utilization,
+                  os.getpid())
         devices = set(self._rpc("es_noise_device"))
         if len(devices) != 1:
             raise RuntimeError(f"the tensor-parallel ranks of {self.model_dir} run on different devices "
