@@ -216,8 +216,10 @@ def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``esrepro`` console script."""
+    from esrepro import numerics
     from esrepro.settings.layers import ConfigError
 
+    numerics.apply(reexec=argv is None)  # $ESREPRO_NUMERICS=portable: pin CPU kernels before torch loads
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser, params = build_parser(chosen if chosen in VERBS else None)
