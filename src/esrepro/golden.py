@@ -8,13 +8,18 @@ step whose outputs differ although every input is the same (or a source input, s
 config file, with no producer). For those, what the two manifests say about settings,
 code, packages, threads and CPU numerics is set side by side, so the cause can be read off.
 
-Recorded hashes are compared, not files: ``esrepro audit`` checks that a tree's files
-still match its manifests. For a differing CSV table the first differing cell is shown.
+Recorded hashes are compared first (``esrepro audit`` checks that a tree's files still match
+their manifests). Where two hashes differ, JSON, JSONL and CSV files are read and compared
+without their wall-time fields (``seconds_*``, ``wallclock``, ...), which no two runs share;
+renderings (PNG, PDF, HTML, notebooks) are not compared: their numbers are in the CSV and
+JSON beside them. For a differing CSV table the first differing cell is shown.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,51 @@ STAGES: dict[str, str] = {
     "kl": "kl", "param_shift_histogram": "kl",
 }
 ORDER = ["source", "data", "model build", "run", "evaluation", "kl", "report"]
+
+
+#: Fields (JSON keys, CSV columns) that hold wall time or throughput: left out of the comparison.
+VOLATILE = re.compile(r"seconds|per_second|runtime|wall|elapsed|_time$|^time_|^(started|ended)$")
+#: Renderings, not compared.
+RENDERINGS = (".png", ".pdf", ".svg", ".html", ".ipynb")
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if not VOLATILE.search(str(k))}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _jsonl(path: Path) -> list[Any]:
+    return [_strip(json.loads(line)) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def _rows(path: Path) -> list[list[str]]:
+    """A CSV file's rows without its volatile columns."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    keep = [j for j, name in enumerate(rows[0] if rows else []) if not VOLATILE.search(name)]
+    return [[r[j] for j in keep if j < len(r)] for r in rows]
+
+
+def same_content(here: Path, gold: Path) -> bool:
+    """Whether two files whose sha256 differ hold the same content once wall times are left out
+    (JSON, JSONL, CSV), or are renderings, which are not compared; other files differ."""
+    if here.suffix in RENDERINGS and gold.suffix in RENDERINGS:
+        return True
+    if not (here.is_file() and gold.is_file()) or here.suffix != gold.suffix:
+        return False
+    try:
+        if here.suffix == ".json":
+            return _strip(json.loads(here.read_text("utf-8"))) == _strip(json.loads(gold.read_text("utf-8")))
+        if here.suffix == ".jsonl":
+            return _jsonl(here) == _jsonl(gold)
+        if here.suffix == ".csv":
+            return _rows(here) == _rows(gold)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error):
+        return False
+    return False
 
 
 def stage_of(kind: str) -> str:
@@ -120,6 +170,10 @@ def _records(m: dict[str, Any], role: str, root: Path) -> dict[str, tuple[str, s
             for name, rec in (m.get(role) or {}).items()}
 
 
+def _at(root: Path, path: str) -> Path:
+    return Path(path) if Path(path).is_absolute() else root / path
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
@@ -149,10 +203,7 @@ def explain(here: dict[str, Any], gold: dict[str, Any]) -> list[str]:
 def first_cell(here: Path, gold: Path) -> str | None:
     """The first differing cell of two CSV files (``row N, column C: golden vs here``), or None."""
     try:
-        with open(gold, newline="", encoding="utf-8") as f:
-            a = list(csv.reader(f))
-        with open(here, newline="", encoding="utf-8") as f:
-            b = list(csv.reader(f))
+        a, b = _rows(gold), _rows(here)
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     header = a[0] if a else []
@@ -189,8 +240,12 @@ def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison
         h, g = here_m[key], gold_m[key]
         ho, go = _records(h, "outputs", root), _records(g, "outputs", golden)
         hi, gi = _records(h, "inputs", root), _records(g, "inputs", golden)
-        outs = [n for n in go if ho.get(n) != go[n]] + [n for n in ho if n not in go]
-        ins = [n for n in gi if hi.get(n) != gi[n]] + [n for n in hi if n not in gi]
+        def differ(mine: dict, theirs: dict) -> list[str]:
+            return [n for n in theirs if mine.get(n) != theirs[n] and not (
+                n in mine and same_content(_at(root, mine[n][0]), _at(golden, theirs[n][0])))] + [
+                n for n in mine if n not in theirs]
+
+        outs, ins = differ(ho, go), differ(hi, gi)
         if not outs:
             result.same.append(key)
             continue
@@ -198,7 +253,7 @@ def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison
         d.why = explain(h, g) if d.is_origin else []
         for n in outs:
             if n in ho and n in go and ho[n][0].endswith(".csv"):
-                cell = first_cell(root / ho[n][0], golden / go[n][0])
+                cell = first_cell(_at(root, ho[n][0]), _at(golden, go[n][0]))
                 if cell:
                     d.cells.append(cell)
         result.diffs[key] = d
