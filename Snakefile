@@ -21,6 +21,9 @@ config.update(RAW_CONFIG)
 PIPELINE = load_pipeline(config, CONFIG_SOURCE)
 PLAN = Plan(PIPELINE)
 CFG = PIPELINE.cfg
+# Tiny scale: every job pins its CPU kernels to ones every x86-64 CPU has (esrepro.numerics).
+from esrepro import numerics
+numerics.set_scale(CFG.scale)
 config.update(CFG.model_dump(mode="json"))  # the report's captions see every setting, defaults included
 
 

@@ -88,6 +88,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "remote": ("--remote", dict(default=None, help="dvc push to this remote afterwards")),
     "target": ("target", dict(help="a table, figure or any recorded output")),
     "root": ("--root", dict(default=".", help="the pipeline's working directory")),
+    "golden": ("golden", dict(help="the golden tree (a checkout's data/ and results/ with their manifests)")),
     # ESSA
     "sft_dir": ("--sft-dir", dict(required=True, help="the reference ESSA run's sft/ folder (the SFT adapter)")),
     "ref_spec": ("--ref-spec", dict(type=_json, required=True, help="the reference ESSA run's settings as JSON")),
@@ -163,6 +164,7 @@ VERBS: dict[str, Verb] = {
     "ro-crate": Verb("esrepro.rocrate_export:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
     "dvc-record": Verb("esrepro.dvc_record:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
     "audit": Verb("esrepro.audit:main_audit", "walk a result back to its data, model, config and code"),
+    "compare": Verb("esrepro.golden:main_compare", "which outputs differ from a golden tree, and where each arose"),
     "essa-grpo": Verb("esrepro.essa.baseline:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),
     "essa-report": Verb("esrepro.steps.report:essa_report", "the ESSA study's summary table and figures"),
     # v2 (issue 13)
@@ -216,8 +218,10 @@ def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``esrepro`` console script."""
+    from esrepro import numerics
     from esrepro.settings.layers import ConfigError
 
+    numerics.apply(reexec=argv is None)  # $ESREPRO_NUMERICS=portable: pin CPU kernels before torch loads
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser, params = build_parser(chosen if chosen in VERBS else None)

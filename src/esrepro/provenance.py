@@ -88,6 +88,13 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def _numerics() -> dict[str, Any]:
+    """The CPU numerics in effect (esrepro.numerics): mode, variables, the kernels torch chose."""
+    from esrepro.numerics import record
+
+    return record()
+
+
 def now() -> str:
     """Current UTC time, ISO 8601."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -153,6 +160,7 @@ def build_manifest(
         "code": code_version(),
         "packages": package_versions(),
         "host": host_info(),
+        "numerics": _numerics(),
         "started": started,
         "ended": now(),
         **(extra or {}),
