@@ -47,3 +47,9 @@ rule all:
         f"{P.ANALYSIS}.html",
         P.EVAL_SUMMARY,
         f"{P.CRATE}/ro-crate-metadata.json",
+        # Every step's own outputs too, not only the final products: Snakemake does not redo a missing
+        # intermediate once what depends on it is up to date, so a forced rerun killed after it deleted a
+        # step's outputs is redone by the next plain run only because they are targets here.
+        PLAN.datasets(),
+        PLAN.model_dirs(),
+        [m for m in PLAN.manifests() if not m.startswith(("data/prepared/", "results/models/"))],

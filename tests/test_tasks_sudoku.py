@@ -154,3 +154,12 @@ def test_prepare_sudoku(tmp_path: Path) -> None:
     assert nine["train"]["n"] == 1
     with pytest.raises(ValueError, match="kind"):
         prepare_sudoku(tmp_path / "d", {"kind": "local"}, 0)
+
+
+def test_deeply_indented_solution_grades_one(example: dict) -> None:
+    """The length cap bounds the raw block, so rows indented by 20 spaces still parse."""
+    indented = "<answer>\n" + "\n".join(" " * 20 + r for r in example["solution"]) + "\n</answer>"
+    score = get_task("sudoku").score(indented, example)
+    assert (score.reward, score.correct) == (1.0, True)
+    assert parse_grid("\n".join(" " * 200 + r for r in example["solution"]), 4) is not None
+    assert parse_grid(" " * (sudoku.MAX_BLOCK_CHARS + 1) + "\n".join(example["solution"]), 4) is None

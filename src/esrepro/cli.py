@@ -12,6 +12,7 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -182,6 +183,12 @@ VERBS: dict[str, Verb] = {
 }
 
 
+#: Set this environment variable to see the traceback of an unexpected error.
+TRACEBACK_ENV = "ESREPRO_TRACEBACK"
+#: Verbs that may start helper processes (grading workers, Ray, vLLM engines).
+HELPER_VERBS = frozenset({"train", "evaluate", "kl", "essa-grpo"})
+
+
 def parameters(func) -> list[str]:
     """A verb function's parameter names (each is an entry of :data:`OPTIONS`)."""
     return [n for n, p in inspect.signature(func).parameters.items()
@@ -227,12 +234,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, params = build_parser(chosen if chosen in VERBS else None)
     args = parser.parse_args(argv)
     func = VERBS[args.verb].function()
+    if args.verb in HELPER_VERBS:  # grading pools, Ray and vLLM processes end with this one, even killed
+        from esrepro.lifeline import reap_on_exit
+
+        reap_on_exit()
     try:
         status = func(**{name: getattr(args, name) for name in params[args.verb]})
     except (ConfigError, FileNotFoundError, KeyError, ValueError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"esrepro {args.verb}: error: {message}", file=sys.stderr)
         return 2
+    except Exception as exc:  # anything else: one line too; the traceback when asked for
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(f"esrepro {args.verb}: error: {type(exc).__name__}: {exc} (set {TRACEBACK_ENV}=1 for the traceback)",
+              file=sys.stderr)
+        return 1
     return int(status) if isinstance(status, int) and not isinstance(status, bool) else 0
 
 

@@ -47,8 +47,13 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """Read a JSON file; ValueError naming the file and line when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text at byte {exc.start}") from None
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
@@ -57,6 +62,34 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON-lines file into a list of dicts."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """Read a JSON-lines file into a list of dicts; ValueError naming the file and line of a broken one."""
+    rows = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+                if line.strip():
+                    rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text at column {exc.start + 1}") from None
+    return rows
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike, what: str = "") -> Iterator[None]:
+    """Re-raise a failure to parse ``path`` (a corrupt safetensors header, say) as one ValueError naming it.
+
+    OSError (missing, unreadable) passes through unchanged: it names the file already.
+    """
+    try:
+        yield
+    except OSError:
+        raise
+    except ValueError as exc:
+        if str(path) in str(exc):
+            raise
+        raise ValueError(f"{path}: cannot read{' ' + what if what else ''}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # e.g. safetensors' SafetensorError, a torch or pickle error
+        raise ValueError(f"{path}: cannot read{' ' + what if what else ''}: {type(exc).__name__}: {exc}") from exc

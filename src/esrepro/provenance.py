@@ -9,6 +9,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,11 @@ def sha256_tree(path: str | os.PathLike) -> str:
         raise FileNotFoundError(f"cannot hash {path}: not found")
     h = hashlib.sha256()
     skip = {path / name for name in UNHASHED}
-    files = (p for p in path.rglob("*") if p.is_file() and p not in skip)
-    for f in sorted(files):
-        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p not in skip)
+    # hashlib releases the GIL on large reads: a sharded checkpoint's files hash in parallel
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
+        for f, digest in zip(files, pool.map(sha256_file, files)):
+            h.update(f"{f.relative_to(path).as_posix()}\0{digest}\n".encode())
     return h.hexdigest()
 
 
@@ -100,61 +103,70 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _newest_mtime(path: Path) -> float:
-    """Latest modification time of a file, or of any file in a directory (markers left out)."""
-    if path.is_file():
-        return path.stat().st_mtime
-    times = [f.stat().st_mtime for f in path.rglob("*") if f.is_file() and f.name not in UNHASHED]
-    return max(times, default=path.stat().st_mtime)
+class IntegrityError(ValueError):
+    """An input's bytes differ from what the step that produced it recorded."""
 
 
-def _recorded(path: Path) -> tuple[str, str] | None:
-    """(sha256, manifest) recorded for ``path`` by the step that produced it, when still trustworthy.
+def producer_record(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(sha256, manifest) that the step which produced ``path`` recorded for it, if any.
 
     The producer's manifest is ``path/manifest.json`` (a model directory) or the one beside
-    ``path`` (a run's checkpoint, a prepared split). Its record is used only if nothing in
-    ``path`` changed after the manifest was written; otherwise the caller hashes afresh.
+    ``path`` (a run's checkpoint, a prepared split).
     """
+    path = Path(path)
     candidates = ([path / MANIFEST] if path.is_dir() else []) + [path.parent / MANIFEST]
     for manifest in candidates:
-        if not manifest.is_file():
+        if not manifest.is_file() or manifest.resolve() == path.resolve():
             continue
         try:
             outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
         except (ValueError, OSError):
             continue
         for rec in outputs.values():
-            if Path(rec.get("path", "")).resolve() == path.resolve() and rec.get("sha256"):
-                if _newest_mtime(path) <= manifest.stat().st_mtime:
-                    return rec["sha256"], str(manifest)
+            if isinstance(rec, dict) and rec.get("sha256") and Path(rec.get("path", "")).resolve() == path.resolve():
+                return rec["sha256"], str(manifest)
     return None
 
 
 def input_record(path: str | os.PathLike) -> dict[str, str]:
-    """How a step records one input: its sha256, cited from its producer's manifest when that is current.
+    """How a step records one input: its sha256 now, checked against its producer's record.
 
-    Hashing once where a file is produced saves every consumer (each evaluation and KL job
-    of a checkpoint) from re-reading it; ``esrepro audit`` still re-hashes everything.
+    Every byte is hashed (a kept modification time cannot hide a change): the cost is one
+    read of each input per job, a small fraction of loading and using it. Raises
+    :class:`IntegrityError` naming the file, both hashes and the producer's manifest when
+    they differ, and FileNotFoundError when ``path`` is missing.
     """
     path = Path(path)
-    found = _recorded(path) if path.exists() else None
-    if found is not None:
-        return {"path": str(path), "sha256": found[0], "cited_from": found[1]}
-    return {"path": str(path), "sha256": sha256_tree(path)}
+    got = sha256_tree(path)
+    found = producer_record(path)
+    if found is None:
+        return {"path": str(path), "sha256": got}
+    if found[0] != got:
+        raise IntegrityError(f"{path}: sha256 {got} does not match {found[0]} recorded in {found[1]}")
+    return {"path": str(path), "sha256": got, "verified_against": found[1]}
+
+
+def verify_inputs(inputs: dict[str, str | os.PathLike]) -> dict[str, dict[str, str]]:
+    """:func:`input_record` of each input, before a step reads them (pass the result to :func:`build_manifest`)."""
+    return {k: input_record(v) for k, v in inputs.items()}
 
 
 def build_manifest(
     kind: str,
-    inputs: dict[str, str | os.PathLike],
+    inputs: dict[str, str | os.PathLike | dict],
     settings: dict[str, Any],
     started: str,
     outputs: dict[str, str | os.PathLike] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A manifest for one step: inputs and outputs with sha256, settings, code, packages, host, times."""
+    """A manifest for one step: inputs and outputs with sha256, settings, code, packages, host, times.
+
+    An input given as a dict is a record :func:`verify_inputs` already made; a path is
+    verified now.
+    """
     return {
         "kind": kind,
-        "inputs": {k: input_record(v) for k, v in inputs.items()},
+        "inputs": {k: v if isinstance(v, dict) else input_record(v) for k, v in inputs.items()},
         "outputs": {k: {"path": str(v), "sha256": sha256_tree(v)} for k, v in (outputs or {}).items()},
         "settings": settings,
         "code": code_version(),

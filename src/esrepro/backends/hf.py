@@ -327,4 +327,8 @@ class HFEngine(HFBackend):
         """Set the weights (and masters) from :meth:`save_state`'s file."""
         from safetensors.torch import load_file
 
-        self.weights.load_state(load_file(str(path)))
+        from esrepro.io import reading
+
+        with reading(path, "the resume weights"):
+            tensors = load_file(str(path))
+        self.weights.load_state(tensors)

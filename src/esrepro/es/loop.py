@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from esrepro.es.strategy import ESStrategy
-from esrepro.io import atomic_path, read_jsonl, write_json
+from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.population.evaluators import EngineMismatch
 from esrepro.settings.methods import ESSettings
 
@@ -55,7 +55,7 @@ def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
                 extra: dict[str, list[dict]] | None = None) -> tuple[int, list[dict]]:
     """Load a resume checkpoint into every engine; returns (start iteration, log). Each ``extra`` list is
     replaced, in place, by the rows the checkpoint holds for it."""
-    meta = json.loads((state_dir / "state.json").read_text())
+    meta = read_json(state_dir / "state.json")
     if meta["config"] != _state_key(cfg, seed):
         raise ResumeMismatch(
             f"{state_dir} was written with settings {meta['config']}, not {_state_key(cfg, seed)}; "

@@ -56,9 +56,9 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     """Train the GRPO baseline (``spec``) from the SFT start of the reference ESSA run (``sft_dir``,
     ``ref_spec``) into ``out``: checkpoint/, log.jsonl with held-out scores, manifest.json."""
     from esrepro.devices import pick_device
-    from esrepro.essa.train import SFT_ADAPTER
+    from esrepro.essa.train import SFT_ADAPTER, verify_sft
     from esrepro.io import atomic_path, write_json, write_jsonl
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance import build_manifest, now, verify_inputs
     from esrepro.rl.run import train_rl
     from esrepro.settings.methods import ESSASettings, algorithm
     from esrepro.steps import load_examples, set_threads
@@ -68,6 +68,9 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
 
     set_threads(threads)
     started = now()
+    verify_sft(Path(sft_dir))
+    inputs = verify_inputs({"base_model": model_dir, "sft_adapter": Path(sft_dir) / SFT_ADAPTER,
+                            "train_data": Path(data_dir) / "train.jsonl"})
     options = dict(spec.get("task_options", {}))
     settings_in = {k: v for k, v in spec.items() if k != "task_options"}
     algo = algorithm(settings_in.get("algorithm", "grpo"))
@@ -110,7 +113,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     write_jsonl(run / P.TRAIN_LOG, log)
     snapshots = {f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}
     write_json(run / P.MANIFEST, build_manifest(
-        "train", inputs={"base_model": model_dir, "sft_adapter": adapter, "train_data": Path(data_dir) / "train.jsonl"},
+        "train", inputs=inputs,
         settings={"method": method, "task": task, "model": model, "dtype": dtype, "chat": chat,
                   "task_options": options, **settings.as_dict()},
         started=started,

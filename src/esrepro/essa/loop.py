@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from esrepro.essa.data import generation_subset
 from esrepro.essa.strategy import CMAStrategy
-from esrepro.io import atomic_path, read_jsonl, write_json
+from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.settings.methods import ESSASettings
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
@@ -62,7 +62,7 @@ def _save_state(state_dir: Path, key: dict, strategy: CMAStrategy, log: list[dic
 def load_state(state_dir: str | Path, key: dict) -> tuple[CMAStrategy, list[dict], dict]:
     """(strategy, log, metadata) of a resume state; a state written with other settings is refused."""
     state_dir = Path(state_dir)
-    meta = json.loads((state_dir / STATE).read_text())
+    meta = read_json(state_dir / STATE)
     if meta["config"] != key:
         raise ResumeMismatch(f"{state_dir} was written with settings {meta['config']}, not {key}; delete "
                              f"{state_dir} to start this run afresh")

@@ -23,7 +23,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from esrepro.io import atomic_path, write_json, write_jsonl
+from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
 
 #: ESSA adapts the attention query, key, value and output projections.
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -181,7 +181,7 @@ def _weight_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
         raise FileNotFoundError(f"no *.safetensors weights in {model_dir}")
     shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
-        with safe_open(str(f), framework="pt") as fh:
+        with reading(f), safe_open(str(f), framework="pt") as fh:
             for key in fh.keys():
                 shapes[key] = tuple(fh.get_slice(key).get_shape())
     return shapes
@@ -206,7 +206,7 @@ def load_lora(model_dir: str | Path, adapter_dir: str | Path) -> dict[str, LoraF
     for f in (cfg_file, weights_file):
         if not f.exists():
             raise FileNotFoundError(f"no LoRA adapter in {adapter_dir} (missing {f.name})")
-    cfg = json.loads(cfg_file.read_text())
+    cfg = read_json(cfg_file)
     if cfg.get("peft_type") != "LORA":
         raise ValueError(f"{cfg_file}: peft_type is {cfg.get('peft_type')!r}, expected 'LORA'")
     for key in ("use_dora", "fan_in_fan_out"):
@@ -218,7 +218,8 @@ def load_lora(model_dir: str | Path, adapter_dir: str | Path) -> dict[str, LoraF
     r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
     scaling = alpha / r ** 0.5 if cfg.get("use_rslora") else alpha / r
 
-    tensors = load_file(str(weights_file))
+    with reading(weights_file, "the LoRA adapter"):
+        tensors = load_file(str(weights_file))
     pattern = re.compile(r"^(?:" + re.escape(PEFT_PREFIX) + r")?(.+)\.lora_([AB])(?:\.[^.]+)?\.weight$")
     found: dict[str, dict[str, torch.Tensor]] = {}
     for key, t in tensors.items():

@@ -242,14 +242,17 @@ class SingularValueSpace:
         """Read a factorisation written by ``save``."""
         from safetensors import safe_open
 
-        with safe_open(str(path), framework="pt") as fh:
+        from esrepro.io import reading
+
+        with reading(path, "the singular value space"), safe_open(str(path), framework="pt") as fh:
             raw = (fh.metadata() or {}).get("essa_space")
         if raw is None:
             raise ValueError(f"{path}: not an ESSA singular value space (no 'essa_space' metadata)")
         meta = json.loads(raw)
         if meta.get("format") != SPACE_FORMAT:
             raise ValueError(f"{path}: space format {meta.get('format')}, this code reads {SPACE_FORMAT}")
-        tensors = load_file(str(path))
+        with reading(path, "the singular value space"):
+            tensors = load_file(str(path))
         svds, counts = {}, {}
         for i, m in enumerate(meta["modules"]):
             svds[m["name"]] = AdapterSVD(U=tensors[f"{i}.U"], S=tensors[f"{i}.S"], V=tensors[f"{i}.V"],

@@ -71,6 +71,7 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     if reuse and record_file.exists():
         record = read_json(record_file)
         if record["key"] == sft_key(ctx) and (root / SPACE).exists():
+            verify_sft(root, record)  # the resume state was made from these bytes: refuse any others
             return record
     shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
@@ -93,6 +94,24 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     write_json(record_file, record)
     _free_accelerator()
     return record
+
+
+def verify_sft(root: Path, record: dict | None = None) -> None:
+    """Check the SFT cache in ``root`` against the hashes its ``sft.json`` recorded.
+
+    Raises IntegrityError naming the file and both hashes, or FileNotFoundError naming
+    a missing file.
+    """
+    from esrepro.provenance import IntegrityError
+
+    record_file = root / SFT_RECORD
+    record = read_json(record_file) if record is None else record
+    for rel, key in ((f"{SFT_ADAPTER}/adapter_model.safetensors", "adapter_sha256"), (SPACE, "space_sha256")):
+        path, want = root / rel, record.get(key)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (recorded in {record_file})")
+        if want and (got := file_sha256(path)) != want:
+            raise IntegrityError(f"{path}: sha256 {got} does not match {want} recorded in {record_file}")
 
 
 def _free_accelerator() -> None:
@@ -225,4 +244,4 @@ def read_sft_record(run_dir: str | Path) -> dict:
     path = Path(run_dir) / SFT / SFT_RECORD
     if not path.exists():
         raise FileNotFoundError(f"no ESSA SFT record at {path} (is {run_dir} an ESSA run?)")
-    return json.loads(path.read_text())
+    return read_json(path)

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from esrepro.io import read_json, reading
+
 FAST_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -25,7 +27,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     cfg_file = path / "tokenizer_config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"no tokenizer in {path} (missing tokenizer_config.json)")
-    cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
+    cls = read_json(cfg_file).get("tokenizer_class")
     if cls in FAST_TOKENIZER_CLASSES:
         tok = PreTrainedTokenizerFast.from_pretrained(path)
     else:
@@ -41,7 +43,8 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") ->
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
     if not (Path(path) / "config.json").exists():
         raise FileNotFoundError(f"no model in {path} (missing config.json)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device)
+    with reading(path, "the model"):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device)
     model.eval()
     model.requires_grad_(False)
     return model

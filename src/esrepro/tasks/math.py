@@ -144,7 +144,7 @@ def clean_answer(answer: Any) -> str:
     if isinstance(answer, float) and answer.is_integer():
         answer = int(answer)
     s = str(answer).strip()
-    s = s.replace("\\$", "\x00").replace("$", "").replace("\x00", "\\$")
+    s = "\\$".join(part.replace("$", "") for part in s.split("\\$"))  # no placeholder a response could forge
     s = s.replace("\\(", "").replace("\\)", "").strip()
     while s.endswith("."):
         s = s[:-1].rstrip()

@@ -232,6 +232,10 @@ def sudoku_prompt(puzzle_rows: Sequence[str]) -> str:
     return _PROMPT.format(n=n, br=br, bc=bc, grid="\n".join(puzzle_rows))
 
 
+#: Longest answer block parsed (whitespace included): bounds the work, not the layout.
+MAX_BLOCK_CHARS = 1 << 16
+
+
 def last_answer_block(text: str) -> str | None:
     """Content of the last complete ``<answer>...</answer>`` block (linear-time scan)."""
     close = text.rfind("</answer>")
@@ -243,9 +247,9 @@ def last_answer_block(text: str) -> str | None:
 
 def parse_grid(block: str, n: int) -> Grid | None:
     """A strictly formatted ``n``x``n`` grid of digits 1..n from an answer block, or None."""
-    if len(block) > 4 * n * (n + 2):
+    if len(block) > MAX_BLOCK_CHARS:
         return None
-    lines = block.strip().split("\n")
+    lines = block.strip().split("\n", n)  # the cap is on the raw block: indentation is not content
     if len(lines) != n:
         return None
     digits = "123456789"[:n]
@@ -277,7 +281,7 @@ def is_valid_solution(grid: Grid, puzzle: Grid) -> tuple[bool, bool]:
 def cell_fraction(block: str, solution_rows: Sequence[str]) -> float:
     """Fraction of the solution's cells that a leniently read answer holds at the same place: the block's lines
     are read as digit strings (anything else dropped), row r column c compared with the solution's."""
-    lines = [[ch for ch in line if ch.isdigit()] for line in block[: 64 * len(solution_rows) ** 2].split("\n")]
+    lines = [[ch for ch in line if ch.isdigit()] for line in block[:MAX_BLOCK_CHARS].split("\n")]
     lines = [line for line in lines if line]
     total = sum(len(r) for r in solution_rows)
     right = sum(1 for r, row in enumerate(solution_rows) if r < len(lines)

@@ -37,6 +37,10 @@ Adjustments to pebble, each in :func:`_start_worker` or :class:`GradingPool`:
 * pebble marks the whole pool broken when a worker dies while no call is running on
   it; :class:`GradingPool` then replaces the pool (the calls queued on it report
   ``error``).
+* pebble's workers hold the forkserver's "alive" pipe, so a killed owner left the
+  forkserver and a busy worker running for ever. The forkserver preloads
+  :mod:`esrepro.tasks.forkserver_guard` (it exits once its parent is gone) and each
+  worker asks for SIGKILL when the forkserver dies.
 * A worker whose ``preload`` or ``initializer`` fails stays up and answers every call
   with that failure, instead of exiting (which pebble treats as a broken pool).
 
@@ -54,6 +58,7 @@ import importlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -63,6 +68,8 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Sequence
 
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
+
+from esrepro.lifeline import die_with_parent
 
 #: Default limit in seconds of one grading call (the authors give math-verify 1 s).
 DEFAULT_TIMEOUT_S = 1.0
@@ -74,7 +81,9 @@ DEFAULT_WORKERS = 2
 STARTUP_TIMEOUT_S = 120.0
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-_forkserver_preload: list[str] = []
+#: The forkserver exits when its owner dies (see the guard), whatever the pools preload.
+_GUARD = "esrepro.tasks.forkserver_guard"
+_forkserver_preload: list[str] = [_GUARD]
 _forkserver_lock = threading.Lock()
 
 #: In a worker: why its start-up failed (then every call reports it), else None.
@@ -104,6 +113,8 @@ def _start_worker(memory_limit_mb: int | None, preload: Sequence[str],
     """pebble's worker initializer (runs in the worker): signals, memory cap, imports."""
     global _startup_failure
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # SIGKILL when the forkserver dies (it exits once the pool's owner is gone)
+    die_with_parent(expected_parent=getattr(sys.modules.get(_GUARD), "FORKSERVER_PID", None))
     if memory_limit_mb:
         try:
             import resource
