@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from esrepro.fetch import sha256_file
+from esrepro.data.fetch import sha256_file
 
 PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas",
             "trl", "accelerate", "peft", "cmaes", "ray", "vllm")
