@@ -34,10 +34,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/kl.smk"
 include: "workflow/rules/report.smk"
-include: "workflow/rules/conciseness.smk"
-include: "workflow/rules/essa.smk"
 include: "workflow/rules/provenance.smk"
-include: "workflow/rules/v2.smk"
 
 
 rule all:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 import esrepro.audit as audit_mod
-from esrepro.audit import AuditError, audit, main_audit
+from esrepro.audit import AuditError, audit
 from esrepro.io import write_json, write_jsonl, write_text
 from esrepro.provenance import build_manifest, now
+from esrepro.steps.provenance import main_audit
 
 DATA = "data/prepared/countdown"
 BASE = "results/models/tiny/base"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from esrepro.fetch import ChecksumError, sha256_file
+from esrepro.data.fetch import ChecksumError, sha256_file
 from esrepro.io import read_jsonl
 from esrepro.tasks import countdown, get_task
 from esrepro.tasks.countdown import (

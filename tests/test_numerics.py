@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from esrepro import numerics
-from esrepro.golden import compare, main_compare
+from esrepro.golden import compare
+from esrepro.steps.provenance import main_compare
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = "data/prepared/countdown"

@@ -26,10 +26,10 @@ from esrepro.report.notebook import (
     eval_summary,
     execute_report,
     load_eval_metrics,
-    main_eval_summary,
     ours_vs_paper,
 )
 from esrepro.rocrate_export import export_crate
+from esrepro.steps.report import main_eval_summary
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "workflow" / "notebooks" / "analysis.ipynb"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA
-from esrepro.fetch import ChecksumError
+from esrepro.data.fetch import ChecksumError
 from esrepro.io import read_jsonl
 from esrepro.tasks import get_task, prepare_task, split_sizes
 from esrepro.tasks.math import last_boxed

@@ -245,19 +245,3 @@ def audit(target: str | Path, root: str | Path = ".") -> AuditReport:
                              f"(searched {', '.join(str(root / d) for d in SCAN_DIRS)})")
         walk(found[0], {found[1]}, 0)
     return report
-
-
-def main_audit(target: str, root: str = ".") -> int:
-    """Print the audit chain of ``target``; 0 when every file matches, 1 on a change or loss, 2 on error."""
-    try:
-        report = audit(target, root)
-    except AuditError as exc:
-        print(f"audit FAILED: {exc}", flush=True)
-        return 2
-    print(report.format())
-    bad = report.first_failure
-    if bad is None:
-        print(f"audit ok: {report.target}", flush=True)
-        return 0
-    print(f"audit FAILED: {bad.describe()}", flush=True)
-    return 1

@@ -27,7 +27,7 @@ def _collect(problems: list[str], fn: Callable[[], object]) -> object:
 def check_pipeline(p: Pipeline) -> None:
     """Raise ConfigError listing every problem of ``p``'s config and registry (nothing when all is well)."""
     problems: list[str] = []
-    for check in (_models, _tasks, _methods, _engines, _evaluation, _studies, _sizes, _essa_study, _v2):
+    for check in (_models, _tasks, _methods, _engines, _evaluation, _studies, _sizes, _essa_study, _per_task):
         check(p, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
@@ -251,8 +251,8 @@ def _essa_study(p: Pipeline, out: list[str]) -> None:
                            f"but data.{study.task} prepares {n}")
 
 
-# --- v2: per-task models, stability, study name clashes, report extras ---------------------------------------
-def _v2(p: Pipeline, out: list[str]) -> None:
+# --- per-task models, stability, study name clashes, report extras ---------------------------------------
+def _per_task(p: Pipeline, out: list[str]) -> None:
     from esrepro.tasks.math_data import MATH_SETS
 
     for task, block in p.cfg.train.items():

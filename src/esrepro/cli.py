@@ -1,4 +1,4 @@
-"""The ``esrepro`` command: every Snakemake rule calls one verb, and every verb is one library function.
+"""The ``esrepro`` command: every Snakemake rule calls one verb, and every verb is one function in :mod:`esrepro.steps`.
 
 Options are defined once here, with their help text, and each verb lists the ones its
 function takes (by parameter name). Settings reach a verb as a JSON ``--spec`` (the
@@ -94,7 +94,6 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "sft_dir": ("--sft-dir", dict(required=True, help="the reference ESSA run's sft/ folder (the SFT adapter)")),
     "ref_spec": ("--ref-spec", dict(type=_json, required=True, help="the reference ESSA run's settings as JSON")),
     "runs": ("--runs", dict(nargs="+", required=True, help="run directories (log.jsonl and manifest.json in each)")),
-    # v2 (issue 13)
     "histogram": ("--histogram", dict(nargs="+", required=True, help="histogram.json of each ES run (param shift)")),
     "periodic": ("--periodic", dict(nargs="+", required=True, help="periodic_eval.jsonl of each run")),
     "sets": ("--set", dict(action="append", required=True, help="TEST_SET=TRAIN_TASK: a test set and the "
@@ -145,8 +144,8 @@ class Verb:
 
 
 VERBS: dict[str, Verb] = {
-    "validate": Verb("esrepro.config:validate_files", "check config files, their registry and published numbers"),
-    "options": Verb("esrepro.settings.docs:print_options", "document every setting (or write the JSON schemas)"),
+    "validate": Verb("esrepro.steps.config:validate_files", "check config files, their registry and published numbers"),
+    "options": Verb("esrepro.steps.config:print_options", "document every setting (or write the JSON schemas)"),
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
     "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry"),
     "fetch-model": Verb("esrepro.steps.models:fetch_model", "download a hub model at its registry revision"),
@@ -160,26 +159,26 @@ VERBS: dict[str, Verb] = {
     "curves": Verb("esrepro.steps.report:curves", "training reward per iteration (figure)"),
     "pareto": Verb("esrepro.steps.report:pareto", "reward against KL with Pareto fronts (figure)"),
     "reward-distribution": Verb("esrepro.steps.report:reward_distribution", "reward distributions (figure)"),
-    "eval-summary": Verb("esrepro.report.notebook:main_eval_summary", "every evaluation's accuracy, for dvc metrics"),
-    "report-notebook": Verb("esrepro.report.notebook:main_report_notebook", "execute the analysis notebook"),
-    "ro-crate": Verb("esrepro.rocrate_export:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
-    "dvc-record": Verb("esrepro.dvc_record:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
-    "audit": Verb("esrepro.audit:main_audit", "walk a result back to its data, model, config and code"),
-    "compare": Verb("esrepro.golden:main_compare", "which outputs differ from a golden tree, and where each arose"),
-    "essa-grpo": Verb("esrepro.essa.baseline:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),
+    "eval-summary": Verb("esrepro.steps.report:main_eval_summary", "every evaluation's accuracy, for dvc metrics"),
+    "report-notebook": Verb("esrepro.steps.report:main_report_notebook", "execute the analysis notebook"),
+    "ro-crate": Verb("esrepro.steps.provenance:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
+    "dvc-record": Verb("esrepro.steps.provenance:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
+    "audit": Verb("esrepro.steps.provenance:main_audit", "walk a result back to its data, model, config and code"),
+    "compare": Verb("esrepro.steps.provenance:main_compare",
+                    "which outputs differ from a golden tree, and where each arose"),
+    "essa-grpo": Verb("esrepro.steps.essa:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),
     "essa-report": Verb("esrepro.steps.report:essa_report", "the ESSA study's summary table and figures"),
-    # v2 (issue 13)
-    "gains": Verb("esrepro.steps.v2:gains", "Figure 5: accuracy improvement over the base model"),
-    "sample-curves": Verb("esrepro.steps.v2:sample_curves", "Figure 6: test accuracy against training samples"),
-    "param-shift-histogram": Verb("esrepro.steps.v2:param_shift_histogram",
+    "gains": Verb("esrepro.steps.report:gains", "Figure 5: accuracy improvement over the base model"),
+    "sample-curves": Verb("esrepro.steps.report:sample_curves", "Figure 6: test accuracy against training samples"),
+    "param-shift-histogram": Verb("esrepro.steps.report:param_shift_histogram",
                                   "count |theta_final - theta_base| of one ES run against its random walk"),
-    "param-shift": Verb("esrepro.steps.v2:param_shift", "Figures 7-9: parameter shifts against the random walk"),
-    "lr-sweep": Verb("esrepro.steps.v2:lr_sweep", "Figure 3: the conciseness GRPO learning-rate x beta sweep"),
-    "lr-distributions": Verb("esrepro.steps.v2:lr_distributions", "Figure 4: reward distributions per learning rate"),
-    "train-tasks-table": Verb("esrepro.steps.v2:train_tasks_table", "accuracy per training task and test set"),
-    "math-table": Verb("esrepro.steps.v2:math_table", "the math table beside the published RL baselines"),
-    "puzzle-table": Verb("esrepro.steps.v2:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
-    "stability-table": Verb("esrepro.steps.v2:stability_table", "accuracy mean and std over seeds per method"),
+    "param-shift": Verb("esrepro.steps.report:param_shift", "Figures 7-9: parameter shifts against the random walk"),
+    "lr-sweep": Verb("esrepro.steps.report:lr_sweep", "Figure 3: the conciseness GRPO learning-rate x beta sweep"),
+    "lr-distributions": Verb("esrepro.steps.report:lr_distributions", "Figure 4: reward distributions per learning rate"),
+    "train-tasks-table": Verb("esrepro.steps.report:train_tasks_table", "accuracy per training task and test set"),
+    "math-table": Verb("esrepro.steps.report:math_table", "the math table beside the published RL baselines"),
+    "puzzle-table": Verb("esrepro.steps.report:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
+    "stability-table": Verb("esrepro.steps.report:stability_table", "accuracy mean and std over seeds per method"),
 }
 
 

@@ -109,12 +109,6 @@ def check_config(config: dict, source: str | Path, root: str | Path = ".") -> di
     return load_pipeline(config, source, root).registry
 
 
-def validate_files(configs: list[str]) -> None:
-    """Check pipeline config files (and the registry and published numbers each names) without running anything."""
-    for path in configs:
-        load_pipeline(read_config(path), path)
-        print(f"{path}: ok")
-
 
 def _deep_update(base: dict, new: dict) -> dict:
     for key, value in new.items():

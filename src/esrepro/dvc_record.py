@@ -21,7 +21,6 @@ here, then ``dvc`` on PATH.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -129,41 +128,3 @@ def read_pointer(dvc_file: str | os.PathLike) -> dict[str, Any]:
 def push_pointers(dvc_files: list[str], root: str | os.PathLike = ".", remote: str | None = None) -> None:
     """``dvc push`` the data of ``dvc_files`` to ``remote`` (the default remote when None)."""
     run_dvc(["push", "--quiet", *(["--remote", remote] if remote else []), *dvc_files], root)
-
-
-def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push: bool = False,
-                    root: str = ".") -> dict[str, Any]:
-    """Record data and checkpoint folders with DVC (dvc add), optionally push; write a JSON summary.
-
-    ``out`` lists each folder with its pointer file and DVC md5, size and file count, so a
-    run's log says exactly which data state the committed pointer files name.
-    """
-    from esrepro.io import write_json
-    from esrepro.provenance import code_version, now, package_versions
-
-    started = now()
-    dvc_files = record(paths, root)
-    pushed = False
-    if push or remote:
-        push_pointers(dvc_files, root, remote)
-        pushed = True
-    entries = []
-    for rel, dvc_file in zip(paths, dvc_files, strict=True):
-        out_entry = read_pointer(Path(root) / dvc_file)
-        entries.append({"path": _relative(rel, Path(root)), "dvc_file": dvc_file,
-                        **{k: out_entry.get(k) for k in ("md5", "size", "nfiles")}})
-    summary = {
-        "kind": "dvc_record",
-        "recorded": entries,
-        "pushed": pushed,
-        "remote": remote,
-        "code": code_version(),
-        "packages": package_versions(("esrepro", "snakemake")),
-        "dvc": run_dvc(["--version"], root).stdout.strip(),
-        "started": started,
-        "ended": now(),
-        "next": "git add " + " ".join(dvc_files) + " && git commit && dvc push",
-    }
-    write_json(out, summary)
-    print(json.dumps(entries, indent=2))
-    return summary

@@ -280,16 +280,3 @@ def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison
         if d.presence == "both" and not d.is_origin:
             d.origins = sorted(origins(key, set()))
     return result
-
-
-def main_compare(golden: str, root: str = ".") -> int:
-    """Print which outputs differ from the golden tree and where each difference arose; 0 same, 1 differ, 2 error."""
-    try:
-        result = compare(root, golden)
-    except AuditError as exc:
-        print(f"compare FAILED: {exc}", flush=True)
-        return 2
-    print(result.format())
-    print("compare ok: every golden output is reproduced" if result.ok else "compare: outputs differ from golden",
-          flush=True)
-    return 0 if result.ok else 1

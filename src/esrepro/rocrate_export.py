@@ -20,13 +20,12 @@ manifests) and the DVC pointer file that restores them (``dvc pull``).
 from __future__ import annotations
 
 import io
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from esrepro.fetch import sha256_file
+from esrepro.data.fetch import sha256_file
 from esrepro.io import atomic_path, read_json
 
 PathLike = str | os.PathLike
@@ -255,14 +254,3 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
     with atomic_path(out_dir, is_dir=True) as tmp:
         crate.write(tmp)
     return out_dir / "ro-crate-metadata.json"
-
-
-def main_ro_crate(out: str, workflow: list[str], config_files: list[str], inputs: list[str],
-                  outputs: list[str], manifests: list[str], copy_max_bytes: int = 20_000_000) -> Path:
-    """Write a Workflow Run RO-Crate of the run into ``out``; print a summary."""
-    path = export_crate(out, workflow, config_files, inputs, outputs, manifests,
-                        copy_max_bytes=copy_max_bytes)
-    graph = json.loads(path.read_text(encoding="utf-8"))["@graph"]
-    copied = sum(1 for e in graph if "File" in e.get("@type", []) and not e["@id"].startswith("#"))
-    print(f"{path}: {len(graph)} entities, {copied} files copied")
-    return path

@@ -1,8 +1,15 @@
-# Tables (csv, md, tex) and figures (png, pdf).
+# Tables (csv, md, tex) and figures (png, pdf): Tables 1-3 and their figures, the ESSA study's summary, and
+# the extras a config asks for in `report.extras` (Figures 3, 5-9 and the math, puzzle, per-task and stability
+# tables; the runs they read are listed by esrepro.plan.ExtrasPlan).
 
-from esrepro.report.notes import table1_notes
+from esrepro.plan import ExtrasPlan, keys_regex
+from esrepro.report.notes import table1_notes, table2_notes, task_table_notes
 
 T1 = CFG.report.table1
+CONCISENESS_KL = PLAN.conciseness_kl()
+ESSA = PIPELINE.essa_study()
+ESSA_INPUTS = PLAN.essa_inputs()
+EXTRAS = ExtrasPlan(PLAN)
 
 
 rule table1_countdown:
@@ -73,3 +80,356 @@ rule table3_rl_hyperparameters:
         f"{P.LOGS}/report/table3_rl_hyperparameters.log",
     shell:
         "esrepro table3 --selection {input.selections:q} --registry {input.registry} --out {params.out} > {log} 2>&1"
+
+
+# --- the conciseness study (studies.conciseness): Table 2 and its figures; its runs use `train`, their KL `kl` ---
+rule table2_conciseness:
+    input:
+        kl=CONCISENESS_KL,
+        registry=CFG.registry,
+    output:
+        multiext(P.TABLE2, ".csv", ".md", ".tex", ".manifest.json"),
+    params:
+        cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
+        notes=lambda w: note_args(table2_notes(PIPELINE)),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/table2_conciseness.log",
+    shell:
+        "esrepro table2 --kl {input.kl:q} --registry {input.registry} --reward-cutoff={params.cutoff} "
+        "{params.notes} --out {params.out} > {log} 2>&1"
+
+
+rule conciseness_pareto:
+    input:
+        CONCISENESS_KL,
+    output:
+        multiext(P.PARETO, ".png", ".pdf", ".manifest.json"),
+    params:
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/conciseness_pareto.log",
+    shell:
+        "esrepro pareto --kl {input:q} --out {params.out} > {log} 2>&1"
+
+
+rule conciseness_distribution:
+    input:
+        kl=CONCISENESS_KL,
+        samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
+    output:
+        multiext(P.DISTRIBUTION, ".png", ".pdf", ".manifest.json"),
+    params:
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/conciseness_distribution.log",
+    shell:
+        "esrepro reward-distribution --kl {input.kl:q} --out {params.out} > {log} 2>&1"
+
+
+# --- the ESSA study (studies.essa; ESSA paper, arXiv 2507.04453): summary table and figures --------------------
+if ESSA is not None:
+
+    rule essa_report:
+        input:
+            logs=[f"{r}/{P.TRAIN_LOG}" for r in ESSA_INPUTS["runs"]],
+            manifests=[f"{r}/{P.MANIFEST}" for r in ESSA_INPUTS["runs"]],
+            metrics=ESSA_INPUTS["metrics"],
+            published=CFG.published,
+            registry=CFG.registry,
+        output:
+            [f"{P.ESSA_TABLE}.{e}" for e in ("csv", "md", "manifest.json")],
+            [f"{stem}.{e}" for stem in PLAN.essa_figures() for e in ("png", "pdf", "csv", "manifest.json")],
+        params:
+            runs=ESSA_INPUTS["runs"],
+            spec=specs.as_json(specs.essa_report_spec(PIPELINE)),
+        localrule: True
+        conda:
+            ENV
+        log:
+            f"{P.LOGS}/report/essa_report.log",
+        shell:
+            "esrepro essa-report --runs {params.runs:q} --metrics {input.metrics:q} --published {input.published} "
+            "--registry {input.registry} --spec {params.spec:q} > {log} 2>&1"
+
+
+# --- Figures 7-9: parameter shifts of every ES run against its random walk -----------------------------------------
+rule param_shift_histogram:
+    input:
+        model=f"{P.RUN}/{P.CHECKPOINT}",
+        base=P.BASE_MODEL,
+        run=f"{P.RUN}/{P.MANIFEST}",
+        log=f"{P.RUN}/{P.TRAIN_LOG}",
+    output:
+        histogram=f"{P.PARAM_SHIFT}/histogram.json",
+        manifest=f"{P.PARAM_SHIFT}/{P.MANIFEST}",
+    wildcard_constraints:
+        method=EXTRAS.shift_methods_regex(),
+    params:
+        run=lambda w, input: os.path.dirname(input.run),
+        device=CFG.device,
+        out=folder_of_manifest,
+    threads: threads_of("param_shift")
+    resources:
+        **resources_of("param_shift"),
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/param_shift/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+    shell:
+        "esrepro param-shift-histogram --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
+        "--seed {wildcards.seed} --model-dir {input.model} --base-dir {input.base} --run-dir {params.run} "
+        "--out {params.out} --threads {threads} --device {params.device} > {log} 2>&1"
+
+
+rule param_shift_figure:
+    input:
+        lambda w: EXTRAS.shift_histograms(w.task),
+    output:
+        report(
+            f"{P.PARAM_SHIFT_FIGURE}.png",
+            caption="../report/param_shift.rst",
+            category="Figures",
+            subcategory="Figures 7-9",
+            labels={"figure": "parameter shifts", "task": "{task}"},
+        ),
+        f"{P.PARAM_SHIFT_FIGURE}.pdf",
+        f"{P.PARAM_SHIFT_FIGURE}.csv",
+        f"{P.PARAM_SHIFT_FIGURE}.manifest.json",
+    wildcard_constraints:
+        task=keys_regex(EXTRAS.shift_tasks()),
+    params:
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/param_shift_{{task}}.log",
+    shell:
+        "esrepro param-shift --histogram {input:q} --task {wildcards.task} --sampled-coords 20000 "
+        "--out {params.out} > {log} 2>&1"
+
+
+# --- Figure 5: improvement over the base model ----------------------------------------------------------------------
+rule gains:
+    input:
+        metrics=lambda w: PLAN.task_metrics([w.task]),
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.GAINS}.png",
+            caption="../report/gains.rst",
+            category="Figures",
+            subcategory="Figure 5",
+            labels={"figure": "improvement over the base model", "task": "{task}"},
+        ),
+        f"{P.GAINS}.pdf",
+        f"{P.GAINS}.csv",
+        f"{P.GAINS}.manifest.json",
+    wildcard_constraints:
+        task=keys_regex(EXTRAS.gains_tasks()),
+    params:
+        models=lambda w: PIPELINE.train_models(w.task),
+        split=lambda w: PIPELINE.eval_settings(w.task).split,
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/gains_{{task}}.log",
+    shell:
+        "esrepro gains --metrics {input.metrics:q} --registry {input.registry} --models {params.models:q} "
+        "--task {wildcards.task} --split {params.split} --out {params.out} > {log} 2>&1"
+
+
+# --- Figure 6: test accuracy against training-sample evaluations (periodic evaluation) ------------------------------
+rule sample_curves:
+    input:
+        runs=lambda w: [f"{d}/{P.MANIFEST}" for d in EXTRAS.periodic_runs(w.task)],
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.SAMPLE_CURVES}.png",
+            caption="../report/sample_curves.rst",
+            category="Figures",
+            subcategory="Figure 6",
+            labels={"figure": "test accuracy against training samples", "task": "{task}"},
+        ),
+        f"{P.SAMPLE_CURVES}.pdf",
+        f"{P.SAMPLE_CURVES}.csv",
+        f"{P.SAMPLE_CURVES}.manifest.json",
+    wildcard_constraints:
+        task=keys_regex(EXTRAS.curve_tasks()),
+    params:
+        periodic=lambda w: " ".join(shlex.quote(f"{d}/{P.PERIODIC_EVAL}") for d in EXTRAS.periodic_runs(w.task)),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/sample_curves_{{task}}.log",
+    shell:
+        "esrepro sample-curves --periodic {params.periodic} --registry {input.registry} --task {wildcards.task} "
+        "--out {params.out} > {log} 2>&1"
+
+
+# --- Figures 3-4: the conciseness GRPO learning-rate x beta sweep ---------------------------------------------------
+rule lr_sweep:
+    input:
+        EXTRAS.lr_sweep_kl(),
+    output:
+        report(
+            f"{P.LR_SWEEP}.png",
+            caption="../report/lr_sweep.rst",
+            category="Figures",
+            subcategory="Figures 3-4",
+            labels={"figure": "GRPO learning-rate sweep"},
+        ),
+        f"{P.LR_SWEEP}.pdf",
+        f"{P.LR_SWEEP}.csv",
+        f"{P.LR_SWEEP}.manifest.json",
+    params:
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/conciseness_lr_sweep.log",
+    shell:
+        "esrepro lr-sweep --kl {input:q} --out {params.out} > {log} 2>&1"
+
+
+rule lr_distributions:
+    input:
+        kl=EXTRAS.lr_sweep_kl(),
+        samples=[p.replace("kl.json", "samples.jsonl") for p in EXTRAS.lr_sweep_kl()],
+    output:
+        report(
+            f"{P.LR_DISTRIBUTIONS}.png",
+            caption="../report/lr_distributions.rst",
+            category="Figures",
+            subcategory="Figures 3-4",
+            labels={"figure": "reward distributions per learning rate"},
+        ),
+        f"{P.LR_DISTRIBUTIONS}.pdf",
+        f"{P.LR_DISTRIBUTIONS}.csv",
+        f"{P.LR_DISTRIBUTIONS}.manifest.json",
+    params:
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/conciseness_lr_distributions.log",
+    shell:
+        "esrepro lr-distributions --kl {input.kl:q} --out {params.out} > {log} 2>&1"
+
+
+# --- tables ----------------------------------------------------------------------------------------------------------
+rule train_tasks_table:
+    input:
+        metrics=EXTRAS.train_task_metrics(),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.TRAIN_TASKS}.csv",
+            caption="../report/train_tasks.rst",
+            category="Tables",
+            labels={"table": "accuracy per training task", "format": "csv"},
+        ),
+        f"{P.TRAIN_TASKS}.md",
+        f"{P.TRAIN_TASKS}.tex",
+        f"{P.TRAIN_TASKS}.manifest.json",
+    params:
+        sets=flag_args("--set", [f"{s}={t}" for t in CFG.train for s in PIPELINE.eval_sets_of(t)]),
+        notes=note_args([table1_notes(PIPELINE)[0]]),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/train_tasks_table.log",
+    shell:
+        "esrepro train-tasks-table --metrics {input.metrics:q} --published {input.published} "
+        "--registry {input.registry} {params.sets} {params.notes} --out {params.out} > {log} 2>&1"
+
+
+rule math_table:
+    input:
+        metrics=EXTRAS.math_metrics(),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.MATH_TABLE}.csv",
+            caption="../report/math_table.rst",
+            category="Tables",
+            labels={"table": "math", "format": "csv"},
+        ),
+        f"{P.MATH_TABLE}.md",
+        f"{P.MATH_TABLE}.tex",
+        f"{P.MATH_TABLE}.manifest.json",
+    params:
+        notes=lambda w: note_args(task_table_notes(PIPELINE, EXTRAS.math_sets())),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/math_table.log",
+    shell:
+        "esrepro math-table --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
+        "{params.notes} --out {params.out} > {log} 2>&1"
+
+
+rule puzzle_table:
+    input:
+        metrics=EXTRAS.puzzle_metrics(),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.PUZZLE_TABLE}.csv",
+            caption="../report/puzzle_table.rst",
+            category="Tables",
+            labels={"table": "puzzles", "format": "csv"},
+        ),
+        f"{P.PUZZLE_TABLE}.md",
+        f"{P.PUZZLE_TABLE}.tex",
+        f"{P.PUZZLE_TABLE}.manifest.json",
+    params:
+        notes=lambda w: note_args(task_table_notes(PIPELINE, EXTRAS.puzzle_tasks())),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/puzzle_table.log",
+    shell:
+        "esrepro puzzle-table --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
+        "{params.notes} --out {params.out} > {log} 2>&1"
+
+
+rule stability_table:
+    input:
+        metrics=EXTRAS.stability_metrics(),
+        registry=CFG.registry,
+    output:
+        report(
+            f"{P.STABILITY}.csv",
+            caption="../report/stability.rst",
+            category="Tables",
+            labels={"table": "stability", "format": "csv"},
+        ),
+        f"{P.STABILITY}.md",
+        f"{P.STABILITY}.tex",
+        f"{P.STABILITY}.manifest.json",
+    params:
+        notes=lambda w: note_args(task_table_notes(PIPELINE, PIPELINE.eval_sets_of(CFG.stability.task))),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/report/stability_table.log",
+    shell:
+        "esrepro stability-table --metrics {input.metrics:q} --registry {input.registry} {params.notes} "
+        "--out {params.out} > {log} 2>&1"

@@ -3,6 +3,8 @@
 # (registry methods.<method>.grid; one "default" cell without a grid) and `select_rl` keeps the
 # best cell by training reward as the method's run.
 
+from esrepro.pipeline import ESSA_REF
+
 RUN_OUTPUTS = {
     "checkpoint": directory(f"{P.RUN}/{P.CHECKPOINT}"),
     "log": f"{P.RUN}/{P.TRAIN_LOG}",
@@ -101,3 +103,35 @@ rule select_rl:
     shell:
         "esrepro select --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --grid {params.grid:q} {params.cells} --out {params.run} > {log} 2>&1"
+
+
+# --- the ESSA study's GRPO baseline, from the reference ESSA run's SFT start (its ESSA runs use `train`) --------
+rule essa_grpo:
+    input:
+        model=P.BASE_MODEL,
+        data=P.PREPARED,
+        ref=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed)}/{P.MANIFEST}",
+    output:
+        **RUN_OUTPUTS,
+    wildcard_constraints:
+        method=PLAN.essa_grpo_regex(),
+    params:
+        spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, w.method)),
+        ref_spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, ESSA_REF)),
+        sft=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed)}/sft",
+        dtype=dtype_of,
+        device=CFG.device,
+        chat=chat_flag,
+        run=folder_of_manifest,
+    threads: threads_of("train")
+    resources:
+        **resources_of("train"),
+    conda:
+        ENV
+    log:
+        f"{P.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+    shell:
+        "esrepro essa-grpo --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
+        "--model-dir {input.model} --sft-dir {params.sft} --dtype {params.dtype} --data-dir {input.data} "
+        "--spec {params.spec:q} --ref-spec {params.ref_spec:q} {params.chat} --seed {wildcards.seed} "
+        "--out {params.run} --threads {threads} --device {params.device} > {log} 2>&1"

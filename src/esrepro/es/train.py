@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from esrepro import paths as P
-from esrepro.trainer import TrainContext, TrainOutcome
+from esrepro.train.context import TrainContext, TrainOutcome
 
 
 def visible_gpus() -> int:
@@ -121,7 +121,7 @@ def train_es(ctx: TrainContext) -> TrainOutcome:
     from esrepro.io import atomic_path
     from esrepro.rl.budget import es_sample_budget
 
-    from esrepro.periodic import clear_periodic, periodic_of, write_periodic
+    from esrepro.train.periodic import clear_periodic, periodic_of, write_periodic
 
     cfg = ctx.settings
     evaluator = make_evaluator(ctx)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.io import atomic_path, read_json, write_json
-from esrepro.trainer import TrainContext, TrainOutcome
+from esrepro.train.context import TrainContext, TrainOutcome
 
 SFT = "sft"  # the SFT cache inside the run directory
 SFT_ADAPTER = "adapter"

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from esrepro.io import atomic_path, write_json, write_jsonl
+from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
 
 EOS = "<|endoftext|>"
 
@@ -170,20 +171,6 @@ def _grouped_order(groups: list, batch_size: int) -> Callable:
         return batches
 
     return order
-
-
-GENERATOR_OPTIONS = ("min_numbers", "max_numbers", "max_number", "max_target")
-
-
-def fresh_countdown(n: int, seed: int, source: dict, exclude: list[dict]) -> list[dict]:
-    """``n`` generated Countdown problems (the data source's generator options, ``seed``) none of which is a
-    problem of ``exclude`` (same numbers and target): warm-start problems disjoint from the prepared data."""
-    from esrepro.tasks.countdown import generate_problems
-
-    banned = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in exclude if "numbers" in e}
-    options = {k: v for k, v in source.items() if k in GENERATOR_OPTIONS}
-    probs = generate_problems(n + len(banned), seed=seed, **options)
-    return [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in banned][:n]
 
 
 def build_tiny(build: dict, exclude: Iterable[dict], out_dir: str | Path, data_source: dict | None = None) -> dict:

@@ -24,8 +24,21 @@ Pair = tuple[str, str]
 SEED_OFFSET = 7_919
 
 
+GENERATOR_OPTIONS = ("min_numbers", "max_numbers", "max_number", "max_target")
+
+
+def fresh_countdown(n: int, seed: int, source: dict, exclude: list[dict]) -> list[dict]:
+    """``n`` generated Countdown problems (the data source's generator options, ``seed``) none of which is a
+    problem of ``exclude`` (same numbers and target): warm-start problems disjoint from the prepared data."""
+    from esrepro.tasks.countdown import generate_problems
+
+    banned = {(tuple(sorted(e["numbers"])), str(e["target"])) for e in exclude if "numbers" in e}
+    options = {k: v for k, v in source.items() if k in GENERATOR_OPTIONS}
+    probs = generate_problems(n + len(banned), seed=seed, **options)
+    return [p for p in probs if (tuple(sorted(p["numbers"])), str(p["target"])) not in banned][:n]
+
+
 def _countdown(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:
-    from esrepro.models.tiny import fresh_countdown
     from esrepro.tasks.countdown import CountdownTask, sft_completion
 
     task = CountdownTask()

@@ -12,7 +12,7 @@
   held-out accuracy against summed training seconds.
 
 Inputs are run directories (``log.jsonl`` and ``manifest.json``; see
-:mod:`esrepro.essa.train` and :mod:`esrepro.essa.baseline`) and ``metrics.json`` of their
+:mod:`esrepro.essa.train` and :mod:`esrepro.steps.essa`) and ``metrics.json`` of their
 evaluations. "Accuracy" is each run's ``fitness`` measure (accuracy unless the config
 scores the task's reward); held-out curves need ``val_examples`` > 0, else the
 population mean reward on the generation's problems is plotted instead (labelled so).

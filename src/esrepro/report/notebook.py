@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from esrepro.io import atomic_path, read_json, write_json, write_text
+from esrepro.io import atomic_path, read_json, write_text
 
 PathLike = str | os.PathLike
 
@@ -257,21 +257,3 @@ def folder_of(key: str, fallback: str):
         return os.path.commonpath(files) if len(files) > 1 else os.path.dirname(files[0])
 
     return folder
-
-
-# --------------------------------------------------------------------------- verbs
-def main_report_notebook(notebook: str, out_ipynb: str, out_html: str, tables_dir: str, figures_dir: str,
-                         eval_dir: str, published: str, registry: str, timeout: int = 600,
-                         show_code: bool = False) -> None:
-    """Execute the analysis notebook (papermill) and render it to HTML."""
-    execute_report(notebook, out_ipynb, out_html,
-                   {"tables_dir": tables_dir, "figures_dir": figures_dir, "eval_dir": eval_dir,
-                    "published": published, "registry": registry},
-                   timeout=timeout, show_code=show_code)
-
-
-def main_eval_summary(metrics: list[str], out: str) -> dict:
-    """Write ``{task: {model: {method: accuracy_percent}}}`` of evaluation metrics (for dvc metrics)."""
-    summary = eval_summary(load_eval_metrics(metrics))
-    write_json(out, summary)
-    return summary

@@ -60,8 +60,8 @@ def table2_notes(p: Pipeline) -> list[str]:
     return notes
 
 
-def v2_notes(p: Pipeline, eval_tasks: list[str]) -> list[str]:
-    """Notes of a v2 table (math, puzzles, stability): scale, each test set's data source, how each training task's
+def task_table_notes(p: Pipeline, eval_tasks: list[str]) -> list[str]:
+    """Notes of a per-task table (math, puzzles, stability): scale, each test set's data source, how each training task's
     runs were trained (ES settings, RL budgets) and the seeds."""
     notes = [f"Scale: {p.cfg.scale}" + (" (tiny numbers: a 1M-parameter model on generated data, not the paper's)"
                                          if p.cfg.scale == "tiny" else "")]

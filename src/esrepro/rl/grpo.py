@@ -91,7 +91,7 @@ def train_grpo(
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
 
-    ``periodic``: (:class:`esrepro.periodic.PeriodicEval`, completions per step): evaluate the policy
+    ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, completions per step): evaluate the policy
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     One log row per step: ``step``, ``reward_mean``, ``reward_std``, ``loss``, ``entropy``,
@@ -146,7 +146,7 @@ def train_grpo(
         """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps."""
 
         def _point(self, step: int, model) -> None:  # noqa: ANN001
-            from esrepro.periodic import policy_point
+            from esrepro.train.periodic import policy_point
 
             evaluation, per_step = periodic
             policy_point(evaluation, step, per_step, model, tokenizer, str(next(model.parameters()).device),

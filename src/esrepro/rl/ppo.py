@@ -150,7 +150,7 @@ def train_ppo(
 ) -> tuple[nn.Module, Any, list[dict]]:
     """Train the policy in ``model_dir`` with PPO for ``steps`` steps; returns (policy, tokenizer, log rows).
 
-    ``periodic``: (:class:`esrepro.periodic.PeriodicEval`, samples per step): evaluate the policy
+    ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, samples per step): evaluate the policy
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
@@ -191,7 +191,7 @@ def train_ppo(
     from tqdm import tqdm
 
     def evaluate_now(done: int) -> None:
-        from esrepro.periodic import policy_point
+        from esrepro.train.periodic import policy_point
 
         evaluation, per_step = periodic
         policy_point(evaluation, done, per_step, actor, tok, device, cfg.eval_batch_size, chat)

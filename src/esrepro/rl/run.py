@@ -7,7 +7,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.rl.budget import Budget, rl_budget, samples_per_step
-from esrepro.trainer import TrainContext, TrainOutcome
+from esrepro.train.context import TrainContext, TrainOutcome
 
 
 def budget_of(settings: dict) -> Budget:
@@ -35,7 +35,7 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
         if algorithm == "ppo":
             raise ValueError("keep_every (kept snapshots) is not implemented for PPO")
         extra["snapshot_dir"] = snapshots
-    from esrepro.periodic import clear_periodic, periodic_of, write_periodic
+    from esrepro.train.periodic import clear_periodic, periodic_of, write_periodic
 
     clear_periodic(ctx.run_dir)  # RL runs do not resume: a rerun writes its own points
     periodic = periodic_of(ctx.settings, ctx.task, ctx.eval_examples)

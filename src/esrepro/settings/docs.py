@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -81,7 +80,7 @@ resources' `cpus_per_task` (or `cpus_per_gpu` x `gpu`).
 A `--configfile` replaces `config/config.yaml`. A config file may build on another with
 `extends: <path>` (relative to the working directory): the other file's options are read
 first, then this file's on top, mappings merged key by key and anything else (a list, a
-value, `null`) replaced; `config/v2_tiny.yaml` extends `config/stability_tiny.yaml` so. Within
+value, `null`) replaced; `config/tasks_tiny.yaml` extends `config/stability_tiny.yaml` so. Within
 a file, a YAML anchor and merge key (`<<: *name`) share a block; a key written twice is an
 error.
 """
@@ -126,17 +125,3 @@ def block_text(name: str) -> str:
 def schemas() -> dict[str, dict]:
     """JSON schemas of the config and the registry (for editors; validation uses the classes themselves)."""
     return {"config.schema.json": PipelineConfig.model_json_schema(), "models.schema.json": Registry.model_json_schema()}
-
-
-def print_options(block: str | None = None, markdown_out: bool = False, schema_dir: str | None = None) -> None:
-    """Print the options of one block (or list the blocks); or all as Markdown; or write the JSON schemas."""
-    if schema_dir:
-        for name, schema in schemas().items():
-            (Path(schema_dir) / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-        return
-    if markdown_out:
-        print(markdown(), end="")
-    elif block:
-        print(block_text(block))
-    else:
-        print("\n".join(f"{name:<14} {where}" for name, _, where in BLOCKS))

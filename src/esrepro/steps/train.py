@@ -24,7 +24,7 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     from esrepro.provenance import build_manifest, now, verify_inputs
     from esrepro.settings.methods import algorithm
     from esrepro.tasks import get_task
-    from esrepro.trainer import TrainContext
+    from esrepro.train.context import TrainContext
 
     set_threads(threads)
     started = now()
@@ -47,7 +47,7 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
         outcome.save(tmp)
     write_jsonl(run / P.TRAIN_LOG, outcome.log)
     snapshots = {f"snapshot_{d.name}": d for _, d in snapshot_dirs(run)}
-    from esrepro.periodic import PERIODIC_EVAL
+    from esrepro.train.periodic import PERIODIC_EVAL
 
     if (run / PERIODIC_EVAL).exists():
         snapshots["periodic_eval"] = run / PERIODIC_EVAL
@@ -84,7 +84,7 @@ def select(task: str, model: str, method: str, grid: dict, cell: list[str], out:
     cells = named_paths(cell, "--cell", "NAME=RUN_DIR")
     run = Path(out)
     record = select_run(cells, grid, run)
-    from esrepro.periodic import PERIODIC_EVAL
+    from esrepro.train.periodic import PERIODIC_EVAL
 
     periodic = Path(cells[record["winner"]]) / PERIODIC_EVAL  # v2: the kept cell's periodic evaluation goes along
     (run / PERIODIC_EVAL).unlink(missing_ok=True)

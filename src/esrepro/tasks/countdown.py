@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from esrepro.fetch import fetch_url
+from esrepro.data.fetch import fetch_url
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.safe_arith import try_safe_eval
 from esrepro.tasks.sources import write_prepared

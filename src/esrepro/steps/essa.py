@@ -64,7 +64,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     from esrepro.steps import load_examples, set_threads
     from esrepro.steps.train import snapshot_dirs
     from esrepro.tasks import get_task
-    from esrepro.trainer import TrainContext
+    from esrepro.train.context import TrainContext
 
     set_threads(threads)
     started = now()

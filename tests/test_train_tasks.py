@@ -1,4 +1,4 @@
-"""v2 training (issue 13): periodic evaluation (ES, GRPO, PPO; one point per interval; resumes with an ES run),
+"""Training on every task: periodic evaluation (ES, GRPO, PPO; one point per interval; resumes with an ES run),
 per-iteration prompt batches, MATH training data, the multi-format tiny warm start, and the parameter-shift
 step on a real ES run."""
 
@@ -239,7 +239,7 @@ def test_param_shift_step_on_a_real_es_run_matches_the_random_walk(tiny_model_di
     run = tmp_path / "run"
     _train_here(tiny_model_dir, data, run, spec, task="conciseness")
     out = tmp_path / "shift"
-    from esrepro.steps.v2 import param_shift, param_shift_histogram
+    from esrepro.steps.report import param_shift, param_shift_histogram
 
     param_shift_histogram(task="conciseness", model="test", method="es", model_dir=str(run / "checkpoint"),
                           base_dir=str(tiny_model_dir), run_dir=str(run), out=str(out))

@@ -1,6 +1,6 @@
-"""v2 wiring (issue 13): which runs, evaluations, tables and figures the configs ask for; a task added to
+"""The report extras' wiring: which runs, evaluations, tables and figures the configs ask for; a task added to
 `train:` gets runs, evaluations and a table row without code changes; the paper's DAG lists the math, puzzle
-and stability jobs; the v2 tables; config errors name file and field."""
+and stability jobs; the per-task tables; config errors name file and field."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from esrepro import paths as P
 from esrepro.config import ConfigError, load_pipeline, load_yaml, read_config
 from esrepro.io import write_json
 from esrepro.plan import Plan
-from esrepro.plan_v2 import V2Plan
+from esrepro.plan import ExtrasPlan
 
 BIN = Path(sys.executable).parent
 
@@ -43,10 +43,10 @@ def _stats(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", out, re.M)}
 
 
-# --- the tiny v2 config ------------------------------------------------------------------------------------------
-def test_v2_tiny_plan_lists_every_v2_output():
-    plan = _plan("v2_tiny.yaml")
-    v2 = V2Plan(plan)
+# --- the tiny tasks config ------------------------------------------------------------------------------------------
+def test_tasks_tiny_plan_lists_every_extras_output():
+    plan = _plan("tasks_tiny.yaml")
+    extras = ExtrasPlan(plan)
     targets = plan.table_targets()
     for stem in ("results/figures/gains_countdown", "results/figures/sample_curves_countdown",
                  "results/figures/sample_curves_math_train", "results/figures/param_shift_countdown",
@@ -57,33 +57,33 @@ def test_v2_tiny_plan_lists_every_v2_output():
         assert f"{stem}.csv" in targets and f"{stem}.tex" in targets, stem
     assert f"{P.STABILITY}.csv" not in targets  # not asked for here (config/stability_tiny.yaml)
     # MATH training's runs are evaluated on the five math sets (base and ES of the trained model)
-    assert "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in v2.math_metrics()
-    assert "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in v2.math_metrics()
+    assert "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
+    assert "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
     assert not any("/math_train/" in m for m in plan.eval_metrics())  # math_train itself: evaluated via the sets
     # Figure 6: every Countdown run evaluates periodically, ES and the RL methods alike
-    assert v2.periodic_runs("countdown") == [f"results/runs/countdown/tiny-countdown/{m}/seed0"
+    assert extras.periodic_runs("countdown") == [f"results/runs/countdown/tiny-countdown/{m}/seed0"
                                              for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
     # Figures 3-4: the sweep's GRPO runs (beta x learning rate), its ES run and the base model
-    kl = v2.lr_sweep_kl()
+    kl = extras.lr_sweep_kl()
     assert "results/kl/conciseness/tiny-countdown/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
     assert "results/kl/conciseness/tiny-countdown/es_sigma0.005/seed0/kl.json" in kl and len(kl) == 1 + 1 + 4
     # Figures 7-9: one histogram per ES run, the study's included
-    assert len(v2.es_runs()) == 5
+    assert len(extras.es_runs()) == 5
     # tiny-v2 is warm-started on the math and puzzle formats, their prepared rows excluded
     assert plan.build_inputs("tiny-v2") == [f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
     assert plan.build_inputs("tiny-countdown") == ["data/prepared/countdown"]
     assert plan.p.all_models() == ["tiny-countdown", "tiny-v2"]
 
 
-def test_default_config_asks_for_no_v2_output():
+def test_default_config_asks_for_no_extras_output():
     plan = _plan("config.yaml")
-    assert V2Plan(plan).targets() == []
+    assert ExtrasPlan(plan).targets() == []
     assert plan.all_selections() == plan.selections("countdown")
     assert [t for t in plan.p.evaluated_tasks()] == list(plan.p.cfg.evaluate)
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
-    cfg = read_config(REPO / "config" / "v2_tiny.yaml", root=REPO)
+    cfg = read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO)
     cfg["data"]["gsm8k"] = {"source": {"kind": "generated", "n_train": 32, "n_test": 20}}
     cfg["train"]["gsm8k"] = {"methods": ["es", "grpo8"]}  # no evaluate.gsm8k entry, no code change
     plan = _plan(cfg)
@@ -91,7 +91,7 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     assert ("tiny-countdown", "es", 0) in runs and ("tiny-countdown", "grpo8", 0) in runs
     metrics = [f"results/eval/gsm8k/tiny-countdown/{m}/seed0/test/metrics.json" for m in ("base", "es", "grpo8")]
     assert all(m in plan.eval_metrics() for m in metrics)
-    assert all(m in V2Plan(plan).train_task_metrics() for m in metrics)
+    assert all(m in ExtrasPlan(plan).train_task_metrics() for m in metrics)
     assert plan.p.eval_sets_of("gsm8k") == ["gsm8k"]
     assert "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json" in plan.all_selections()  # Table 3
     assert "results/figures/sample_curves_gsm8k.png" in plan.table_targets()
@@ -105,7 +105,7 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     table_job = next(block for block in out.split("\n\n") if "rule train_tasks_table:" in block)
     assert all(m in table_job for m in metrics)
     # and the table has its row: the table step on those evaluations, with the plan's test-set mapping
-    from esrepro.report.v2_tables import build_train_tasks_table
+    from esrepro.report.task_tables import build_train_tasks_table
 
     files = []
     for i, (task, method, acc) in enumerate([("gsm8k", "base", 0.1), ("gsm8k", "es", 0.3), ("gsm8k", "grpo8", 0.2),
@@ -121,8 +121,8 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     assert "GSM8K" in (tmp_path / "train_tasks.md").read_text()
 
 
-def test_v2_tiny_dry_run(tmp_path):
-    out = _dry_run(copy_repo(tmp_path / "repo"), "config/v2_tiny.yaml", "-p")
+def test_tasks_tiny_dry_run(tmp_path):
+    out = _dry_run(copy_repo(tmp_path / "repo"), "config/tasks_tiny.yaml", "-p")
     stats = _stats(out)
     # the commands hand each verb every input: Figure 6 of Countdown reads all five runs' points
     from esrepro.cli import build_parser
@@ -176,10 +176,10 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
 
 # --- config errors --------------------------------------------------------------------------------------------------
 def _refused(edit) -> list[str]:
-    cfg = copy.deepcopy(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO))
+    cfg = copy.deepcopy(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO))
     edit(cfg)
     with pytest.raises(ConfigError) as err:
-        load_pipeline(cfg, "config/v2_tiny.yaml", root=REPO)
+        load_pipeline(cfg, "config/tasks_tiny.yaml", root=REPO)
     return err.value.problems
 
 
@@ -196,7 +196,7 @@ def _refused(edit) -> list[str]:
     (lambda c: c["studies"].update(conciseness=copy.deepcopy(c["studies"]["conciseness_lr"])),
      "method es_sigma0.005 on conciseness is also a method of studies"),
 ])
-def test_v2_config_errors_name_file_and_field(edit, message):
+def test_tasks_config_errors_name_file_and_field(edit, message):
     problems = _refused(edit)
     assert any(re.search(message, p) for p in problems), problems
     assert all(p.startswith("config/") for p in problems)
@@ -210,18 +210,18 @@ def test_registry_cells_are_checked(tmp_path):
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
     with pytest.raises(ConfigError) as err:
-        load_pipeline(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO), "config/v2_tiny.yaml", root=root)
+        load_pipeline(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO), "config/tasks_tiny.yaml", root=root)
     assert any("models.tiny-countdown.methods.grpo8.cells.0.nope: not a setting of grpo8" in p
                for p in err.value.problems)
     reg["models"]["tiny-countdown"]["methods"] = {"grpo8": {"grid": {"learning_rate": [1e-3, 2e-3]},
                                                       "cells": [{"learning_rate": 2e-3}]}}
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     with pytest.raises(ConfigError) as err:
-        load_pipeline(read_config(REPO / "config" / "v2_tiny.yaml", root=REPO), "config/v2_tiny.yaml", root=root)
+        load_pipeline(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO), "config/tasks_tiny.yaml", root=root)
     assert any("grpo8.cells: a cell repeats another cell of the grid" in p for p in err.value.problems)
 
 
-# --- the v2 tables ------------------------------------------------------------------------------------------------
+# --- the per-task tables -------------------------------------------------------------------------------------------
 def _metrics(tmp_path: Path, rows: list[tuple]) -> list[Path]:
     out = []
     for i, (task, model, method, seed, acc) in enumerate(rows):
@@ -232,7 +232,7 @@ def _metrics(tmp_path: Path, rows: list[tuple]) -> list[Path]:
 
 
 def test_math_table_sets_ours_beside_the_published_rl_baselines(tmp_path):
-    from esrepro.report.v2_tables import build_math_table
+    from esrepro.report.task_tables import build_math_table
 
     sets = ("math500", "minerva", "olympiad_bench", "aime24", "amc23")
     rows = [(s, "qwen2.5-math-7b", m, 0, acc) for s in sets for m, acc in (("base", 0.2), ("es", 0.5))]
@@ -249,7 +249,7 @@ def test_math_table_sets_ours_beside_the_published_rl_baselines(tmp_path):
 
 
 def test_puzzle_table_sets_the_papers_sudoku_figure_beside_ours(tmp_path):
-    from esrepro.report.v2_tables import build_puzzle_table
+    from esrepro.report.task_tables import build_puzzle_table
 
     rows = [("sudoku", "qwen2.5-3b-instruct", "base", 0, 0.03), ("sudoku", "qwen2.5-3b-instruct", "es", 0, 0.5),
             ("sudoku", "qwen2.5-3b-instruct", "es", 1, 0.6), ("arc", "qwen2.5-3b-instruct", "base", 0, 0.01),
@@ -264,7 +264,7 @@ def test_puzzle_table_sets_the_papers_sudoku_figure_beside_ours(tmp_path):
 
 
 def test_stability_table_reports_spread_over_seeds(tmp_path):
-    from esrepro.report.v2_tables import build_stability_table
+    from esrepro.report.task_tables import build_stability_table
 
     rows = [("countdown", "tiny", m, s, acc) for m, accs in (("es", (0.30, 0.32, 0.31)), ("grpo8", (0.1, 0.3, 0.2)))
             for s, acc in enumerate(accs)] + [("countdown", "tiny", "base", 0, 0.05)]
@@ -278,7 +278,7 @@ def test_stability_table_reports_spread_over_seeds(tmp_path):
 def test_table_steps_write_every_format_and_a_manifest_of_their_inputs(tmp_path):
     """The steps behind the math, puzzle, per-task and stability rules: files, and a manifest naming the metrics,
     the registry and (for tables beside the paper's numbers) the published numbers."""
-    from esrepro.steps.v2 import math_table, puzzle_table, stability_table, train_tasks_table
+    from esrepro.steps.report import math_table, puzzle_table, stability_table, train_tasks_table
 
     registry, published = str(REPO / "config/models.yaml"), str(REPO / "config/published.yaml")
     rows = [(t, "tiny-v2", m, s, 0.1 * (s + 1)) for t in ("math500", "sudoku", "arc") for m in ("base", "es")
