@@ -298,7 +298,9 @@ class ESWorkerExtension:
         from vllm.platforms import current_platform
 
         if os.getpid() != driver_pid:
-            die_with_parent(driver_pid)
+            from esrepro.lifeline import die_with_parent
+
+            die_with_parent(expected_parent=driver_pid)
 
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
@@ -365,23 +367,6 @@ class ESWorkerExtension:
 
     def es_load_state(self, path: str) -> None:
         self.es_state.load_state_file(path)
-
-
-def die_with_parent(parent: int) -> None:
-    """Have the kernel SIGKILL this process when its parent ``parent`` ends (Linux ``PR_SET_PDEATHSIG``); exit now
-    if it has already ended (this process was re-parented). Elsewhere nothing is done."""
-    import ctypes
-    import signal
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _select_device(device: str) -> None:
