@@ -8,7 +8,7 @@ Prints, for one model, device, backend and generation path:
     each other and Ray's calls); and the same engines' pure batched-inference tokens per second
     on the same prompts (no perturbation; after each ES iteration, untimed by it, as many
     generate calls as the iteration made), with the ratio
-    ES / inference. Goals (issue 12): ratio >= 90 %, perturb + restore + update < 3 % of an
+    ES / inference. Goals: ratio >= 90 %, perturb + restore + update < 3 % of an
     iteration. The generation phase of ES includes scoring the responses (the worker times
     them together), so the ratio counts scoring against ES.
 [2] with --drift-cycles N: parameter drift after N perturb/restore cycles in bfloat16 with the

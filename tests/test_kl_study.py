@@ -6,6 +6,8 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import REPO
@@ -61,7 +63,8 @@ def test_plan_wires_study_runs_kl_and_reports(cfg):
     for path in ("results/kl/countdown/tiny/es/seed0/kl.json", "results/kl/conciseness/tiny/base/seed0/kl.json",
                  "results/kl/conciseness/tiny/grpo_beta0.0464/seed1/kl.json",
                  "results/tables/table2_conciseness.tex", "results/figures/conciseness_pareto.pdf",
-                 "results/figures/conciseness_distribution.png"):
+                 "results/figures/conciseness_distribution.png", "results/figures/conciseness_pareto.csv",
+                 "results/figures/conciseness_distribution.csv"):
         assert path in targets, path
     assert "results/kl/countdown/tiny/base/seed0/kl.json" in targets
     spec = json.loads(specs.as_json(specs.method_spec(plan.p, "tiny", "conciseness", "es_sigma0.005")))
@@ -133,8 +136,64 @@ def test_figures_are_written(tmp_path):
     paths += [_fake_kl(tmp_path / f"g{s}", "grpo", 0.01, s, -3.0, 2.0) for s in (0, 1)]
     for fn, stem in ((pareto_figure, "conciseness_pareto"), (reward_distribution_figure, "conciseness_distribution")):
         out = fn(paths, tmp_path / stem)
-        assert [p.suffix for p in out] == [".png", ".pdf"]
+        assert [p.name for p in out] == [f"{stem}.png", f"{stem}.pdf", f"{stem}.csv"]
         assert out[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _conciseness_runs(tmp_path: Path) -> list[Path]:
+    paths = [_fake_kl(tmp_path / "b", "base", None, 0, -20.0, 0.0)]
+    paths += [_fake_kl(tmp_path / f"e{s}", "es", 0.001, s, -10.0 + s, 0.5 + s) for s in (0, 1)]
+    return paths + [_fake_kl(tmp_path / f"g{s}", "grpo", 0.01, s, -3.0, 2.0) for s in (0, 1)]
+
+
+def test_pareto_csv_holds_the_plotted_points(tmp_path):
+    from esrepro.report.figures import pareto_figure
+
+    pareto_figure(_conciseness_runs(tmp_path), tmp_path / "pareto")
+    csv = pd.read_csv(tmp_path / "pareto.csv")
+    points = csv[csv["point"] == "checkpoint"]
+    assert len(points) == 2 * 5 and set(csv["kl_estimator"]) == {"exact"}
+    es = points[points["algorithm"] == "es"].set_index(["seed", "iteration"])
+    assert es.loc[(1, 8), "kl"] == 1.5 and es.loc[(1, 8), "reward"] == -9.0
+    assert es.loc[(0, 4), "kl"] == 0.25 and es.loc[(0, 4), "reward"] == -12.0
+    # ES's front: (0.25, -12), (0.5, -10), (1.5, -9); (0.75, -11) is dominated by (0.5, -10)
+    assert sorted(es.index[es["pareto_front"]]) == [(0, 4), (0, 8), (1, 8)]
+    grpo = points[points["algorithm"] == "grpo"]
+    assert grpo["pareto_front"].sum() == 2  # identical seeds: the first of each tie
+    assert not points.loc[points["algorithm"] == "base", "pareto_front"].any()
+    means = csv[csv["point"] == "configuration mean"].set_index("algorithm")
+    assert list(means.index) == ["es", "grpo"]  # the labelled points; the base model has none
+    assert means.loc["es", "value"] == 0.001 and means.loc["es", "kl"] == 1.0 and means.loc["es", "reward"] == -9.5
+    assert means.loc["grpo", "kl"] == 2.0 and means.loc["grpo", "reward"] == -3.0
+
+
+def test_reward_distribution_csv_holds_the_plotted_densities(tmp_path):
+    from esrepro.report.figures import reward_distribution_figure
+
+    reward_distribution_figure(_conciseness_runs(tmp_path), tmp_path / "dist")
+    csv = pd.read_csv(tmp_path / "dist.csv")
+    assert list(dict.fromkeys(csv["panel"])) == ["es", "grpo"]
+    for panel, algos in (("es", ["base", "es"]), ("grpo", ["base", "grpo"])):
+        assert list(dict.fromkeys(csv.loc[csv["panel"] == panel, "algorithm"])) == algos
+    # samples: reward + (-2, 0, 1) per run; the base model's three beside each method's six (two seeds)
+    expected = {"base": [-22, -20, -19], "es": [-12, -10, -9, -11, -9, -8], "grpo": [-5, -3, -2] * 2}
+    for (panel, algo), g in csv.groupby(["panel", "algorithm"]):
+        assert (g["n"] == len(expected[algo])).all()
+        assert (g["density"] * (g["hi"] - g["lo"])).sum() == pytest.approx(1.0)
+        edges = [*g["lo"], g["hi"].iloc[-1]]
+        assert edges[0] == -22.5 and edges[-1] == pytest.approx(-1.5)
+        dens, _ = np.histogram(expected[algo], bins=edges, density=True)
+        assert list(g["density"]) == pytest.approx(list(dens))
+
+
+def test_conciseness_figure_steps_record_the_csv(tmp_path):
+    from esrepro.steps.report import pareto, reward_distribution
+
+    kl = [str(p) for p in _conciseness_runs(tmp_path)]
+    for step, stem in ((pareto, "conciseness_pareto"), (reward_distribution, "conciseness_distribution")):
+        step(kl, str(tmp_path / stem))
+        outputs = json.loads((tmp_path / f"{stem}.manifest.json").read_text())["outputs"]
+        assert f"{stem}.csv" in json.dumps(outputs) and (tmp_path / f"{stem}.csv").is_file()
 
 
 def test_esrepro_kl_on_the_base_model_is_zero_and_deterministic(tiny_model_dir, tmp_path):

@@ -139,6 +139,7 @@ def test_embedded_default_writes_every_output(default_run):
     for fig in ("conciseness_pareto", "conciseness_distribution"):
         assert (repo / f"results/figures/{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (repo / f"results/figures/{fig}.pdf").read_bytes()[:4] == b"%PDF"
+        assert len(pd.read_csv(repo / f"results/figures/{fig}.csv")) > 0  # the plotted numbers
     run = json.loads((repo / "results/kl/conciseness/tiny/es_sigma0.005/seed0/kl.json").read_text())
     assert [c["iteration"] for c in run["checkpoints"]] == [4, 8]
 

@@ -57,7 +57,7 @@ def snapshot_name(iteration: int) -> str:
     return f"iter{iteration:06d}"
 
 
-# --- v2 (issue 13): the remaining tables and figures -----------------------------------------------------------
+# --- the ES paper v2's remaining tables and figures --------------------------------------------------------------
 PERIODIC_EVAL = "periodic_eval.jsonl"  # inside a run directory: test accuracy during training (eval_every)
 PARAM_SHIFT = "results/param_shift/{task}/{model}/{method}/seed{seed}"  # histogram.json + manifest.json per ES run
 GAINS = f"{FIGURES}/gains_{{task}}"  # Figure 5: accuracy improvement over the base model

@@ -198,7 +198,7 @@ class Plan:
             out += [f"{P.CURVES}.{e}" for e in ("png", "pdf", "csv")]
         if self.p.studies().get("conciseness"):
             out += [f"{P.TABLE2}.{e}" for e in ("csv", "md", "tex")]
-            out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf")]
+            out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
         return out + ExtrasPlan(self).targets()
 

@@ -1,4 +1,4 @@
-# Tables (csv, md, tex) and figures (png, pdf): Tables 1-3 and their figures, the ESSA study's summary, and
+# Tables (csv, md, tex) and figures (png, pdf, and the plotted numbers as csv): Tables 1-3 and their figures, the ESSA study's summary, and
 # the extras a config asks for in `report.extras` (Figures 3, 5-9 and the math, puzzle, per-task and stability
 # tables; the runs they read are listed by esrepro.plan.ExtrasPlan).
 
@@ -106,7 +106,7 @@ rule conciseness_pareto:
     input:
         CONCISENESS_KL,
     output:
-        multiext(P.PARETO, ".png", ".pdf", ".manifest.json"),
+        multiext(P.PARETO, ".png", ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:
@@ -122,7 +122,7 @@ rule conciseness_distribution:
         kl=CONCISENESS_KL,
         samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
     output:
-        multiext(P.DISTRIBUTION, ".png", ".pdf", ".manifest.json"),
+        multiext(P.DISTRIBUTION, ".png", ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:

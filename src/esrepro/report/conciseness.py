@@ -138,6 +138,62 @@ def pareto_front(kl: Sequence[float], reward: Sequence[float]) -> list[int]:
     return front
 
 
+def pareto_table(runs: pd.DataFrame, kl: str = "exact") -> pd.DataFrame:
+    """The Pareto figure's numbers: every checkpoint point (``point = checkpoint``; ``pareto_front`` marks
+    its method's non-dominated points, the base model has none) and each configuration's mean over seeds
+    of its final weights (``point = configuration mean``, the labelled points); ``kl`` names the estimator."""
+    points = checkpoint_points(runs, kl)
+    points.insert(0, "point", "checkpoint")
+    points["pareto_front"] = False
+    for algo, pts in points.groupby("algorithm", sort=False):
+        if algo != "base":
+            front = pareto_front(list(pts["kl"]), list(pts["reward"]))
+            points.loc[pts.index[front], "pareto_front"] = True
+    means = []
+    for algo in dict.fromkeys(runs["algorithm"]):
+        if algo == "base":
+            continue
+        sub = runs[runs["algorithm"] == algo]
+        for value, row in sub.groupby("value")[[kl, "reward"]].mean().iterrows():
+            methods = ",".join(dict.fromkeys(sub.loc[sub["value"] == value, "method"]))
+            means.append({"point": "configuration mean", "algorithm": algo, "method": methods, "value": value,
+                          "seed": math.nan, "iteration": math.nan, "kl": row[kl], "reward": row["reward"],
+                          "pareto_front": False})
+    table = pd.concat([points, pd.DataFrame(means, columns=points.columns)], ignore_index=True) if means else points
+    table = table.astype({"seed": "Int64", "iteration": "Int64"})
+    table.insert(table.columns.get_loc("kl"), "kl_estimator", kl)
+    return table
+
+
+def reward_histograms(rewards: dict[tuple[str, Any], list[float]]) -> pd.DataFrame:
+    """The reward-distribution figure's numbers: per panel (each method but the base model, or the base model
+    alone) and series (the base model, then each configuration), the density of every reward bin ``[lo, hi)``
+    (at most 40 equal bins from the lowest reward - 0.5 to the highest + 0.5, shared by every series) and the
+    series' response count ``n``."""
+    import numpy as np
+
+    if not rewards:
+        raise ValueError("reward_histograms: no samples")
+    algos = [a for a in ALGORITHMS if a != "base" and any(k[0] == a for k in rewards)]
+    algos += sorted({k[0] for k in rewards} - set(ALGORITHMS))
+    everything = [x for v in rewards.values() for x in v]
+    lo, hi = min(everything), max(everything)
+    edges = np.linspace(lo - 0.5, hi + 0.5, min(40, int(hi - lo) + 2) + 1)
+    base = rewards.get(("base", None), [])
+    rows = []
+    for panel in algos or ["base"]:
+        series = [("base", None, base)] if base else []
+        keys = sorted((k for k in rewards if k[0] == panel and panel != "base"), key=lambda k: k[1])
+        series += [(k[0], k[1], rewards[k]) for k in keys]
+        for algo, value, vals in series:
+            density, _ = np.histogram(np.asarray(vals, dtype=float), bins=edges, density=True)
+            for i in range(len(edges) - 1):
+                rows.append({"panel": panel, "algorithm": algo, "value": math.nan if value is None else value,
+                             "n": len(vals), "lo": float(edges[i]), "hi": float(edges[i + 1]),
+                             "density": float(density[i])})
+    return pd.DataFrame(rows, columns=["panel", "algorithm", "value", "n", "lo", "hi", "density"])
+
+
 def sample_rewards(kl_paths: Iterable[PathLike]) -> dict[tuple[str, Any], list[float]]:
     """Per configuration (algorithm, swept value): the rewards of every sampled response, pooled over seeds."""
     out: dict[tuple[str, Any], list[float]] = {}

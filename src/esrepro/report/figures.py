@@ -115,11 +115,15 @@ def _algo_label(algo: str) -> str:
 
 def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "exact") -> list[Path]:
     """Reward against KL(fine-tuned || base), every kept checkpoint of every run, with each method's
-    Pareto front (the paper's Figure 1); configurations' final means marked and labelled."""
-    from esrepro.report.conciseness import checkpoint_points, load_kl, pareto_front
+    Pareto front (the paper's Figure 1); configurations' final means marked and labelled.
 
-    runs = load_kl(kl_paths)
-    points = checkpoint_points(runs, kl)
+    Writes ``{out_stem}.png``, ``.pdf`` and ``.csv`` (the plotted points, :func:`~esrepro.report.conciseness.pareto_table`).
+    """
+    from esrepro.report.conciseness import load_kl, pareto_table
+
+    table = pareto_table(load_kl(kl_paths), kl)
+    points = table[table["point"] == "checkpoint"]
+    means = table[table["point"] == "configuration mean"]
     fig = Figure(figsize=(7.0, 4.8), layout="constrained")
     ax = fig.add_subplot()
     for algo in [a for a in _ALGO_STYLE if a in set(points["algorithm"])] + sorted(
@@ -130,14 +134,12 @@ def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "e
             ax.scatter(pts["kl"], pts["reward"], color=color, marker=marker, s=140, zorder=5, label="base model")
             continue
         ax.scatter(pts["kl"], pts["reward"], color=color, marker=marker, s=14, alpha=0.35, linewidths=0)
-        idx = pareto_front(list(pts["kl"]), list(pts["reward"]))
-        front = pts.iloc[idx]
+        front = pts[pts["pareto_front"]].sort_values("kl", kind="stable")
         ax.step(front["kl"], front["reward"], where="post", color=color, linewidth=1.8,
                 label=f"{_algo_label(algo)}: Pareto front")
         ax.scatter(front["kl"], front["reward"], color=color, marker=marker, s=36, zorder=4)
-        finals = runs[runs["algorithm"] == algo].groupby("value")[[kl, "reward"]].mean()
-        for value, row in finals.iterrows():
-            ax.annotate(f"{value:g}", (row[kl], row["reward"]), textcoords="offset points", xytext=(4, 4),
+        for row in means[means["algorithm"] == algo].itertuples(index=False):
+            ax.annotate(f"{row.value:g}", (row.kl, row.reward), textcoords="offset points", xytext=(4, 4),
                         fontsize="x-small", color=color)
     ax.set_xlabel(f"KL(fine-tuned || base) per response ({kl})")
     ax.set_ylabel("mean reward (greedy, held-out prompts)")
@@ -145,44 +147,43 @@ def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "e
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small",
               title="faint: every kept checkpoint; numbers: sigma / beta", title_fontsize="x-small")
-    return save_figure(fig, out_stem)
+    return [*save_figure(fig, out_stem), write_frame_csv(table, Path(f"{out_stem}.csv"))]
 
 
 def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike) -> list[Path]:
     """Per-response reward distributions of the base model and each ES / GRPO configuration
-    (responses sampled on the held-out prompts, pooled over seeds): one panel per method."""
+    (responses sampled on the held-out prompts, pooled over seeds): one panel per method.
+
+    Writes ``{out_stem}.png``, ``.pdf`` and ``.csv`` (the plotted densities,
+    :func:`~esrepro.report.conciseness.reward_histograms`).
+    """
     import numpy as np
 
-    from esrepro.report.conciseness import sample_rewards
+    from esrepro.report.conciseness import reward_histograms, sample_rewards
 
-    rewards = sample_rewards(kl_paths)
-    if not rewards:
-        raise ValueError("reward_distribution_figure: no samples")
-    base = rewards.get(("base", None), [])
-    algos = [a for a in _ALGO_STYLE if a != "base" and any(k[0] == a for k in rewards)]
-    algos += sorted({k[0] for k in rewards} - set(_ALGO_STYLE))
-    panels = algos or ["base"]
-    everything = [x for v in rewards.values() for x in v]
-    lo, hi = min(everything), max(everything)
-    bins = np.linspace(lo - 0.5, hi + 0.5, min(40, int(hi - lo) + 2) + 1)
+    table = reward_histograms(sample_rewards(kl_paths))
+    panels = list(dict.fromkeys(table["panel"]))
     fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, algo in zip(axes, panels):
-        if base:
-            ax.hist(base, bins=bins, density=True, histtype="stepfilled", color="0.7", alpha=0.6,
-                    label=f"base (n={len(base)})")
-        keys = sorted((k for k in rewards if k[0] == algo and algo != "base"), key=lambda k: k[1])
-        for i, key in enumerate(keys):
-            vals = rewards[key]
-            ax.hist(vals, bins=bins, density=True, histtype="step", linewidth=1.6, color=f"C{i % 10}",
-                    label=f"{_algo_label(algo)} {key[1]:g} (n={len(vals)})")
+        panel = table[table["panel"] == algo]
+        i = 0
+        for (series_algo, _), sub in panel.groupby(["algorithm", "value"], dropna=False, sort=False):
+            edges = np.append(sub["lo"].to_numpy(), sub["hi"].iloc[-1])
+            n = sub["n"].iloc[0]
+            if series_algo == "base":
+                ax.stairs(sub["density"], edges, fill=True, color="0.7", alpha=0.6, label=f"base (n={n})")
+                continue
+            ax.stairs(sub["density"], edges, linewidth=1.6, color=f"C{i % 10}",
+                      label=f"{_algo_label(series_algo)} {sub['value'].iloc[0]:g} (n={n})")
+            i += 1
         ax.set_title(_algo_label(algo) if algo != "base" else "base model")
         ax.set_xlabel("reward of a sampled response")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", fontsize="x-small")
     axes[0].set_ylabel("density")
     fig.suptitle("Conciseness: reward distributions (held-out prompts, sampled responses)")
-    return save_figure(fig, out_stem)
+    return [*save_figure(fig, out_stem), write_frame_csv(table, Path(f"{out_stem}.csv"))]
 
 
 # --- shared helpers of the paper-figure modules (gains, sample_curves, param_shift, lr_sweep) ---

@@ -1,4 +1,4 @@
-"""The v2 tables (issue 13): accuracy per training task, the math table beside the published RL baselines,
+"""The ES paper v2's tables (arXiv 2509.24372v2): accuracy per training task, the math table beside the published RL baselines,
 the puzzle table (Sudoku, ARC-AGI: Original vs ES) and cross-run stability (mean and std over seeds).
 
 Every table holds numbers (percent; NaN where there is none) and is written by

@@ -213,8 +213,8 @@ class ESSASettings(MethodSettings):
     ``val_examples`` problems of the prepared train split: the LoRA SFT split first, then
     the alignment split's fixed fitness subset candidates are scored on, then held-out
     alignment problems the CMA-ES mean is scored on along the way (the curves of the
-    study's figures). Values marked "not checked" are this reproduction's choices where
-    the issue does not state the paper's.
+    study's figures). Values marked "not checked" are this reproduction's choices, not
+    checked against the ESSA paper.
     """
 
     algorithm: Literal["essa"] = Field("essa", description="essa")

@@ -1,4 +1,4 @@
-"""Steps: tables (csv, md, tex) and figures (png, pdf), each with a manifest of what it was made from."""
+"""Steps: tables (csv, md, tex) and figures (png, pdf and the plotted numbers as csv), each with a manifest of what it was made from."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from esrepro.steps import kl_inputs, registry_entries, report_manifest, set_thre
 from esrepro.steps.train import named_paths
 
 TABLE = (".csv", ".md", ".tex")
-FIGURE = (".png", ".pdf")
-FIGURE_CSV = (".png", ".pdf", ".csv")
+FIGURE = (".png", ".pdf", ".csv")  # every figure writes the numbers it plots beside it
 
 
 def table1(metrics: list[str], published: str, registry: str, models: list[str], out: str, task: str = "countdown",
@@ -63,12 +62,12 @@ def curves(log: list[str], out: str) -> None:
     started = now()
     logs = named_paths(log, "--log", "LABEL=PATH")
     build_countdown_curves(logs, out)
-    report_manifest("curves", out, (*FIGURE, ".csv"), started, inputs={p: p for p in logs.values()},
+    report_manifest("curves", out, FIGURE, started, inputs={p: p for p in logs.values()},
                     settings={"labels": list(logs)})
 
 
 def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
-    """Reward against KL to the base model, with each method's Pareto front."""
+    """Reward against KL to the base model, with each method's Pareto front (png, pdf and csv)."""
     from esrepro.provenance import now
     from esrepro.report.figures import pareto_figure
 
@@ -78,7 +77,7 @@ def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
 
 
 def reward_distribution(kl: list[str], out: str) -> None:
-    """Per-response reward distributions of the base model and every ES and GRPO configuration."""
+    """Per-response reward distributions of the base model and every ES and GRPO configuration (png, pdf, csv)."""
     from esrepro.provenance import now
     from esrepro.report.figures import reward_distribution_figure
 
@@ -145,7 +144,7 @@ def essa_report(runs: list[str], metrics: list[str], published: str, registry: s
     for key, make in makers.items():
         if stems.get(key):
             make(stems[key])
-            report_manifest(f"essa_{key}", stems[key], (*FIGURE, ".csv"), started, inputs,
+            report_manifest(f"essa_{key}", stems[key], FIGURE, started, inputs,
                             settings={"target_accuracy": target, "sweep": sweeps.get(key)})
     R.summary_table(table, R.base_accuracy(metrics), stems["table"], target, curves, notes, display)
     report_manifest("essa_summary", stems["table"], (".csv", ".md"), started, inputs,
@@ -173,7 +172,7 @@ def gains(metrics: list[str], registry: str, models: list[str], out: str, task: 
     methods = [m for m in GAIN_METHODS if m in present] + sorted(present - set(GAIN_METHODS))
     build_gains(metrics, out, task=task, split=split, kind=kind, methods=methods, models=models,
                 display={k: v["display"] for k, v in reg.items()})
-    report_manifest("gains", out, FIGURE_CSV, started, inputs={**{m: m for m in metrics}, "registry": registry},
+    report_manifest("gains", out, FIGURE, started, inputs={**{m: m for m in metrics}, "registry": registry},
                     settings={"task": task, "split": split, "kind": kind, "models": models, "methods": methods})
 
 
@@ -187,7 +186,7 @@ def sample_curves(periodic: list[str], registry: str, out: str, task: str = "cou
     build_sample_curves(periodic, out, split="test",
                         title=f"{_label(task)}: test accuracy against training-sample evaluations",
                         display={k: v["display"] for k, v in reg.items()})
-    report_manifest("sample_curves", out, FIGURE_CSV, started, inputs={**{p: p for p in periodic}, "registry": registry},
+    report_manifest("sample_curves", out, FIGURE, started, inputs={**{p: p for p in periodic}, "registry": registry},
                     settings={"task": task})
 
 
@@ -232,7 +231,7 @@ def param_shift(histogram: list[str], out: str, task: str = "countdown", sampled
     started = now()
     build_param_shift(histogram, out, sampled_coords=sampled_coords or None, seed=seed,
                       title=f"{_label(task)}: parameter shifts |θ_final − θ_base| of ES against its random walk")
-    report_manifest("param_shift", out, FIGURE_CSV, started, inputs={p: p for p in histogram},
+    report_manifest("param_shift", out, FIGURE, started, inputs={p: p for p in histogram},
                     settings={"task": task, "sampled_coords": sampled_coords, "seed": seed})
 
 
@@ -243,7 +242,7 @@ def lr_sweep(kl: list[str], out: str, estimator: str = "exact") -> None:
 
     started = now()
     build_lr_sweep(kl, out, kl=estimator)
-    report_manifest("lr_sweep", out, FIGURE_CSV, started, inputs={p: p for p in kl}, settings={"estimator": estimator})
+    report_manifest("lr_sweep", out, FIGURE, started, inputs={p: p for p in kl}, settings={"estimator": estimator})
 
 
 def lr_distributions(kl: list[str], out: str) -> None:
@@ -253,7 +252,7 @@ def lr_distributions(kl: list[str], out: str) -> None:
 
     started = now()
     build_lr_distributions(kl, out)
-    report_manifest("lr_distributions", out, FIGURE_CSV, started, inputs=kl_inputs(kl), settings={})
+    report_manifest("lr_distributions", out, FIGURE, started, inputs=kl_inputs(kl), settings={})
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
