@@ -1,4 +1,4 @@
-"""Same numbers everywhere (issue 19): a tiny build and a short ES run give the same weights under two
+"""Same numbers everywhere: a tiny build and a short ES run give the same weights under two
 instruction-set settings in portable numerics, and `esrepro compare` names where two trees part.
 
 Each tree is made by real `esrepro` commands in subprocesses (prepare-data, build-tiny with a short
