@@ -42,7 +42,7 @@ benchmark: install
 		--prompts 32 --new-tokens 64 --iterations 3 --drift-cycles 1000 --json results/benchmarks/es_engine.json
 
 # the same with vLLM's CPU build beside transformers, at the tiny shape and at the 22.8M-parameter medium shape
-# where generation dominates (about 20 minutes on two busy cores); needs $(VENV)-vllm (vLLM's CPU build)
+# where generation dominates (10-20 minutes on two busy cores); needs $(VENV)-vllm (vLLM's CPU build)
 benchmark-vllm:
 	@test -x $(VENV)-vllm/bin/python || { echo "benchmark-vllm needs $(VENV)-vllm (vLLM's CPU build)"; exit 1; }
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=ERROR \
