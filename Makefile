@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install reproduce test dry-run-paper benchmark benchmark-default clean
+.PHONY: install reproduce test dry-run-paper benchmark benchmark-vllm benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,16 @@ dry-run-paper: install
 benchmark: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/es_engine.py --build-shape tiny --population 8 \
 		--prompts 32 --new-tokens 64 --iterations 3 --drift-cycles 1000 --json results/benchmarks/es_engine.json
+
+# the same with vLLM's CPU build beside transformers, at the tiny shape and at the 22.8M-parameter medium shape
+# where generation dominates (10-20 minutes on two busy cores), in $(VENV)-vllm (vLLM's CPU build)
+benchmark-vllm: $(VENV)-vllm/bin/esrepro
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" VLLM_LOGGING_LEVEL=ERROR \
+		$(VENV)-vllm/bin/python benchmarks/es_engine.py --build-shape tiny --backend hf,vllm --population 8 \
+		--prompts 32 --new-tokens 64 --iterations 3 --json results/benchmarks/es_engine_vllm_tiny.json
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" VLLM_LOGGING_LEVEL=ERROR \
+		$(VENV)-vllm/bin/python benchmarks/es_engine.py --build-shape medium --backend hf,vllm --population 4 \
+		--prompts 64 --new-tokens 128 --iterations 2 --json results/benchmarks/es_engine_vllm_medium.json
 
 # the embedded default from a fresh clone of the committed state: wall time, jobs, job-seconds per rule
 benchmark-default: install

@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from conftest import SMALL_ARCH, copy_repo, make_model_dir
@@ -292,7 +291,6 @@ def test_no_engine_process_outlives_a_killed_engine(model_dir, tmp_path, monkeyp
     import signal
     import subprocess
     import sys
-    import time
 
     import psutil
 

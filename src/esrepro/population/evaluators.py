@@ -183,7 +183,6 @@ class RayEvaluator:
 
     def _all(self, method: str, args: Sequence[tuple]) -> list[Any]:
         """Call ``method`` on every actor (``args[k]`` for actor k); a dead actor is replaced and its call retried."""
-        import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         futures = [getattr(a, method).remote(*args[k]) for k, a in enumerate(self.actors)]
