@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install reproduce test dry-run-paper benchmark benchmark-vllm benchmark-default clean
+.PHONY: install reproduce golden test dry-run-paper benchmark benchmark-vllm benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ reproduce: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --profile workflow/profiles/default
 	# Snakemake's own HTML report: every table and figure with its caption and provenance
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report results/reports/workflow_report.html
+
+# the tiny run's manifests and tables as the expected results (golden/tiny), and the README's tiny numbers from
+# them: after a change that moves a tiny table on purpose, commit golden/tiny with it
+golden: reproduce
+	$(BIN)/esrepro golden --out golden/tiny
+	$(BIN)/python -c "from esrepro.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
 test: install $(VENV)-vllm/bin/esrepro
 	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)

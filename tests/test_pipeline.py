@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -83,6 +84,28 @@ def default_run(tmp_path_factory) -> Path:
 
 def _esrepro(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "esrepro"), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+GOLDEN = REPO / "golden" / "tiny"
+
+
+@pytest.mark.slow
+def test_embedded_default_tables_are_the_golden_ones(default_run):
+    """Tiny-scale numerics are pinned (esrepro.numerics), so the default's tables equal the committed golden ones byte
+    for byte; a change that moves a table updates golden/tiny (`make golden`) in the same commit."""
+    gold_dir, made_dir = GOLDEN / "results/tables", default_run / "results/tables"
+    gold, made = sorted(p.name for p in gold_dir.glob("*.csv")), sorted(p.name for p in made_dir.glob("*.csv"))
+    assert made == gold, f"tables without a golden file or golden files without a table: {set(made) ^ set(gold)}"
+    diffs: list[str] = []
+    for name in gold:
+        if (made_dir / name).read_bytes() != (gold_dir / name).read_bytes():
+            diffs += difflib.unified_diff((gold_dir / name).read_text().splitlines(),
+                                          (made_dir / name).read_text().splitlines(),
+                                          f"golden/tiny/results/tables/{name}", f"results/tables/{name}", lineterm="")
+    compared = _esrepro(["compare", str(GOLDEN)], default_run)  # and where a difference arose, from the manifests
+    assert not diffs, ("the tiny tables moved; if on purpose, run `make golden` and commit golden/tiny:\n"
+                       + "\n".join(diffs) + "\n" + compared.stdout[-4000:])
+    assert compared.returncode == 0, compared.stdout[-6000:] + compared.stderr[-2000:]
 
 
 @pytest.mark.slow

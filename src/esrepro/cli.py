@@ -164,6 +164,8 @@ VERBS: dict[str, Verb] = {
     "ro-crate": Verb("esrepro.steps.provenance:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
     "dvc-record": Verb("esrepro.steps.provenance:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
     "audit": Verb("esrepro.steps.provenance:main_audit", "walk a result back to its data, model, config and code"),
+    "golden": Verb("esrepro.steps.provenance:main_golden",
+                   "write this tree's manifests and small outputs as a golden tree (for esrepro compare)"),
     "compare": Verb("esrepro.steps.provenance:main_compare",
                     "which outputs differ from a golden tree, and where each arose"),
     "essa-grpo": Verb("esrepro.steps.essa:essa_grpo", "GRPO baseline from a reference ESSA run's SFT start"),

@@ -280,3 +280,78 @@ def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison
         if d.presence == "both" and not d.is_origin:
             d.origins = sorted(origins(key, set()))
     return result
+
+
+#: What a golden tree keeps besides the manifests: recorded outputs that are data (not renderings or weights) and
+#: small enough to commit; larger or binary outputs are compared by the sha256 their manifests record.
+KEPT_SUFFIXES = (".csv", ".json", ".jsonl", ".md", ".tex")
+KEPT_MAX_BYTES = 256 * 1024
+
+
+def _kept(f: Path, root: Path) -> bool:
+    """Whether a golden tree keeps output file ``f``: data small enough to commit, not part of a checkpoint (its
+    folder's files are compared by the folder's recorded sha256), not a temporary."""
+    return (f.suffix in KEPT_SUFFIXES and f.stat().st_size <= KEPT_MAX_BYTES
+            and root.resolve() in f.resolve().parents
+            and not any(part.startswith(".") for part in f.relative_to(root).parts)
+            and not any(f.parent.glob("*.safetensors")))
+
+
+def snapshot(root: str | Path, dest: str | Path) -> list[str]:
+    """Write a golden tree of ``root`` into ``dest`` (replacing it): every manifest under data/ and results/, and
+    each recorded output file that :func:`_kept` keeps; the relative paths written. ``esrepro compare dest`` in another checkout then says which outputs differ and where."""
+    import shutil
+
+    from esrepro.io import atomic_path
+
+    root = Path(root)
+    manifests, _ = index_manifests(root)
+    if not manifests:
+        raise AuditError(f"no manifests under {root} (searched its data/ and results/): run the pipeline first")
+    keep: set[str] = set(manifests)
+    for m in manifests.values():
+        for rec in (m.get("outputs") or {}).values():
+            path = _at(root, rec["path"])
+            files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+            for f in files:
+                if _kept(f, root):
+                    keep.add(f.relative_to(root).as_posix())
+    with atomic_path(dest, is_dir=True) as tmp:
+        for rel in sorted(keep):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / rel, tmp / rel)
+    return sorted(keep)
+
+
+def readme_results(golden: str | Path) -> str:
+    """The README's tiny-scale results, written from the golden tables (never copied by hand)."""
+    import pandas as pd
+
+    tables = Path(golden) / "results" / "tables"
+    t1 = pd.read_csv(tables / "table1_countdown.csv")
+    row = t1[t1["model"] == "tiny"].iloc[0]
+    methods = ["Original", "PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO", "ES"]
+    lines = ["| " + " | ".join(methods) + " |", "|" + "---:|" * len(methods),
+             "| " + " | ".join(f"{row[f'{m} (ours)']:.1f}" for m in methods) + " |"]
+    t2 = pd.read_csv(tables / "table2_conciseness.csv")
+    t2_cols = [c for c in t2.columns if c in ("Method", "Setting", "Seeds", "Reward", "KL")]
+    lines += ["", "| " + " | ".join(t2_cols) + " |", "|" + "---|" * len(t2_cols)]
+    for _, r in t2[t2_cols].iterrows():
+        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r) + " |")
+    return "\n".join(lines) + "\n"
+
+
+README_BEGIN = "<!-- tiny results: written from golden/tiny by esrepro.golden.write_readme (make golden) -->"
+README_END = "<!-- end of tiny results -->"
+
+
+def write_readme(readme: str | Path, golden: str | Path) -> None:
+    """Replace the README's tiny-results block (between :data:`README_BEGIN` and :data:`README_END`) with
+    :func:`readme_results` of ``golden``."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{readme}: no tiny-results block ({README_BEGIN} ... {README_END})")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_BEGIN}\n{readme_results(golden)}{README_END}{tail}", encoding="utf-8")

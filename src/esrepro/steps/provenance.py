@@ -92,3 +92,12 @@ def main_compare(golden: str, root: str = ".") -> int:
     print("compare ok: every golden output is reproduced" if result.ok else "compare: outputs differ from golden",
           flush=True)
     return 0 if result.ok else 1
+
+
+def main_golden(out: str, root: str = ".") -> int:
+    """Write ``root``'s manifests and small recorded outputs as a golden tree into ``out`` (see esrepro.golden)."""
+    from esrepro.golden import snapshot
+
+    kept = snapshot(root, out)
+    print(f"golden tree {out}: {len(kept)} files", flush=True)
+    return 0
