@@ -334,10 +334,15 @@ def readme_results(golden: str | Path) -> str:
     lines = ["| " + " | ".join(methods) + " |", "|" + "---:|" * len(methods),
              "| " + " | ".join(f"{row[f'{m} (ours)']:.1f}" for m in methods) + " |"]
     t2 = pd.read_csv(tables / "table2_conciseness.csv")
-    t2_cols = [c for c in t2.columns if c in ("Method", "Setting", "Seeds", "Reward", "KL")]
-    lines += ["", "| " + " | ".join(t2_cols) + " |", "|" + "---|" * len(t2_cols)]
-    for _, r in t2[t2_cols].iterrows():
-        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r) + " |")
+
+    def spread(r: Any, col: str) -> str:
+        std = r.get(f"{col} std")
+        return f"{r[col]:.2f}" + ("" if pd.isna(std) else f" ± {std:.2f}")
+
+    lines += ["", "| Method | Setting | Seeds | Greedy reward | KL to the base model |", "|---|---|---:|---:|---:|"]
+    for _, r in t2.iterrows():
+        setting = "" if pd.isna(r["Setting"]) else r["Setting"]
+        lines.append(f"| {r['Method']} | {setting} | {r['Seeds']} | {spread(r, 'Reward')} | {spread(r, 'KL exact')} |")
     return "\n".join(lines) + "\n"
 
 
