@@ -8,12 +8,13 @@ parameters (see :mod:`esrepro.backends.vllm_layout`). Checksums, checkpoints and
 state are always in the HF layout, so every engine holding the same weights agrees, and a
 resume file written by one backend or tensor-parallel size loads into any other.
 
-vLLM 0.30.0 API used (verified in its source): ``LLM(model, dtype=, tensor_parallel_size=,
-seed=, gpu_memory_utilization=, enable_prefix_caching=, skip_tokenizer_init=,
+vLLM 0.32.0 API used (verified in its source, and run by tests/test_vllm_engine.py on its CPU
+build): ``LLM(model, dtype=, tensor_parallel_size=, seed=, gpu_memory_utilization=,
+kv_cache_memory_bytes=, enable_prefix_caching=, skip_tokenizer_init=,
 worker_extension_cls="pkg.module.Class")`` (``vllm/entrypoints/llm.py``; the extension class
 is resolved by qualified name in each worker and appended to the worker class's bases,
 ``vllm/v1/worker/worker_base.py``, so its attribute names must not clash with the worker's:
-all of ours start with ``es_``); ``LLM.collective_rpc(method_name, args=...)`` runs
+all of ours start with ``es_``); ``LLM.collective_rpc(method_name, timeout=, args=...)`` runs
 ``getattr(worker, method_name)(*args)`` on every worker and returns their results in rank
 order; a worker reaches its model with ``self.model_runner.get_model()`` (which unwraps
 CUDA-graph wrappers); ``LLM.reset_prefix_cache()`` returns whether the cache was dropped.

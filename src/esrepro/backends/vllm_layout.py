@@ -9,7 +9,8 @@ so a vLLM worker can apply exactly the HF noise to its own shard: the noise of a
 parameter is the HF noise of each constituent, generated with the HF tensor's full
 shape and then sliced the way the weights are sliced (zero in vocabulary padding).
 
-Facts about vLLM are those of the version pinned in ``pyproject.toml`` (``vllm==0.30.0``):
+Facts about vLLM are those of the version pinned in ``pyproject.toml`` (``vllm==0.32.0``; Qwen2 at
+tensor-parallel sizes 1 and 2 is also checked against the running engine by tests/test_vllm_engine.py):
 
 - ``vllm/model_executor/models/{qwen2,llama}.py``: ``hf_to_vllm_mapper`` stacks
   ``.q_proj/.k_proj/.v_proj`` into ``.qkv_proj`` (shards "q", "k", "v") and
@@ -40,7 +41,7 @@ import torch
 
 from esrepro.es.noise import NoiseVariant, noise_like
 
-#: ``DEFAULT_VOCAB_PADDING_SIZE`` in vLLM 0.30.0.
+#: ``DEFAULT_VOCAB_PADDING_SIZE`` in vLLM 0.32.0.
 VOCAB_PADDING = 64
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 
@@ -113,7 +114,7 @@ def _divide(total: int, parts: int, what: str) -> int:
 
 
 def _vllm_head_dim(config, model_type: str) -> int:
-    """Head size as vLLM 0.30.0 computes it (Qwen2 ignores ``config.head_dim``)."""
+    """Head size as vLLM 0.32.0 computes it (Qwen2 ignores ``config.head_dim``)."""
     default = config.hidden_size // config.num_attention_heads
     if model_type == "llama":
         return getattr(config, "head_dim", None) or default
