@@ -506,6 +506,7 @@ def test_slurm_es_job_with_two_ray_engines_runs_through_sbatch(slurm_cluster, tm
     spec = {k: v for k, v in manifest["settings"].items() if k not in ("method", "task", "model", "dtype", "chat")}
     serial = tmp_path / "serial"
     local_env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
+    local_env["ESREPRO_NUMERICS"] = manifest["numerics"]["mode"]  # the job's CPU numerics (esrepro.numerics)
     subprocess.run([str(BIN / "esrepro"), "train", "--method", "es", "--task", "countdown", "--model", "tiny",
                     "--model-dir", str(repo / "results/models/tiny/base"), "--dtype", "float32",
                     "--data-dir", str(repo / "data/prepared/countdown"), "--spec", json.dumps({**spec, "engines": 1}),
