@@ -1,0 +1,103 @@
+"""The vLLM ESSA engine, run for real on vLLM's CPU build, against the transformers ESSA engine.
+
+Same SFT adapter, same saved space, same candidates: the transformers engine merges the SFT
+adapter and applies a candidate to the merged weights; the vLLM engine serves the base with the
+candidate's rebuilt LoRA adapter, all candidates in one generate call. Greedy outputs agree
+unless float rounding (merged weight vs. base + LoRA) flips a near-tied token: the tests count
+such flips and bound them rather than hide them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SMALL_ARCH, make_model_dir
+
+pytestmark = pytest.mark.vllm
+
+if os.environ.get("ESREPRO_REQUIRE_VLLM"):
+    import vllm  # noqa: F401  (make test: a missing vLLM fails, it never skips)
+else:
+    vllm = pytest.importorskip("vllm", reason="vLLM runs in .venv-vllm (make test)")
+
+#: Head size 32: the smallest vLLM's CPU attention supports.
+ARCH = dict(SMALL_ARCH, hidden_size=64, intermediate_size=128)
+PAIRS = [(f"Using the numbers [{a} {b}], make {a + b}.", f" <think> {a} + {b} </think>\n<answer>{a} + {b}</answer>")
+         for a in range(1, 21) for b in range(1, 11)]
+SFT = dict(rank=8, alpha=16, epochs=2, learning_rate=0.05, batch_size=16)
+PROMPTS = [f"Using the numbers [{a} {b}], make {a + b}." for a in (3, 7, 12, 18) for b in (2, 9)]
+KV = 32 * 2**20
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def essa_model(tmp_path_factory):
+    """(base dir, SFT adapter dir, space path) of a tiny Qwen2 LoRA-SFT'd on the addition pairs."""
+    import torch
+
+    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.svd import SingularValueSpace
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("essa_vllm")
+    base = make_model_dir(root / "base", ARCH)
+    sft_lora(base, PAIRS, seed=0, out_dir=root / "sft", **SFT)
+    space = SingularValueSpace.build(load_lora(base, root / "sft"), fraction=0.5)
+    space.save(root / "space.safetensors")
+    return base, root / "sft", root / "space.safetensors"
+
+
+@pytest.fixture(scope="module")
+def engines(essa_model):
+    from esrepro.essa.engine import ESSAEngine
+    from esrepro.essa.vllm_engine import ESSAVLLMEngine
+
+    base, adapter, space = essa_model
+    v = ESSAVLLMEngine(base, adapter, space, dtype="float32", device="cpu", kv_cache_memory_bytes=KV, max_loras=8)
+    h = ESSAEngine(base, adapter, space, dtype="float32", device="cpu")
+    yield v, h
+    v.close()
+
+
+def candidates(space, n: int, scale: float, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [space.x0] + [space.x0 * (1 + rng.normal(0.0, scale, space.dim)) for _ in range(n - 1)]
+
+
+def hf_outputs(h, xs) -> list[list[str]]:
+    out = []
+    for x in xs:
+        h.apply(x)
+        try:
+            out.append(h.generate(PROMPTS, MAX_NEW))
+        finally:
+            h.restore()
+    return out
+
+
+def test_vllm_and_hf_essa_engines_generate_the_same(engines):
+    """Per candidate (x0 and perturbed ones), batched vLLM == one-at-a-time transformers, greedy; flips counted."""
+    v, h = engines
+    xs = candidates(v.space, 12, 1.0, seed=1)
+    ref = hf_outputs(h, xs)
+    batched = v.generate_candidates(v.prepare_candidates(xs), PROMPTS, MAX_NEW)
+    single = []
+    for x in xs[:3]:
+        v.apply(x)
+        single.append(v.generate(PROMPTS, MAX_NEW))
+        v.restore()
+    assert single == batched[:3], "one candidate per call and all in one call differ"
+    pairs = [(a, b) for ra, rb in zip(batched, ref) for a, b in zip(ra, rb)]
+    flips = [(a, b) for a, b in pairs if a != b]
+    print(f"\nvLLM vs transformers ESSA: {len(flips)} of {len(pairs)} greedy responses differ", flush=True)
+    for a, b in flips[:5]:
+        print(f"  vllm {a!r}\n  hf   {b!r}")
+    assert len(set(map(tuple, ref))) > 1, "the candidates should change the outputs (test too weak)"
+    assert len(flips) <= len(pairs) // 20, flips  # float rounding may flip a near tie, rarely
+    # no candidate means the SFT adapter itself, which x0's rebuilt adapter matches
+    assert v.generate(PROMPTS, MAX_NEW) == batched[0]
