@@ -101,3 +101,77 @@ def test_vllm_and_hf_essa_engines_generate_the_same(engines):
     assert len(flips) <= len(pairs) // 20, flips  # float rounding may flip a near tie, rarely
     # no candidate means the SFT adapter itself, which x0's rebuilt adapter matches
     assert v.generate(PROMPTS, MAX_NEW) == batched[0]
+
+
+# -- in the pipeline: rewards against the transformers engine, and a killed run's resume ------------------------
+
+from test_essa_train import SPEC, _log, _train_cmd, countdown_model, data_dir  # noqa: E402,F401  (fixtures)
+
+ENV = {**os.environ, "TQDM_DISABLE": "1"}
+VLLM_SPEC = {**SPEC, "backend": "vllm", "kv_cache_memory_bytes": KV, "max_loras": 8}
+FIELDS = ("rewards", "problems", "val_reward", "best_reward", "sigma")
+
+
+def _run(cmd: list[str], timeout: int = 900) -> None:
+    import subprocess
+
+    subprocess.run(cmd, check=True, env=ENV, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def hf_run(countdown_model, data_dir, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("essa_hf") / "run"
+    _run(_train_cmd(countdown_model, data_dir, run))
+    return run
+
+
+@pytest.fixture(scope="module")
+def vllm_run(countdown_model, data_dir, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("essa_vllm") / "run"
+    _run(_train_cmd(countdown_model, data_dir, run, VLLM_SPEC))
+    return run
+
+
+def test_vllm_backend_run_matches_transformers_rewards(hf_run, vllm_run):
+    """Same settings, same seed: every candidate's reward, hence the CMA-ES path, is the transformers engine's."""
+    hf, vl = _log(hf_run), _log(vllm_run)
+    rewards = [(a, b) for ra, rb in zip(hf, vl) for a, b in zip(ra["rewards"], rb["rewards"])]
+    differ = sum(a != b for a, b in rewards)
+    print(f"\nESSA run, vllm vs hf: {differ} of {len(rewards)} candidate rewards differ", flush=True)
+    assert [[r.get(f) for f in FIELDS] for r in hf] == [[r.get(f) for f in FIELDS] for r in vl]
+    manifest = json.loads((vllm_run / "manifest.json").read_text())
+    assert manifest["backend"] == "vllm" if "backend" in manifest else manifest["settings"]["backend"] == "vllm"
+    assert (vllm_run / "checkpoint" / "model.safetensors").exists()
+    assert (hf_run / "adapter" / "adapter_model.safetensors").read_bytes() == \
+        (vllm_run / "adapter" / "adapter_model.safetensors").read_bytes()
+
+
+def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, data_dir, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from esrepro.essa.strategy import CMAStrategy
+
+    killed = tmp_path / "killed"
+    cmd = _train_cmd(countdown_model, data_dir, killed, VLLM_SPEC)
+    proc = subprocess.Popen(cmd, env=ENV)
+    state = killed / "resume" / "state.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())["completed_generations"] >= 1:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "training finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = json.loads(state.read_text())["completed_generations"]
+    assert 1 <= done < SPEC["generations"]
+    _run(cmd)
+    assert [[r.get(f) for f in FIELDS] for r in _log(vllm_run)] == [[r.get(f) for f in FIELDS] for r in _log(killed)]
+    sa = CMAStrategy.from_state((vllm_run / "cma_state.npz").read_bytes()).state_dict()
+    sb = CMAStrategy.from_state((killed / "cma_state.npz").read_bytes()).state_dict()
+    assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
+    assert (vllm_run / "adapter" / "adapter_model.safetensors").read_bytes() == \
+        (killed / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert not (killed / "resume").exists()
