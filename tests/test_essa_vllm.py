@@ -178,3 +178,32 @@ def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, 
     assert (vllm_run / "adapter" / "adapter_model.safetensors").read_bytes() == \
         (killed / "adapter" / "adapter_model.safetensors").read_bytes()
     assert not (killed / "resume").exists()
+
+
+def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(vllm_run, countdown_model, data_dir):
+    """engines: 2 on the vllm backend (Ray actors, each batching its own candidates) == one transformers engine."""
+    from esrepro.essa.strategy import CMAStrategy
+    from esrepro.essa.svd import SingularValueSpace
+    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
+    from esrepro.population.ray_session import ensure_ray
+    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+
+    examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]
+    sft = vllm_run / "sft"
+    args = (str(countdown_model), str(sft / "adapter"), str(sft / "space.safetensors"))
+    scoring = IndexedScoring("countdown", examples, max_new_tokens=40, fitness="reward")
+    space = SingularValueSpace.load(sft / "space.safetensors")
+    xs = CMAStrategy(space.x0, 1.0, 5, seed=7).ask()
+    problems = [0, 3, 5, 8, 9, 12]
+    want, _ = SerialEvaluator(ESSAEngineSpec(*args, batch_size=16), scoring).candidate_rewards(xs, problems)
+    assert len(set(want)) > 1, "the rewards do not vary: the comparison would be weak"
+    ensure_ray(num_cpus=2)
+    spec = ESSAEngineSpec(*args, backend="vllm", kv_cache_memory_bytes=KV, max_loras=4)
+    ray_eval = RayEvaluator(spec, scoring, engines=2, per_engine={"num_cpus": 1})
+    try:
+        got, seconds = ray_eval.candidate_rewards(xs, problems)
+        assert got == want
+        assert len(set(ray_eval.checksums())) == 1
+        assert {"apply", "generation", "restore", "wall"} <= set(seconds)
+    finally:
+        ray_eval.close()
