@@ -411,8 +411,9 @@ CPU_KV_CACHE_BYTES = 256 * 2**20
 
 
 def platform_llm_kwargs(device: str, kv_cache_memory_bytes: int | None, llm_kwargs: dict) -> dict:
-    """Check ``device`` against the installed vLLM's platform and set, in ``llm_kwargs`` (returned), what that platform
-    needs: on the CPU build eager mode and a KV cache of ``kv_cache_memory_bytes`` (default :data:`CPU_KV_CACHE_BYTES`)."""
+    """Check ``device`` against the installed vLLM's platform and set, in ``llm_kwargs`` (returned), what that
+    platform needs: on the CPU build eager mode and a KV cache of ``kv_cache_memory_bytes`` (default
+    :data:`CPU_KV_CACHE_BYTES`)."""
     from vllm.platforms import current_platform
 
     on_cpu = current_platform.is_cpu()
