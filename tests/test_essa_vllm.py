@@ -232,3 +232,44 @@ def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(vl
         assert {"apply", "generation", "restore", "wall"} <= set(seconds)
     finally:
         ray_eval.close()
+
+
+def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown_model, data_dir):
+    """PopulationWorker.candidates on the vLLM engine: one LLM.generate for every candidate, phases timed, the
+    candidates' adapters dropped afterwards; the rewards are the one-at-a-time apply/generate/restore path's."""
+    from esrepro.essa.strategy import CMAStrategy
+    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.population.worker import PopulationWorker
+
+    examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]
+    sft = vllm_run / "sft"
+    spec = ESSAEngineSpec(str(countdown_model), str(sft / "adapter"), str(sft / "space.safetensors"),
+                          backend="vllm", kv_cache_memory_bytes=KV, max_loras=4)
+    worker = PopulationWorker(spec, IndexedScoring("countdown", examples, max_new_tokens=40, fitness="reward"))
+    engine = worker.engine
+    xs = CMAStrategy(engine.space.x0, 1.0, 6, seed=3).ask()
+    calls = []
+    generate = engine.llm.generate
+    engine.llm.generate = lambda *a, **k: calls.append(len(a[0])) or generate(*a, **k)
+    try:
+        rewards, seconds = worker.candidates(xs, [1, 4, 6, 7])
+    finally:
+        engine.llm.generate = generate
+    assert calls == [len(xs) * 4]  # six candidates (more than max_loras) x four problems, one call
+    assert set(seconds) == {"apply", "generation", "restore"} and all(v >= 0 for v in seconds.values())
+    assert engine.llm.llm_engine.list_loras() == set() and not any(engine._scratch.iterdir())
+    one_by_one = []
+    for x in xs:
+        engine.apply(x)
+        one_by_one.append(float(np.mean(worker.example_scores(engine.generate([worker.prompts[i] for i in
+                                                                               (1, 4, 6, 7)], 40), [1, 4, 6, 7]))))
+        engine.restore()
+    assert rewards == one_by_one
+
+
+def test_vllm_backend_refuses_quantised_precisions():
+    from esrepro.settings.methods import ESSASettings
+
+    with pytest.raises(ValueError, match="precision int8 runs on the hf backend only"):
+        ESSASettings(backend="vllm", precision="int8")
+    assert ESSASettings(backend="vllm").backend == "vllm"
