@@ -168,7 +168,7 @@ def test_vllm_backend_run_matches_transformers_rewards(hf_run, vllm_run):
     assert len({a for a, _ in rewards}) > 2, "the rewards hardly vary: the comparison would be weak"
     assert [[r.get(f) for f in FIELDS] for r in hf] == [[r.get(f) for f in FIELDS] for r in vl]
     manifest = json.loads((vllm_run / "manifest.json").read_text())
-    assert manifest["backend"] == "vllm" if "backend" in manifest else manifest["settings"]["backend"] == "vllm"
+    assert manifest["settings"]["backend"] == "vllm" and manifest.get("backend", "vllm") == "vllm"
     assert (vllm_run / "checkpoint" / "model.safetensors").exists()
     assert (hf_run / "adapter" / "adapter_model.safetensors").read_bytes() == \
         (vllm_run / "adapter" / "adapter_model.safetensors").read_bytes()
