@@ -444,7 +444,7 @@ def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path)
     try:
         code = ("from esrepro.es.train import engine_count; "
                 "print(engine_count(None, 'cuda', 1), engine_count(None, 'cuda', 2), engine_count(3, 'cuda', 1))")
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a loaded machine starts the head slowly
         while True:  # until the head answers
             probe = subprocess.run([sys.executable, "-c", code], env={**env, "RAY_ADDRESS": address}, cwd=tmp_path,
                                    capture_output=True, text=True, timeout=120)
