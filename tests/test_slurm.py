@@ -446,8 +446,11 @@ def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path)
                 "print(engine_count(None, 'cuda', 1), engine_count(None, 'cuda', 2), engine_count(3, 'cuda', 1))")
         deadline = time.monotonic() + 300  # a loaded machine starts the head slowly
         while True:  # until the head answers
-            probe = subprocess.run([sys.executable, "-c", code], env={**env, "RAY_ADDRESS": address}, cwd=tmp_path,
-                                   capture_output=True, text=True, timeout=120)
+            # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray keeps 127.0.0.1 as given instead of rewriting it to this
+            # machine's outward address (where the head, bound to 127.0.0.1, may not answer)
+            probe = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                                   env={**env, "RAY_ADDRESS": address, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+                                   timeout=120)
             if probe.returncode == 0 or time.monotonic() > deadline or head.poll() is not None:
                 break
             time.sleep(1)
