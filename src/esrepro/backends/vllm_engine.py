@@ -411,9 +411,13 @@ CPU_KV_CACHE_BYTES = 256 * 2**20
 
 
 def platform_llm_kwargs(device: str, kv_cache_memory_bytes: int | None, llm_kwargs: dict) -> dict:
-    """Check ``device`` against the installed vLLM's platform and set, in ``llm_kwargs`` (returned), what that
-    platform needs: on the CPU build eager mode and a KV cache of ``kv_cache_memory_bytes`` (default
+    """Prepare this process for a vLLM engine on ``device`` and set, in ``llm_kwargs`` (returned), what the installed
+    vLLM's platform needs. Call it before importing vllm: it confines ``cuda:N`` to that GPU, runs vLLM's engine
+    core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, :class:`VLLMEngine`), checks ``device`` against the
+    platform, and on the CPU build sets eager mode and a KV cache of ``kv_cache_memory_bytes`` (default
     :data:`CPU_KV_CACHE_BYTES`)."""
+    _select_device(device)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vLLM reads it
     from vllm.platforms import current_platform
 
     on_cpu = current_platform.is_cpu()
@@ -505,11 +509,9 @@ class VLLMEngine:
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").exists():
             raise FileNotFoundError(f"no model in {self.model_dir} (missing config.json)")
-        _select_device(device)
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vLLM reads it (class docstring)
+        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
         from vllm import LLM
 
-        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
         self.dtype = dtype
         self.call_timeout = call_timeout
         self.tokenizer = load_tokenizer(self.model_dir)

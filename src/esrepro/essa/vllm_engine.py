@@ -30,7 +30,6 @@ so q, k, v and o adapters load as they are.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -65,7 +64,7 @@ class ESSAVLLMEngine:
                  gpu_memory_utilization: float = 0.85, kv_cache_memory_bytes: int | None = None,
                  max_loras: int = 16, call_timeout: float | None = None, batch_size: int | None = None,
                  **llm_kwargs: Any) -> None:
-        from esrepro.backends.vllm_engine import _select_device, platform_llm_kwargs, stop_token_ids
+        from esrepro.backends.vllm_engine import platform_llm_kwargs, stop_token_ids
         from esrepro.essa.lora import ADAPTER_WEIGHTS
         from esrepro.essa.svd import SingularValueSpace
         from esrepro.models.decoding import model_greedy_rule
@@ -85,11 +84,9 @@ class ESSAVLLMEngine:
         self.precision, self.dtype, self.device = precision, dtype, device
         self.space = SingularValueSpace.load(self.space_path)
         rank = max(s.rank for s in self.space.svds.values())
-        _select_device(device)
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (VLLMEngine's docstring)
+        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
         from vllm import LLM
 
-        platform_llm_kwargs(device, kv_cache_memory_bytes, llm_kwargs)
         self.tokenizer = load_tokenizer(self.base_dir)
         self.stop_ids = stop_token_ids(self.base_dir, self.tokenizer)
         self.decoding = model_greedy_rule(self.base_dir)
