@@ -429,32 +429,33 @@ def _free_port() -> int:
 
 def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path):
     """engines: null on CUDA counts the GPUs of the whole cluster RAY_ADDRESS names (every node
-    of a multi-node job), per tensor_parallel_size; here a Ray head that declares 8 GPUs."""
+    of a multi-node job), per tensor_parallel_size; here a Ray head that declares 8 GPUs, started
+    as scripts/ray-slurm starts a job's head (its --node mode, on this machine's address)."""
     env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex(), RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")
-    address = f"127.0.0.1:{_free_port()}"
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
+    ip = subprocess.run([sys.executable, "-c", "import ray._private.services as s; print(s.get_node_ip_address())"],
+                        env=env, capture_output=True, text=True, check=True).stdout.strip()
+    address = f"{ip}:{_free_port()}"
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # not /tmp/ray (see scripts/ray-slurm); short
-    head = subprocess.Popen([str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-                             f"--temp-dir={temp_dir}",
-                             f"--port={address.split(':')[1]}", "--num-cpus=1", "--num-gpus=8",
-                             "--include-dashboard=false", f"--dashboard-port={_free_port()}",
-                             f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats"],
-                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    log = tmp_path / "head.log"
+    with log.open("w") as out:
+        head = subprocess.Popen([str(RAY_SLURM), "--node", "head", address], cwd=tmp_path, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**env, "RAY": str(BIN / "ray"), "RAY_SLURM_TEMP_DIR": temp_dir,
+                                     "SLURM_CPUS_PER_TASK": "1", "SLURM_GPUS_ON_NODE": "8",
+                                     "SLURM_MEM_PER_NODE": "2000"})
     try:
         code = ("from esrepro.es.train import engine_count; "
                 "print(engine_count(None, 'cuda', 1), engine_count(None, 'cuda', 2), engine_count(3, 'cuda', 1))")
         deadline = time.monotonic() + 300  # a loaded machine starts the head slowly
         while True:  # until the head answers
-            # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray keeps 127.0.0.1 as given instead of rewriting it to this
-            # machine's outward address (where the head, bound to 127.0.0.1, may not answer)
             probe = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                                   env={**env, "RAY_ADDRESS": address, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-                                   timeout=120)
+                                   env={**env, "RAY_ADDRESS": address}, timeout=150)
             if probe.returncode == 0 or time.monotonic() > deadline or head.poll() is not None:
                 break
             time.sleep(1)
-        assert probe.returncode == 0, probe.stderr[-3000:]
+        assert probe.returncode == 0, (f"head exit status {head.poll()}; the probe:\n{probe.stderr[-3000:]}\n"
+                                       f"the head:\n{log.read_text()[-3000:]}")
         assert probe.stdout.split() == ["8", "4", "3"]
     finally:
         head.terminate()
