@@ -64,9 +64,11 @@ def test_vllm_engines_get_their_own_caches_and_ports():
     from esrepro.population.evaluators import engine_env
     from esrepro.population.spec import EngineSpec
 
-    envs = [engine_env(EngineSpec("m", backend="vllm"), k)["env_vars"] for k in range(3)]
+    envs = [engine_env(EngineSpec("m", backend="vllm"), k, "/tmp/caches")["env_vars"] for k in range(3)]
     for key in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "VLLM_PORT"):
         assert len({env[key] for env in envs}) == 3, key
+    for key in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
+        assert all(env[key].startswith("/tmp/caches/") for env in envs), key  # under the evaluator's folder
     assert all("PYTHONPATH" in env for env in envs)  # the job's own environment still reaches the actor
     assert engine_env(EngineSpec("m", backend="hf"), 0) == {}
 

@@ -155,7 +155,10 @@ def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring
         parallel = RayEvaluator(vllm_spec, scoring, engines=2, per_engine={"num_cpus": 1}, start_timeout=600)
         log_ray = run_es(parallel, cfg, tmp_path / "ray", progress=False)
         parallel.save(tmp_path / "ray_final")
+        caches = parallel.cache_root
+        assert caches is not None and caches.is_dir()
         parallel.close()
+        assert not caches.exists()  # the engines' compile caches go with them
     finally:
         ray.shutdown()
     serial = SerialEvaluator(EngineSpec(str(model_dir), restore="subtract", batch_size=2), scoring)

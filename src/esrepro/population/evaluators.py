@@ -9,6 +9,8 @@ bit-identically. After every update the engines' checksums must agree.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,16 +27,17 @@ class EngineMismatch(RuntimeError):
     """Engines that applied the same updates hold different weights, or would draw different noise."""
 
 
-def engine_env(spec: Any, k: int) -> dict:
-    """Ray runtime environment of engine ``k``: a vLLM engine gets compile caches and a port range of its own, so
-    engines built on one node never share a cache folder or race for a port (each starts after the previous one
-    answers, too); other engines need nothing (the job's environment, :func:`job_env`)."""
+def engine_env(spec: Any, k: int, cache_root: str | Path | None = None) -> dict:
+    """Ray runtime environment of engine ``k``: a vLLM engine gets compile caches (under ``cache_root``, default a
+    folder of this process in the temp dir) and a port range of its own, so engines built on one node never share a
+    cache folder or race for a port (each starts after the previous one answers, too); other engines need nothing
+    (the job's environment, :func:`job_env`)."""
     if getattr(spec, "backend", None) != "vllm":
         return {}  # the job's runtime environment applies
     import os
     import tempfile
 
-    root = Path(tempfile.gettempdir()) / f"esrepro-vllm-{os.getpid()}-engine{k}"
+    root = Path(cache_root or Path(tempfile.gettempdir()) / f"esrepro-vllm-{os.getpid()}") / f"engine{k}"
     env = {
         "VLLM_CACHE_ROOT": str(root / "vllm"),
         "TRITON_CACHE_DIR": str(root / "triton"),
@@ -124,6 +127,8 @@ class RayEvaluator:
         self._ops: list[tuple] = []  # weight changes since that state, in order
         self.actors: list[Any] = []
         self.respawned = 0
+        # the vLLM engines' compile caches: one folder for this evaluator, removed by close()
+        self.cache_root = Path(tempfile.mkdtemp(prefix="esrepro-vllm-")) if getattr(engine, "backend", None) == "vllm" else None
         try:
             for k in range(engines):  # one after another: engines sharing a GPU must not start side by side
                 self.actors.append(self._start(k))
@@ -143,7 +148,7 @@ class RayEvaluator:
         from ray.exceptions import GetTimeoutError
 
         options = dict(self._resources)
-        env = engine_env(self._spec, k)
+        env = engine_env(self._spec, k, self.cache_root)
         if env:
             options["runtime_env"] = env
         actor = self._actor_class.options(**options).remote(self._spec, self._scoring)
@@ -285,3 +290,5 @@ class RayEvaluator:
                 ray.kill(actor)
             except Exception:
                 pass
+        if self.cache_root is not None:
+            shutil.rmtree(self.cache_root, ignore_errors=True)
