@@ -270,9 +270,9 @@ def test_essa_kills_at_random_points_and_a_corrupted_sft_cache(countdown_model, 
     done = esrepro(*_train_cmd(countdown_model, data_dir, run)[3:], timeout=600)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((run / "manifest.json").read_text())
-    from esrepro.essa.train import file_sha256
+    from esrepro.io import sha256_file
 
-    assert manifest["essa"]["sft_adapter_sha256"] == file_sha256(adapter)
+    assert manifest["essa"]["sft_adapter_sha256"] == sha256_file(adapter)
     assert not (run / "resume").exists()
 
 

@@ -1,8 +1,9 @@
-"""Atomic file output and JSON-lines helpers: nothing is ever left half-written."""
+"""Atomic file output, JSON-lines helpers and file hashing: nothing is ever left half-written."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -93,3 +94,12 @@ def reading(path: str | os.PathLike, what: str = "") -> Iterator[None]:
         raise ValueError(f"{path}: cannot read{' ' + what if what else ''}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # e.g. safetensors' SafetensorError, a torch or pickle error
         raise ValueError(f"{path}: cannot read{' ' + what if what else ''}: {type(exc).__name__}: {exc}") from exc
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from esrepro.data.fetch import sha256_file
+from esrepro.io import sha256_file
 
 PACKAGES = ("esrepro", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "pandas",
             "trl", "accelerate", "peft", "cmaes", "ray", "vllm")

@@ -25,8 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from esrepro.data.fetch import sha256_file
-from esrepro.io import atomic_path, read_json
+from esrepro.io import atomic_path, read_json, sha256_file
 
 PathLike = str | os.PathLike
 

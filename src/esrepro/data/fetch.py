@@ -7,26 +7,16 @@ never lands under ``data/raw``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import urllib.request
 from pathlib import Path
 
-from esrepro.io import atomic_path
+from esrepro.io import atomic_path, sha256_file
 
 
 class ChecksumError(RuntimeError):
     """A file's sha256 differs from the pinned one."""
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify_sha256(path: str | os.PathLike, expected: str, what: str = "") -> None:

@@ -20,14 +20,12 @@ solution CMA-ES reports; the best candidate stays in ``cma_state.npz`` (``best_x
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
 
 from esrepro import paths as P
-from esrepro.io import atomic_path, read_json, write_json
+from esrepro.io import atomic_path, read_json, sha256_file, write_json
 from esrepro.train.context import TrainContext, TrainOutcome
 
 SFT = "sft"  # the SFT cache inside the run directory
@@ -39,14 +37,6 @@ CMA_STATE = "cma_state.npz"
 #: ESSASettings fields the SFT adapter and the space depend on.
 SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_batch_size",
               "fraction", "selection")
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def sft_key(ctx: TrainContext) -> dict:
@@ -86,8 +76,8 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
         "summary": summary,
         "space": {"dim": space.dim, "modules": len(space.names), "fraction": space.fraction,
                   "selection": space.selection},
-        "adapter_sha256": file_sha256(root / SFT_ADAPTER / "adapter_model.safetensors"),
-        "space_sha256": file_sha256(root / SPACE),
+        "adapter_sha256": sha256_file(root / SFT_ADAPTER / "adapter_model.safetensors"),
+        "space_sha256": sha256_file(root / SPACE),
         "seconds_sft": t1 - t0,
         "seconds_svd": time.perf_counter() - t1,
     }
@@ -110,7 +100,7 @@ def verify_sft(root: Path, record: dict | None = None) -> None:
         path, want = root / rel, record.get(key)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing (recorded in {record_file})")
-        if want and (got := file_sha256(path)) != want:
+        if want and (got := sha256_file(path)) != want:
             raise IntegrityError(f"{path}: sha256 {got} does not match {want} recorded in {record_file}")
 
 
@@ -227,9 +217,9 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
             "best_reward": best_reward,
             "final_sigma": strategy.sigma,
             "adapter": str(run / ADAPTER),
-            "adapter_sha256": file_sha256(run / ADAPTER / "adapter_model.safetensors"),
+            "adapter_sha256": sha256_file(run / ADAPTER / "adapter_model.safetensors"),
             "cma_state": str(run / CMA_STATE),
-            "cma_state_sha256": file_sha256(run / CMA_STATE),
+            "cma_state_sha256": sha256_file(run / CMA_STATE),
             "checkpoint_note": ("candidate merged into the registry-dtype weights it was scored with"
                                 if cfg.precision == "native" else
                                 f"candidate adapter merged into the unquantised base (scored on a {cfg.precision} base)"),

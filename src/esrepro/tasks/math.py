@@ -37,6 +37,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Sequence
 
 from esrepro.tasks.base import Score, Task
+from esrepro.tasks.math_answer import clean_answer
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, GradingPool, shared_pool
 
 
@@ -131,23 +132,6 @@ def _unwrap_text(s: str) -> str:
             inner, end = got
             s = s[:i] + inner + s[end:]
             start = i
-    return s
-
-
-def clean_answer(answer: Any) -> str:
-    """A gold or predicted answer as one LaTeX-ish string without math delimiters.
-
-    Integral floats become integers (``142.0`` -> ``142``, the AMC23 copy stores
-    floats); surrounding whitespace, ``$``/``\\(``/``\\)`` delimiters and a final
-    period are dropped; an escaped ``\\$`` (currency) is kept.
-    """
-    if isinstance(answer, float) and answer.is_integer():
-        answer = int(answer)
-    s = str(answer).strip()
-    s = "\\$".join(part.replace("$", "") for part in s.split("\\$"))  # no placeholder a response could forge
-    s = s.replace("\\(", "").replace("\\)", "").strip()
-    while s.endswith("."):
-        s = s[:-1].rstrip()
     return s
 
 

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from esrepro.tasks.math import clean_answer
+from esrepro.tasks.math_answer import clean_answer
 from esrepro.tasks.sources import (
     EMBEDDED,
     HubClient,

@@ -22,7 +22,8 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from esrepro.tasks.math import MathTask, clean_answer
+from esrepro.tasks.math import MathTask
+from esrepro.tasks.math_answer import clean_answer
 from esrepro.tasks.sources import (
     EMBEDDED,
     first_field,

@@ -29,7 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
-from esrepro.data.fetch import sha256_file, verify_sha256
+from esrepro.data.fetch import verify_sha256
+from esrepro.io import sha256_file
 from esrepro.io import atomic_path, read_jsonl, write_jsonl
 
 #: ``source`` of every generated or hand-written row: not the papers' data.
