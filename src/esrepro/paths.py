@@ -27,7 +27,8 @@ TRAIN_LOG = "log.jsonl"  # one row per iteration / step
 MANIFEST = "manifest.json"
 SELECTION = "selection.json"  # RL: the grid cell kept
 SNAPSHOTS = "checkpoints"  # weights kept every keep_every iterations: checkpoints/iter000010/ ...
-RESUME = "resume"  # ES resume state (not a declared output)
+RESUME = "resume"  # ES / ESSA resume state (not a declared output; esrepro.train.resume)
+CMA_STATE = "cma_state.npz"  # ESSA: the CMA-ES state, in the resume state and beside the final run
 
 # Tables and figures (stems: .csv/.md/.tex or .png/.pdf are added).
 TABLE1 = f"{TABLES}/table1_countdown"

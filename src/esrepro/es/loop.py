@@ -9,8 +9,6 @@ derived, not drawn, resuming needs only the weights and the iteration count.
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -19,48 +17,35 @@ import numpy as np
 from tqdm import tqdm
 
 from esrepro.es.strategy import ESStrategy
-from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.population.evaluators import EngineMismatch
 from esrepro.settings.methods import ESSettings
+from esrepro.train.resume import ResumeMismatch, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
 NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "tensor_parallel_size", "gpu_memory_utilization",
                 "kv_cache_memory_bytes", "start_timeout", "call_timeout"}
 
 
-class ResumeMismatch(RuntimeError):
-    """A resume checkpoint exists but was written by a run with different settings."""
-
-
 def _state_key(cfg: ESSettings, seed: int) -> dict:
     """What a resume state must have been written with: the settings that shape the weights, and the seed."""
-    return {**cfg.model_dump(mode="json", exclude=NOT_IN_STATE), "seed": seed}
+    return state_key(cfg, seed, NOT_IN_STATE)
 
 
 def _save_state(state_dir: Path, cfg: ESSettings, seed: int, iteration: int, evaluator, log: list[dict],
                 extra: dict[str, list[dict]] | None = None) -> None:
-    """Write the resume checkpoint atomically: weights (and masters), completed iterations, log so far, and each
-    ``extra`` list of rows (``<name>.jsonl``, e.g. the periodic evaluation's points)."""
-    with atomic_path(state_dir, is_dir=True) as tmp:
-        evaluator.save_state(tmp)
-        (tmp / "log.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
-        for name, rows in (extra or {}).items():
-            (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        write_json(tmp / "state.json", {"completed_iterations": iteration, "config": _state_key(cfg, seed),
-                                        "noise_device": evaluator.noise_device()})
+    """Write the resume state atomically: the engines' weights (and masters), completed iterations, the log so
+    far, and each ``extra`` list of rows (``<name>.jsonl``, e.g. the periodic evaluation's points)."""
+    meta = {"completed_iterations": iteration, "config": _state_key(cfg, seed),
+            "noise_device": evaluator.noise_device()}
+    write_state(state_dir, meta, log, evaluator.save_state, extra)
     evaluator.mark_state(state_dir)
 
 
 def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
                 extra: dict[str, list[dict]] | None = None) -> tuple[int, list[dict]]:
-    """Load a resume checkpoint into every engine; returns (start iteration, log). Each ``extra`` list is
-    replaced, in place, by the rows the checkpoint holds for it."""
-    meta = read_json(state_dir / "state.json")
-    if meta["config"] != _state_key(cfg, seed):
-        raise ResumeMismatch(
-            f"{state_dir} was written with settings {meta['config']}, not {_state_key(cfg, seed)}; "
-            f"delete {state_dir} to start this run afresh"
-        )
+    """Load a resume state into every engine; returns (start iteration, log). Each ``extra`` list is
+    replaced, in place, by the rows the state holds for it."""
+    meta, log = read_state(state_dir, _state_key(cfg, seed), extra)
     written_on, here = meta.get("noise_device"), evaluator.noise_device()
     if written_on is not None and written_on != here:
         raise ResumeMismatch(
@@ -68,10 +53,7 @@ def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
             f"seeds would give other noise; resume on {written_on} or delete {state_dir} to start afresh"
         )
     evaluator.load_state(state_dir)
-    for name, rows in (extra or {}).items():
-        path = state_dir / f"{name}.jsonl"
-        rows[:] = read_jsonl(path) if path.exists() else []
-    return meta["completed_iterations"], read_jsonl(state_dir / "log.jsonl")
+    return meta["completed_iterations"], log
 
 
 def iteration_batch(n_examples: int, per_iteration: int, seed: int, iteration: int) -> list[int]:
@@ -115,7 +97,7 @@ def run_es(
     state_dir = Path(state_dir)
     strategy = ESStrategy(cfg.population, cfg.sigma, cfg.alpha, seed)
     start, log = 0, []
-    if (state_dir / "state.json").exists():
+    if has_state(state_dir):
         start, log = _load_state(state_dir, cfg, seed, evaluator, extra)
     bar = tqdm(total=cfg.iterations, initial=start, desc="ES", unit="it", disable=not progress)
     for it in range(start, cfg.iterations):
@@ -159,8 +141,3 @@ def run_es(
             _save_state(state_dir, cfg, seed, done, evaluator, log, extra)
     bar.close()
     return log
-
-
-def clear_state(state_dir: str | Path) -> None:
-    """Remove a finished run's resume checkpoint."""
-    shutil.rmtree(state_dir, ignore_errors=True)

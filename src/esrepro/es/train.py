@@ -117,16 +117,17 @@ def ray_placement(spec, engines: int, on_gpu: bool, tensor_parallel_size: int = 
 
 def train_es(ctx: TrainContext) -> TrainOutcome:
     """Run ES on ``ctx``'s model; resumes from ``<run>/resume`` when a killed run left state there."""
-    from esrepro.es.loop import clear_state, run_es
+    from esrepro.es.loop import run_es
     from esrepro.io import atomic_path
     from esrepro.rl.budget import es_sample_budget
 
     from esrepro.train.periodic import clear_periodic, periodic_of, write_periodic
+    from esrepro.train.resume import clear_state, has_state
 
     cfg = ctx.settings
     evaluator = make_evaluator(ctx)
     resume = ctx.run_dir / P.RESUME
-    fresh = not (resume / "state.json").exists()
+    fresh = not has_state(resume)
     if fresh:
         shutil.rmtree(ctx.run_dir / P.SNAPSHOTS, ignore_errors=True)  # a fresh start keeps no stale snapshots
         clear_periodic(ctx.run_dir)

@@ -12,8 +12,6 @@ written atomically every ``resume_every`` generations, as ``es/loop.py`` does fo
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,21 +20,15 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from esrepro import paths as P
 from esrepro.essa.data import generation_subset
 from esrepro.essa.strategy import CMAStrategy
-from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.settings.methods import ESSASettings
+from esrepro.train.resume import has_state, read_state, state_key, write_state
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
 NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "gpu_memory_utilization", "kv_cache_memory_bytes",
                 "max_loras"}
-STATE = "state.json"
-CMA_STATE = "cma_state.npz"
-LOG = "log.jsonl"
-
-
-class ResumeMismatch(RuntimeError):
-    """A resume state exists but was written by a run with different settings."""
 
 
 @dataclass(frozen=True)
@@ -47,28 +39,21 @@ class Problems:
     val: list[int]  # held-out problems the mean is scored on (empty: none)
 
 
-def state_key(cfg: ESSASettings, seed: int, extra: dict | None = None) -> dict:
+def essa_state_key(cfg: ESSASettings, seed: int, extra: dict | None = None) -> dict:
     """What a resume state must have been written with: the settings that shape the run, the seed, and ``extra``
     (e.g. the SFT adapter's hash)."""
-    return {**cfg.model_dump(mode="json", exclude=NOT_IN_STATE), "seed": seed, **(extra or {})}
+    return state_key(cfg, seed, NOT_IN_STATE, extra)
 
 
 def _save_state(state_dir: Path, key: dict, strategy: CMAStrategy, log: list[dict], meta: dict) -> None:
-    with atomic_path(state_dir, is_dir=True) as tmp:
-        (tmp / CMA_STATE).write_bytes(strategy.to_bytes())
-        (tmp / LOG).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
-        write_json(tmp / STATE, {"completed_generations": strategy.generation, "config": key, **meta})
+    write_state(state_dir, {"completed_generations": strategy.generation, "config": key, **meta}, log,
+                lambda folder: (folder / P.CMA_STATE).write_bytes(strategy.to_bytes()))
 
 
 def load_state(state_dir: str | Path, key: dict) -> tuple[CMAStrategy, list[dict], dict]:
     """(strategy, log, metadata) of a resume state; a state written with other settings is refused."""
-    state_dir = Path(state_dir)
-    meta = read_json(state_dir / STATE)
-    if meta["config"] != key:
-        raise ResumeMismatch(f"{state_dir} was written with settings {meta['config']}, not {key}; delete "
-                             f"{state_dir} to start this run afresh")
-    strategy = CMAStrategy.from_state((state_dir / CMA_STATE).read_bytes())
-    return strategy, read_jsonl(state_dir / LOG), meta
+    meta, log = read_state(state_dir, key)
+    return CMAStrategy.from_state((Path(state_dir) / P.CMA_STATE).read_bytes()), log, meta
 
 
 def _mean_reward(evaluator, x: np.ndarray, problems: Sequence[int]) -> tuple[float, float]:
@@ -94,8 +79,8 @@ def run_essa(
     held-out problems). If ``state_dir`` holds a resume state the run continues from it.
     """
     state_dir = Path(state_dir)
-    key = state_key(cfg, seed, key_extra)
-    if (state_dir / STATE).exists():
+    key = essa_state_key(cfg, seed, key_extra)
+    if has_state(state_dir):
         strategy, log, meta = load_state(state_dir, key)
         meta = {"val_reward_sft": meta.get("val_reward_sft")}
     else:
@@ -148,8 +133,3 @@ def run_essa(
             _save_state(state_dir, key, strategy, log, meta)
     bar.close()
     return log, strategy, meta
-
-
-def clear_state(state_dir: str | Path) -> None:
-    """Remove a finished run's resume state."""
-    shutil.rmtree(state_dir, ignore_errors=True)

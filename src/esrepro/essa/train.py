@@ -27,13 +27,13 @@ from pathlib import Path
 from esrepro import paths as P
 from esrepro.io import atomic_path, read_json, sha256_file, write_json
 from esrepro.train.context import TrainContext, TrainOutcome
+from esrepro.train.resume import clear_state, has_state
 
 SFT = "sft"  # the SFT cache inside the run directory
 SFT_ADAPTER = "adapter"
 SPACE = "space.safetensors"
 SFT_RECORD = "sft.json"
 ADAPTER = "adapter"  # the final solution as a peft adapter, beside checkpoint/
-CMA_STATE = "cma_state.npz"
 #: ESSASettings fields the SFT adapter and the space depend on.
 SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_batch_size",
               "fraction", "selection")
@@ -158,7 +158,7 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
     from esrepro.essa.data import essa_sample_budget, split_examples, sft_completion
     from esrepro.essa.engine import check_precision
     from esrepro.essa.export import save_adapter
-    from esrepro.essa.loop import Problems, clear_state, run_essa
+    from esrepro.essa.loop import Problems, run_essa
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import EngineMismatch
 
@@ -166,7 +166,7 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
     check_precision(cfg.precision, ctx.device)  # before any work
     run = ctx.run_dir
     resume = run / P.RESUME
-    resuming = (resume / "state.json").exists()
+    resuming = has_state(resume)
     if not resuming:
         shutil.rmtree(run / P.SNAPSHOTS, ignore_errors=True)  # a fresh start keeps no stale snapshots
     splits = split_examples(ctx.examples, cfg.sft_examples, cfg.fitness_examples, cfg.val_examples)
@@ -193,7 +193,7 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
                                    on_generation=keep_snapshot)
     solution = strategy.mean
     save_adapter(space, solution, run / SFT / SFT_ADAPTER, run / ADAPTER)
-    with atomic_path(run / CMA_STATE) as tmp:
+    with atomic_path(run / P.CMA_STATE) as tmp:
         tmp.write_bytes(strategy.to_bytes())
     best_x, best_reward = strategy.best
     summary = sft["summary"]
@@ -218,8 +218,8 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
             "final_sigma": strategy.sigma,
             "adapter": str(run / ADAPTER),
             "adapter_sha256": sha256_file(run / ADAPTER / "adapter_model.safetensors"),
-            "cma_state": str(run / CMA_STATE),
-            "cma_state_sha256": sha256_file(run / CMA_STATE),
+            "cma_state": str(run / P.CMA_STATE),
+            "cma_state_sha256": sha256_file(run / P.CMA_STATE),
             "checkpoint_note": ("candidate merged into the registry-dtype weights it was scored with"
                                 if cfg.precision == "native" else
                                 f"candidate adapter merged into the unquantised base (scored on a {cfg.precision} base)"),
