@@ -18,12 +18,11 @@ from tqdm import tqdm
 
 from esrepro.es.strategy import ESStrategy
 from esrepro.population.evaluators import EngineMismatch
-from esrepro.settings.methods import ESSettings
+from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
 from esrepro.train.resume import ResumeMismatch, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "tensor_parallel_size", "gpu_memory_utilization",
-                "kv_cache_memory_bytes", "start_timeout", "call_timeout"}
+NOT_IN_STATE = {"keep_every", "resume_every", "tensor_parallel_size", *ENGINE_FIELDS}
 
 
 def _state_key(cfg: ESSettings, seed: int) -> dict:

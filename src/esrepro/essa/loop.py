@@ -23,12 +23,11 @@ from tqdm import tqdm
 from esrepro import paths as P
 from esrepro.essa.data import generation_subset
 from esrepro.essa.strategy import CMAStrategy
-from esrepro.settings.methods import ESSASettings
+from esrepro.settings.methods import ENGINE_FIELDS, ESSASettings
 from esrepro.train.resume import has_state, read_state, state_key, write_state
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "engines", "backend", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                "max_loras"}
+NOT_IN_STATE = {"keep_every", "resume_every", "max_loras", *ENGINE_FIELDS}
 
 
 @dataclass(frozen=True)

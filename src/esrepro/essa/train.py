@@ -139,7 +139,8 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     if engines == 1:
         return SerialEvaluator(spec, scoring)
     spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"))
-    return RayEvaluator(spec, scoring, engines, per_engine)
+    return RayEvaluator(spec, scoring, engines, per_engine, start_timeout=cfg.start_timeout,
+                        call_timeout=cfg.call_timeout)
 
 
 def _prompt_formatter(ctx: TrainContext):

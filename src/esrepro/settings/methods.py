@@ -42,7 +42,32 @@ class MethodSettings(Settings):
                                         "generation batch (null: 64; ES evaluates with its engines' batch_size)")
 
 
-class ESSettings(MethodSettings):
+class PopulationSettings(MethodSettings):
+    """Options of the engines a population is scored on: ES members, ESSA candidates."""
+
+    backend: Literal["hf", "vllm"] = Field("hf", description="generation engine: hf (transformers, CPU or GPU) or "
+                                           "vllm (GPU, the vllm extra)")
+    engines: int | None = Field(None, ge=1, description="engines scoring the population: 1 runs in-process, more "
+                                "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
+                                "1 on CPU")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vllm backend: share of each GPU an engine's vLLM takes for weights, activations "
+        "and KV cache; null: 0.85, divided among the engines sharing a GPU (the rest holds ES's weight copies and "
+        "noise)")
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="vllm backend: KV cache bytes per engine instead of sizing it from "
+        "gpu_memory_utilization (on vLLM's CPU build null means 256 MiB)")
+    start_timeout: float = Field(1800, gt=0, description="seconds an engine actor (engines > 1) may take to start "
+                                 "before the run stops with the resources it waited for")
+    call_timeout: float = Field(3600, gt=0, description="seconds one call to an engine may take (a population "
+                                "slice, an update, a save) before the run stops as hung")
+
+
+#: PopulationSettings fields that change neither the weights nor the rewards of a run (a resume may change them).
+ENGINE_FIELDS = frozenset(PopulationSettings.model_fields) - frozenset(MethodSettings.model_fields)
+
+
+class ESSettings(PopulationSettings):
     """Full-parameter evolution strategies (the paper's Algorithm 1)."""
 
     algorithm: Literal["es"] = Field("es", description="es")
@@ -66,22 +91,7 @@ class ESSettings(MethodSettings):
     master_weights: Literal["float32"] | None = Field(
         None, description="float32: keep fp32 master weights for bf16/fp16 models, so updates below a bf16 ulp survive")
     resume_every: int = Field(50, ge=1, description="write the resume state (<run>/resume/) every K iterations")
-    backend: Literal["hf", "vllm"] = Field("hf", description="generation engine: hf (transformers, CPU or GPU) or "
-                                           "vllm (GPU, the vllm extra)")
-    engines: int | None = Field(None, ge=1, description="engines evaluating the population: 1 runs in-process, more "
-                                "run as Ray actors (one per GPU, or CPU processes); null: one per GPU of the job, "
-                                "1 on CPU")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
-    gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="vllm backend: share of each GPU an engine's vLLM takes for weights, activations "
-        "and KV cache (ES keeps its weight copies outside it); null: 0.85, divided among the engines sharing a GPU")
-    kv_cache_memory_bytes: int | None = Field(
-        None, ge=1, description="vllm backend: KV cache bytes per engine instead of sizing it from "
-        "gpu_memory_utilization (on vLLM's CPU build null means 256 MiB)")
-    start_timeout: float = Field(1800, gt=0, description="seconds an engine actor (engines > 1) may take to start "
-                                 "before the run stops with the resources it waited for")
-    call_timeout: float = Field(3600, gt=0, description="seconds one call to an engine may take (a population "
-                                "slice, an update, a save) before the run stops as hung")
     generation: Generation = Field(
         "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "
         "cache and compiled decoding; CUDA graphs on GPU) or continuous (transformers' continuous batching, paged "
@@ -206,7 +216,7 @@ class PPOSettings(RLSettings):
 # --- ESSA (Korotyshova et al., arXiv 2507.04453) ------------------------------------------
 
 
-class ESSASettings(MethodSettings):
+class ESSASettings(PopulationSettings):
     """ESSA: LoRA SFT, then CMA-ES over the top singular values of every adapter (esrepro.essa).
 
     The run reads the first ``train_examples`` = ``sft_examples`` + ``fitness_examples`` +
@@ -257,16 +267,8 @@ class ESSASettings(MethodSettings):
         "hf", description="generation engine: hf (transformers: the SFT adapter merged, one candidate at a time) or "
         "vllm (the base loaded once, each candidate a LoRA adapter, all of an engine's candidates in one batch; "
         "precision native only)")
-    gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="vllm backend: share of each GPU an engine's vLLM takes; null: 0.85, divided "
-        "among the engines sharing a GPU")
-    kv_cache_memory_bytes: int | None = Field(
-        None, ge=1, description="vllm backend: KV cache bytes per engine instead of sizing it from "
-        "gpu_memory_utilization (on vLLM's CPU build null means 256 MiB)")
     max_loras: int = Field(16, ge=1, description="vllm backend: candidate adapters vLLM runs in one batch (more "
                            "candidates per engine are scheduled in turn)")
-    engines: int | None = Field(None, ge=1, description="engines scoring the population: 1 runs in-process, more "
-                                "run as Ray actors (one per GPU, or CPU processes); null: one per GPU, 1 on CPU")
     resume_every: int = Field(10, ge=1, description="write the resume state (<run>/resume/) every K generations")
 
     @model_validator(mode="before")
