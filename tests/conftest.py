@@ -13,6 +13,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "es-at-scale"
 
 
+def pytest_report_header() -> str:
+    """The CPU the tests ran on (golden outputs must hold on every x86-64 CPU) and ATen's kernel level on it."""
+    import platform
+
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return (f"cpu: {model or 'unknown'} ({platform.machine()}, {torch.get_num_threads()} threads), "
+            f"ATen kernels: {torch.backends.cpu.get_cpu_capability()}")
+
 
 def copy_repo(dest: Path) -> Path:
     """The repository's files (tracked and untracked, not ignored) without results."""
