@@ -25,6 +25,28 @@ def pytest_report_header() -> str:
             f"ATen kernels: {torch.backends.cpu.get_cpu_capability()}")
 
 
+def kill_once_resumable(cmd: list[str], env: dict, run_dir: Path, key: str, at_least: int = 1,
+                        timeout: float = 300) -> int:
+    """Run a training command and SIGKILL it as soon as its resume state (``<run_dir>/resume/state.json``)
+    records ``at_least`` completed steps under ``key`` (``completed_iterations``, ``completed_generations``);
+    the steps the state holds after the kill."""
+    import json
+    import signal
+    import time
+
+    proc = subprocess.Popen(cmd, env=env)
+    state = run_dir / "resume" / "state.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())[key] >= at_least:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "training finished (or failed) before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return json.loads(state.read_text())[key]
+
+
 def copy_repo(dest: Path) -> Path:
     """The repository's files (tracked and untracked, not ignored) without results."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import kill_once_resumable
 from esrepro.es.loop import ResumeMismatch, run_es
 from esrepro.population.evaluators import SerialEvaluator
 from esrepro.population.spec import EngineSpec, Scoring
@@ -50,17 +49,7 @@ def test_killed_run_resumes_bit_identically(tiny_model_dir, data_dir, tmp_path):
     subprocess.run(_train_cmd(tiny_model_dir, data_dir, straight), check=True, env=env, timeout=600)
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_train_cmd(tiny_model_dir, data_dir, killed), env=env)
-    state = killed / "resume" / "state.json"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if state.exists() and json.loads(state.read_text())["completed_iterations"] >= 2:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "training finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = json.loads(state.read_text())["completed_iterations"]
+    done = kill_once_resumable(_train_cmd(tiny_model_dir, data_dir, killed), env, killed, "completed_iterations", 2)
     assert 2 <= done < SPEC["iterations"]
     assert not (killed / "checkpoint").exists()
 

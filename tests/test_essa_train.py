@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import REPO
+from conftest import REPO, kill_once_resumable
 from esrepro.essa.strategy import CMAStrategy
 
 SPEC = {
@@ -107,17 +105,7 @@ def test_three_generations_hold_fitness(straight_run, countdown_model):
 
 def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_train_cmd(countdown_model, data_dir, killed), env=ENV)
-    state = killed / "resume" / "state.json"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if state.exists() and json.loads(state.read_text())["completed_generations"] >= 1:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "training finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = json.loads(state.read_text())["completed_generations"]
+    done = kill_once_resumable(_train_cmd(countdown_model, data_dir, killed), ENV, killed, "completed_generations")
     assert 1 <= done < SPEC["generations"]
     assert not (killed / "checkpoint").exists()
     sft_before = (killed / "sft" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns

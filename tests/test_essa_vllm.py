@@ -175,25 +175,13 @@ def test_vllm_backend_run_matches_transformers_rewards(hf_run, vllm_run):
 
 
 def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, data_dir, tmp_path):
-    import signal
-    import subprocess
-    import time
+    from conftest import kill_once_resumable
 
     from esrepro.essa.strategy import CMAStrategy
 
     killed = tmp_path / "killed"
     cmd = _train_cmd(countdown_model, data_dir, killed, VLLM_SPEC)
-    proc = subprocess.Popen(cmd, env=ENV)
-    state = killed / "resume" / "state.json"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if state.exists() and json.loads(state.read_text())["completed_generations"] >= 1:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "training finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = json.loads(state.read_text())["completed_generations"]
+    done = kill_once_resumable(cmd, ENV, killed, "completed_generations", timeout=600)
     assert 1 <= done < SPEC["generations"]
     _run(cmd)
     assert [[r.get(f) for f in FIELDS] for r in _log(vllm_run)] == [[r.get(f) for f in FIELDS] for r in _log(killed)]
