@@ -78,10 +78,9 @@ def test_vllm_engines_get_their_own_caches_and_ports():
 def test_a_vllm_engine_on_cuda_n_sees_only_that_gpu(monkeypatch, visible, device, chosen):
     from esrepro.backends.vllm_engine import _select_device
 
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible or "")  # recorded, so the value _select_device sets is undone
     if visible is None:
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     _select_device(device)
     import os
 

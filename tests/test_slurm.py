@@ -431,7 +431,9 @@ def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path)
     """engines: null on CUDA counts the GPUs of the whole cluster RAY_ADDRESS names (every node
     of a multi-node job), per tensor_parallel_size; here a Ray head that declares 8 GPUs, started
     as scripts/ray-slurm starts a job's head (its --node mode, on this machine's address)."""
-    env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
+    # the head declares its 8 GPUs itself: Ray refuses more GPUs than CUDA_VISIBLE_DEVICES lists
+    env = {k: v for k, v in snakemake_env().items()
+           if not k.startswith(("SLURM_", "RAY_")) and k != "CUDA_VISIBLE_DEVICES"}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
     ip = subprocess.run([sys.executable, "-c", "import ray._private.services as s; print(s.get_node_ip_address())"],
                         env=env, capture_output=True, text=True, check=True).stdout.strip()
