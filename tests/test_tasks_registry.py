@@ -28,11 +28,13 @@ GENERATED = [
     ("conciseness", {"kind": "generated"}),
     ("math_train", {"kind": "generated"}),
     ("math_train", {"kind": "generated", "n_train": 7, "n_test": 3}),
+    ("prm800k", {"kind": "generated"}),
+    ("prm800k", {"kind": "generated", "n_train": 4, "n_test": 100}),
 ]
 
 
 def test_every_name_maps_to_its_task_class() -> None:
-    assert known_tasks() == sorted(TASKS) and len(TASKS) == 11
+    assert known_tasks() == sorted(TASKS) and len(TASKS) == 12
     for name in known_tasks():
         cls = task_class(name)
         assert issubclass(cls, Task) and cls.name == name
@@ -91,6 +93,7 @@ def test_split_sizes_of_data_known_only_once_prepared() -> None:
     ("sudoku", {"kind": "local"}, "kind"),
     ("arc", {"kind": "generated", "n_test": True}, "n_test"),
     ("conciseness", {"kind": "hub"}, "kind"),
+    ("prm800k", {"kind": "url", "url": "file:///x/{revision}/{path}", "revision": "main"}, "revision"),
 ])
 def test_split_sizes_refuse_what_prepare_refuses(task: str, source: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):

@@ -26,7 +26,8 @@ PathLike = str | os.PathLike
 MATH_SETS: dict[str, str] = {"math500": "MATH500", "minerva": "Minerva", "olympiad_bench": "OlympiadBench",
                              "aime24": "AIME24", "amc23": "AMC23"}
 TASK_LABELS: dict[str, str] = {**MATH_SETS, "countdown": "Countdown", "sudoku": "Sudoku", "arc": "ARC-AGI",
-                               "gsm8k": "GSM8K", "conciseness": "Conciseness", "math_train": "MATH (train)"}
+                               "gsm8k": "GSM8K", "conciseness": "Conciseness", "math_train": "MATH (train)",
+                               "prm800k": "PRM800K"}
 
 
 def method_label(method: str) -> str:

@@ -28,32 +28,33 @@ def distinct_entries(v: list) -> list:
 
 
 class HubFile(Settings):
-    """One file of a hub dataset repository."""
+    """One file of a hub dataset repository or of a url source."""
 
     path: str = Field(description="file path inside the repository")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="content pin (null: hashed and "
-                               "recorded at fetch time, with a warning)")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="content pin (hub, null: hashed and "
+                               "recorded at fetch time, with a warning; url: required)")
 
 
 class DataSource(Settings):
     """Where a task's data comes from; keys other than ``kind`` apply to some tasks and kinds only."""
 
-    kind: Literal["generated", "authors", "local", "hub"] = Field(
+    kind: Literal["generated", "authors", "local", "hub", "url"] = Field(
         description="generated: embedded offline data; authors: the authors' countdown.json; local: a folder or "
-        "file; hub: a Hugging Face dataset repository")
+        "file; hub: a Hugging Face dataset repository; url: files at a pinned commit, each verified by its sha256")
     n_train: int | None = Field(None, ge=1, description="training examples to prepare (task default when null)")
     n_test: int | None = Field(None, ge=1, description="test examples to prepare (task default when null)")
     path: str | None = Field(None, description="local: a datasets.save_to_disk folder, a folder of "
                              "{split}.jsonl/.parquet files, or one such file")
     subset: str | None = Field(None, description="local: the DatasetDict member to read for every split")
     subsets: dict[str, str] | None = Field(None, description="local: DatasetDict member per split")
-    url: str | None = Field(None, description="authors: download URL of countdown.json")
+    url: str | None = Field(None, description="authors: download URL of countdown.json; url: URL template with "
+                            "{revision} and {path}")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="authors: content pin of the file")
-    raw_dir: str | None = Field(None, description="authors/hub: where downloads are kept (data/raw/...)")
+    raw_dir: str | None = Field(None, description="authors/hub/url: where downloads are kept (data/raw/...)")
     repo_id: str | None = Field(None, description="hub: dataset repository (default: the task's catalogue entry)")
     revision: str | None = Field(None, description="hub: commit to fetch; a branch name such as main is resolved "
-                                 "at fetch time and recorded, with a warning")
-    files: dict[str, HubFile] | None = Field(None, description="hub: file per split")
+                                 "at fetch time and recorded, with a warning; url: the commit (required)")
+    files: dict[str, HubFile] | None = Field(None, description="hub/url: file per split")
     fields: dict[str, str] | None = Field(None, description="hub/local: column names (problem, answer)")
     min_numbers: int | None = Field(None, ge=2, description="generated Countdown: fewest numbers per problem")
     max_numbers: int | None = Field(None, ge=2, description="generated Countdown: most numbers per problem")

@@ -29,6 +29,7 @@ TASKS: dict[str, str] = {
     "arc": "esrepro.tasks.arc:ArcTask",
     "conciseness": "esrepro.tasks.conciseness:ConcisenessTask",
     "math_train": "esrepro.tasks.math_train:MathTrainTask",  # v2: MATH training (levels 3-5 / generated)
+    "prm800k": "esrepro.tasks.prm800k:PRM800KTask",  # ESSA: PRM800K's MATH splits
 }
 
 

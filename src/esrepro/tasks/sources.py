@@ -10,6 +10,7 @@ A task's data are configured as ``data.<task>.source``, a dict whose ``kind`` is
   folder of ``{split}.jsonl``/``.parquet``/``.json`` files, or one such file;
 * ``"hub"``: a Hugging Face dataset repository (:func:`fetch_hub`), defaults from
   the catalogue ``data/hub_sources.yaml``;
+* ``"url"``: files at a pinned commit, each with its sha256 (:mod:`esrepro.tasks.url_sources`);
 * ``"authors"`` (Countdown only): the authors' ``countdown.json``.
 
 Every preparer returns the same shape (:func:`write_prepared`)::
@@ -32,6 +33,7 @@ from typing import Any, Iterable, Protocol
 from esrepro.data.fetch import verify_sha256
 from esrepro.io import sha256_file
 from esrepro.io import atomic_path, read_jsonl, write_jsonl
+from esrepro.tasks.url_sources import fetch_urls, url_origin
 
 #: ``source`` of every generated or hand-written row: not the papers' data.
 EMBEDDED = "embedded-not-paper-data"
@@ -101,9 +103,11 @@ def first_field(row: dict, names: Iterable[str], task: str, idx: int) -> Any:
 
 
 def origin(task: str, source: dict) -> str:
-    """The ``source`` field of rows read from a local or hub source."""
+    """The ``source`` field of rows read from a local, hub or url source."""
     if source["kind"] == "local":
         return f"local:{source['path']}"
+    if source["kind"] == "url":
+        return url_origin(source)
     return f"hub:{source.get('repo_id', hub_defaults(task).get('repo_id'))}"
 
 
@@ -170,10 +174,10 @@ def load_local_split(task: str, root: Path, split: str, subset: str | None, requ
 
 def rows_from_source(task: str, source: dict, splits: Iterable[str], required: Iterable[str],
                      hub: HubClient | None = None) -> tuple[dict[str, list[dict]], dict[str, Any]]:
-    """Raw rows per split of a ``local`` or ``hub`` source, and the provenance record.
+    """Raw rows per split of a ``local``, ``hub`` or ``url`` source, and the provenance record.
 
     A local source reads each of ``splits`` it has (those in ``required`` must be
-    there); a hub source reads the splits its ``files`` name.
+    there); a hub or url source reads the splits its ``files`` name.
     """
     splits, required = list(splits), set(required)
     out: dict[str, list[dict]] = {}
@@ -190,7 +194,7 @@ def rows_from_source(task: str, source: dict, splits: Iterable[str], required: I
             if rows is not None:
                 out[split] = rows
     else:
-        files, provenance = fetch_hub(task, source, hub)
+        files, provenance = fetch_urls(task, source) if source["kind"] == "url" else fetch_hub(task, source, hub)
         for split, path in files.items():
             out[split] = read_table(path)
     if not out:
