@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 from esrepro.data.fetch import verify_sha256
-from esrepro.io import sha256_file
-from esrepro.io import atomic_path, read_jsonl, write_jsonl
+from esrepro.io import atomic_path, read_jsonl, sha256_file, write_jsonl
 from esrepro.tasks.url_sources import fetch_urls, url_origin
 
 #: ``source`` of every generated or hand-written row: not the papers' data.
