@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from esrepro.config import ConfigError, check_config, load_pipeline, load_registry, load_yaml
+from esrepro.config import ConfigError, check_config, load_pipeline, load_registry, load_yaml, read_config
 from conftest import REPO
 
 
@@ -58,7 +58,7 @@ def test_unknown_model_and_missing_dataset_are_named(cfg):
     bad["models"] = ["tiny", "gpt-7"]
     with pytest.raises(ConfigError, match=r"models\.1: 'gpt-7' is not in the registry"):
         check_config(bad, "config/config.yaml", root=REPO)
-    bad = copy.deepcopy(cfg)
+    bad = read_config(REPO / "config" / "config.yaml", REPO)  # with what it extends (the shared generator)
     del bad["data"]["countdown"]
     with pytest.raises(ConfigError, match=r"train\.countdown: no data\.countdown entry"):
         check_config(bad, "config/config.yaml", root=REPO)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
     ],
 )
 def test_bad_rl_settings_name_the_field(edit, message):
-    cfg = copy.deepcopy(load_yaml(REPO / "config" / "config.yaml"))
+    cfg = read_config(REPO / "config" / "config.yaml", REPO)  # with the methods it extends
     edit(cfg)
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         check_config(cfg, "config/config.yaml", root=REPO)
