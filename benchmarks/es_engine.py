@@ -56,7 +56,7 @@ from pathlib import Path
 
 import torch
 
-from esrepro.population.spec import EngineSpec
+from esrepro.backends.spec import EngineSpec
 
 REPO = Path(__file__).resolve().parents[1]
 

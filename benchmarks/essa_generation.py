@@ -59,7 +59,8 @@ def main() -> None:
     from esrepro.essa.loop import Problems, run_essa
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.spec import IndexedScoring
     from esrepro.tasks.countdown import CountdownTask, generate_problems
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 
 from esrepro.es.loop import run_es
 from esrepro.population.evaluators import EngineMismatch, RayEvaluator, SerialEvaluator
-from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.backends.spec import EngineSpec
+from esrepro.population.spec import Scoring
 from esrepro.settings.methods import ESSettings
 from esrepro.tasks.conciseness import prepare
 

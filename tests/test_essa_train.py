@@ -206,7 +206,8 @@ def test_ray_candidate_evaluator_matches_serial(straight_run, countdown_model, d
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.spec import IndexedScoring
 
     examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]
     sft = straight_run / "sft"

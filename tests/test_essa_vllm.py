@@ -199,7 +199,8 @@ def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(vl
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.spec import IndexedScoring
 
     examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]
     sft = vllm_run / "sft"
@@ -226,7 +227,8 @@ def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown
     """PopulationWorker.candidates on the vLLM engine: one LLM.generate for every candidate, phases timed, the
     candidates' adapters dropped afterwards; the rewards are the one-at-a-time apply/generate/restore path's."""
     from esrepro.essa.strategy import CMAStrategy
-    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.spec import IndexedScoring
     from esrepro.population.worker import PopulationWorker
 
     examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]

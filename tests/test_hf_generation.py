@@ -17,7 +17,7 @@ from transformers import GenerationConfig
 from conftest import SMALL_ARCH, make_model_dir
 
 from esrepro.backends.hf import HFBackend, HFEngine
-from esrepro.population.spec import EngineSpec
+from esrepro.backends.spec import EngineSpec
 from esrepro.settings.base import Settings
 from esrepro.settings.methods import ESSettings
 

@@ -144,7 +144,7 @@ def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring
     from esrepro.es.loop import run_es
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.population.spec import EngineSpec
+    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
     cfg = ESSettings(iterations=2, population=4, sigma=0.2, alpha=0.1, max_new_tokens=8, train_examples=2,
                      batch_size=2, noise="iid", restore="subtract", resume_every=100, backend="vllm")
@@ -171,7 +171,7 @@ def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring
 def test_an_interrupted_vllm_run_resumes_bit_identically(model_dir, scoring, tmp_path):
     from esrepro.es.loop import run_es
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.population.spec import EngineSpec
+    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
 
     cfg = ESSettings(iterations=3, population=4, sigma=0.2, alpha=0.1, max_new_tokens=8, train_examples=2,
@@ -200,7 +200,7 @@ def test_an_interrupted_vllm_run_resumes_bit_identically(model_dir, scoring, tmp
 def test_a_resume_on_another_noise_device_is_refused(model_dir, scoring, tmp_path):
     from esrepro.es.loop import ResumeMismatch, run_es
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.population.spec import EngineSpec
+    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
 
     cfg = ESSettings(iterations=2, population=2, sigma=0.1, alpha=0.1, max_new_tokens=4, train_examples=1,

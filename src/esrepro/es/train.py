@@ -40,7 +40,8 @@ def make_evaluator(ctx: TrainContext):
     import torch
 
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
-    from esrepro.population.spec import EngineSpec, Scoring
+    from esrepro.backends.spec import EngineSpec
+    from esrepro.population.spec import Scoring
 
     cfg = ctx.settings
     threads = torch.get_num_threads()

@@ -120,7 +120,8 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
 
     from esrepro.es.train import GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu, ray_placement, visible_gpus
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
-    from esrepro.population.spec import ESSAEngineSpec, IndexedScoring
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.spec import IndexedScoring
 
     cfg = ctx.settings
     root = ctx.run_dir / SFT

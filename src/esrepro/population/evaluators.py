@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from esrepro.es.strategy import Update
 from esrepro.population.ray_session import job_env
-from esrepro.population.spec import EngineSpec, Scoring
+from esrepro.population.spec import EngineRecipe, Scoring
 from esrepro.population.worker import PopulationWorker
 
 STATE_FILE = "state.safetensors"
@@ -51,7 +51,7 @@ def engine_env(spec: Any, k: int, cache_root: str | Path | None = None) -> dict:
 class SerialEvaluator:
     """One engine, in this process: every member in turn."""
 
-    def __init__(self, engine: EngineSpec, scoring: Scoring) -> None:
+    def __init__(self, engine: EngineRecipe, scoring: Scoring) -> None:
         self.worker = PopulationWorker(engine, scoring)
         self.engines = 1
 
@@ -112,7 +112,7 @@ class RayEvaluator:
     ``retries`` bounds how often one call is retried after its actor died.
     """
 
-    def __init__(self, engine: EngineSpec, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
+    def __init__(self, engine: EngineRecipe, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
                  retries: int = 3, start_timeout: float = 1800.0, call_timeout: float = 3600.0) -> None:
         import ray
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from esrepro.population.spec import EngineSpec, IndexedScoring, Scoring
+from esrepro.population.spec import EngineRecipe, IndexedScoring, Scoring
 
 #: A step every engine applies in the same order: ("members", seeds, sigma) or ("update", seeds, weights, alpha).
 Op = tuple
@@ -23,7 +23,7 @@ class PopulationWorker:
     worker's own members are applied.
     """
 
-    def __init__(self, engine: EngineSpec, scoring: Scoring) -> None:
+    def __init__(self, engine: EngineRecipe, scoring: Scoring) -> None:
         self.spec = engine
         self.engine = engine.build()
         self.prompts, self.mean_reward = scoring.build()
