@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import ConfigError, check_config, load_yaml
-from esrepro.es.train import GPU_MEMORY_UTILIZATION, engines_per_gpu
+from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
 
 @pytest.mark.parametrize("engines, gpus, tp, sharing", [(4, 4, 1, 1), (2, 4, 2, 1), (1, 0, 1, 1), (8, 4, 1, 2),

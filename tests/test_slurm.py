@@ -447,7 +447,7 @@ def test_engines_default_to_one_per_gpu_of_the_ray_cluster_a_job_joins(tmp_path)
                                      "SLURM_CPUS_PER_TASK": "1", "SLURM_GPUS_ON_NODE": "8",
                                      "SLURM_MEM_PER_NODE": "2000"})
     try:
-        code = ("from esrepro.es.train import engine_count; "
+        code = ("from esrepro.population.placement import engine_count; "
                 "print(engine_count(None, 'cuda', 1), engine_count(None, 'cuda', 2), engine_count(3, 'cuda', 1))")
         deadline = time.monotonic() + 300  # a loaded machine starts the head slowly
         while True:  # until the head answers

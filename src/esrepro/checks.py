@@ -83,7 +83,7 @@ def _methods(p: Pipeline, out: list[str]) -> None:
 def _engines(p: Pipeline, out: list[str]) -> None:
     """ES engine layouts a job's GPUs cannot hold: refused here rather than inside vLLM or Ray's scheduler."""
     from esrepro.cluster import train_job, train_resources_key
-    from esrepro.es.train import engines_per_gpu
+    from esrepro.population.placement import engines_per_gpu
 
     for task, block in p.cfg.train.items():
         for model in (m for m in p.train_models(task) if m in p.registry):

@@ -473,7 +473,7 @@ class VLLMEngine:
     (tensor-parallel workers are vLLM's own processes, which end with it).
 
     GPU memory: vLLM takes ``gpu_memory_utilization`` of each GPU for weights, activations and
-    KV cache (engines sharing a GPU split it: :func:`esrepro.es.train.ray_placement`); ES needs
+    KV cache (engines sharing a GPU split it: :func:`esrepro.population.placement.ray_placement`); ES needs
     room outside it for a copy of the rank's weights (exact restore) or float32 masters
     (``master_weights``), plus noise buffers of about 16 bytes per element of the largest
     tensor. The workers check this at start and name the settings that make it fit. On the CPU

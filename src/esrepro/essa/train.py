@@ -118,7 +118,8 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     """A serial evaluator for one engine, a Ray evaluator for several; every engine holds the SFT model."""
     import torch
 
-    from esrepro.es.train import GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu, ray_placement, visible_gpus
+    from esrepro.population.placement import (GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu,
+                                              ray_placement, visible_gpus)
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.population.spec import IndexedScoring
