@@ -48,7 +48,7 @@ reproduce: install
 # them: after a change that moves a tiny table on purpose, commit golden/tiny with it
 golden: reproduce
 	$(BIN)/esrepro golden --out golden/tiny
-	$(BIN)/python -c "from esrepro.golden import write_readme; write_readme('README.md', 'golden/tiny')"
+	$(BIN)/python -c "from esrepro.provenance.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
 test: install $(VENV)-vllm/bin/esrepro
 	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import esrepro.audit as audit_mod
-from esrepro.audit import AuditError, audit
+import esrepro.provenance.audit as audit_mod
+from esrepro.provenance.audit import AuditError, audit
 from esrepro.io import write_json, write_jsonl, write_text
-from esrepro.provenance import build_manifest, now
+from esrepro.provenance.manifest import build_manifest, now
 from esrepro.steps.provenance import main_audit
 
 DATA = "data/prepared/countdown"
@@ -214,7 +214,7 @@ def test_consumers_verify_the_producers_hash_and_audit_still_catches_a_change(ch
     import json
     import os
 
-    from esrepro.provenance import IntegrityError, input_record
+    from esrepro.provenance.manifest import IntegrityError, input_record
 
     ev = json.loads(Path(f"{EVAL_ES}/manifest.json").read_text())
     produced = json.loads(Path(f"{RUN}/manifest.json").read_text())["outputs"]["checkpoint"]["sha256"]

@@ -46,9 +46,9 @@ def test_every_cli_option_of_every_verb_has_help():
 
 
 def test_readme_tiny_results_are_written_from_the_golden_tables():
-    from esrepro.golden import README_BEGIN, README_END, readme_results
+    from esrepro.provenance.golden import README_BEGIN, README_END, readme_results
 
     text = (REPO / "README.md").read_text()
     block = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
     assert block == "\n" + readme_results(REPO / "golden" / "tiny"), \
-        "README.md's tiny results are stale: run `make golden` (or esrepro.golden.write_readme)"
+        "README.md's tiny results are stale: run `make golden` (or esrepro.provenance.golden.write_readme)"

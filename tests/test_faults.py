@@ -83,7 +83,7 @@ def kill_and_check(proc: subprocess.Popen, sig: int = signal.SIGKILL, seen: list
 def built_model(out: Path) -> Path:
     """A small model directory with its producer's manifest, as build-tiny leaves one."""
     from esrepro.io import write_json
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
 
     make_model_dir(out)
     write_json(out / "manifest.json", build_manifest("build_model", {}, {}, now(), outputs={"model": out}))

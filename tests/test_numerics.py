@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from esrepro import numerics
-from esrepro.golden import compare
+from esrepro.provenance.golden import compare
 from esrepro.steps.provenance import main_compare
 
 REPO = Path(__file__).resolve().parents[1]

@@ -200,7 +200,7 @@ def test_audit_passes_then_names_the_changed_file(default_run, victim):
 @pytest.mark.slow
 def test_dvc_push_delete_pull_then_audit_passes(default_run, tmp_path):
     """The recorded state survives a round trip through a local-folder DVC remote."""
-    from esrepro.dvc_record import DvcError, dvc_command, run_dvc
+    from esrepro.provenance.dvc import DvcError, dvc_command, run_dvc
 
     try:
         dvc_command()

@@ -1,7 +1,7 @@
 """Provenance tools: DVC records (push/pull round trip, metrics, plots), the papermill report,
 and the Workflow Run RO-Crate. Small synthetic inputs; about half a minute in all.
 
-DVC runs from its own environment (.venv-dvc, see esrepro.dvc_record). Each test skips
+DVC runs from its own environment (.venv-dvc, see esrepro.provenance.dvc). Each test skips
 (visibly, with -ra) while what it needs (dvc, papermill, rocrate) is not installed."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ try:
 except ImportError:  # not installed: run from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from esrepro.dvc_record import DvcError, dvc_command, read_pointer, record, run_dvc
+from esrepro.provenance.dvc import DvcError, dvc_command, read_pointer, record, run_dvc
 from esrepro.io import write_json, write_jsonl, write_text
 from esrepro.report.notebook import (
     eval_summary,
@@ -28,7 +28,7 @@ from esrepro.report.notebook import (
     load_eval_metrics,
     ours_vs_paper,
 )
-from esrepro.rocrate_export import export_crate
+from esrepro.provenance.rocrate import export_crate
 from esrepro.steps.report import main_eval_summary
 
 REPO = Path(__file__).resolve().parents[1]

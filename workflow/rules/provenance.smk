@@ -5,7 +5,7 @@
 import os
 from pathlib import Path
 
-from esrepro.dvc_record import DEFAULT_PATHS as DVC_PATHS
+from esrepro.provenance.dvc import DEFAULT_PATHS as DVC_PATHS
 from esrepro.report.notebook import folder_of
 
 # What the crate calls the workflow: the main Snakefile first, then everything it reads.

@@ -92,7 +92,7 @@ def sft_lora(
     from trl import SFTConfig, SFTTrainer
 
     from esrepro.models.loading import load_model, load_tokenizer
-    from esrepro.provenance import sha256_tree
+    from esrepro.provenance.manifest import sha256_tree
 
     model_dir = Path(model_dir)
     if not pairs:

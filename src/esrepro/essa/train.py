@@ -92,7 +92,7 @@ def verify_sft(root: Path, record: dict | None = None) -> None:
     Raises IntegrityError naming the file and both hashes, or FileNotFoundError naming
     a missing file.
     """
-    from esrepro.provenance import IntegrityError
+    from esrepro.provenance.manifest import IntegrityError
 
     record_file = root / SFT_RECORD
     record = read_json(record_file) if record is None else record

@@ -36,7 +36,7 @@ def load_examples(task: Any, data_dir: str | Path, split: str, limit: int | None
 def report_manifest(kind: str, stem: str | Path, exts: tuple[str, ...], started: str, inputs: dict,
                     settings: dict) -> None:
     """``{stem}.manifest.json`` beside a table's or figure's files: what they were made from."""
-    from esrepro.provenance import build_manifest
+    from esrepro.provenance.manifest import build_manifest
 
     stem = str(stem)
     outputs = {f"{Path(stem).name}{e}": f"{stem}{e}" for e in exts}

@@ -9,7 +9,7 @@ from esrepro.io import write_json
 
 def prepare_data(task: str, spec: dict, out: str) -> dict:
     """Write every split of ``task`` from ``spec`` (the config's data.<task>: source and seed) into ``out``."""
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
     from esrepro.tasks import prepare_task
 
     started = now()

@@ -58,7 +58,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     from esrepro.devices import pick_device
     from esrepro.essa.train import SFT_ADAPTER, verify_sft
     from esrepro.io import atomic_path, write_json, write_jsonl
-    from esrepro.provenance import build_manifest, now, verify_inputs
+    from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.rl.run import train_rl
     from esrepro.settings.methods import ESSASettings, algorithm
     from esrepro.steps import load_examples, set_threads

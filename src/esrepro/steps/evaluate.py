@@ -15,7 +15,7 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     from esrepro.backends.hf import HFBackend
     from esrepro.devices import pick_device
     from esrepro.evaluate import evaluate as run_evaluation
-    from esrepro.provenance import build_manifest, now, verify_inputs
+    from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.settings.pipeline import EvalSettings
     from esrepro.tasks import get_task
 

@@ -19,7 +19,7 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     from esrepro.devices import pick_device
     from esrepro.kl import ESTIMATORS, measure_checkpoint
     from esrepro.models.loading import load_model
-    from esrepro.provenance import build_manifest, now, verify_inputs
+    from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.settings.pipeline import KLSettings
     from esrepro.steps.train import snapshot_dirs
     from esrepro.tasks import get_task

@@ -12,7 +12,7 @@ from esrepro.steps import set_threads
 def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out: str, threads: int = 1) -> dict:
     """Build the tiny model of a registry entry (tokenizer, Qwen2 LM, warm-start SFT) into ``out``."""
     from esrepro.models.tiny import build_tiny as build
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
 
     set_threads(threads)
     started = now()
@@ -39,7 +39,7 @@ def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out:
 def fetch_model(model: str, spec: dict, out: str) -> None:
     """Download a hub model at its registry revision into ``out``; the resolved commit and file hashes are recorded."""
     from esrepro.models.fetch import fetch_hub_model
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
 
     started = now()
     resolved = fetch_hub_model(model, spec["hub_id"], spec["revision"], out)

@@ -11,7 +11,7 @@ from typing import Any
 def main_ro_crate(out: str, workflow: list[str], config_files: list[str], inputs: list[str],
                   outputs: list[str], manifests: list[str], copy_max_bytes: int = 20_000_000) -> Path:
     """Write a Workflow Run RO-Crate of the run into ``out``; print a summary."""
-    from esrepro.rocrate_export import export_crate
+    from esrepro.provenance.rocrate import export_crate
 
     path = export_crate(out, workflow, config_files, inputs, outputs, manifests,
                         copy_max_bytes=copy_max_bytes)
@@ -28,9 +28,9 @@ def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push:
     ``out`` lists each folder with its pointer file and DVC md5, size and file count, so a
     run's log says exactly which data state the committed pointer files name.
     """
-    from esrepro.dvc_record import _relative, push_pointers, read_pointer, record, run_dvc
+    from esrepro.provenance.dvc import _relative, push_pointers, read_pointer, record, run_dvc
     from esrepro.io import write_json
-    from esrepro.provenance import code_version, now, package_versions
+    from esrepro.provenance.manifest import code_version, now, package_versions
 
     started = now()
     dvc_files = record(paths, root)
@@ -62,7 +62,7 @@ def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push:
 
 def main_audit(target: str, root: str = ".") -> int:
     """Print the audit chain of ``target``; 0 when every file matches, 1 on a change or loss, 2 on error."""
-    from esrepro.audit import AuditError, audit
+    from esrepro.provenance.audit import AuditError, audit
 
     try:
         report = audit(target, root)
@@ -80,8 +80,8 @@ def main_audit(target: str, root: str = ".") -> int:
 
 def main_compare(golden: str, root: str = ".") -> int:
     """Print which outputs differ from the golden tree and where each difference arose; 0 same, 1 differ, 2 error."""
-    from esrepro.audit import AuditError
-    from esrepro.golden import compare
+    from esrepro.provenance.audit import AuditError
+    from esrepro.provenance.golden import compare
 
     try:
         result = compare(root, golden)
@@ -95,8 +95,8 @@ def main_compare(golden: str, root: str = ".") -> int:
 
 
 def main_golden(out: str, root: str = ".") -> int:
-    """Write ``root``'s manifests and small recorded outputs as a golden tree into ``out`` (see esrepro.golden)."""
-    from esrepro.golden import snapshot
+    """Write ``root``'s manifests and small recorded outputs as a golden tree into ``out`` (see esrepro.provenance.golden)."""
+    from esrepro.provenance.golden import snapshot
 
     kept = snapshot(root, out)
     print(f"golden tree {out}: {len(kept)} files", flush=True)

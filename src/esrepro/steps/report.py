@@ -16,7 +16,7 @@ def table1(metrics: list[str], published: str, registry: str, models: list[str],
            split: str = "test", note: list[str] | None = None) -> None:
     """Table 1 (accuracy per model and method, ours beside the paper's) and its headline metrics."""
     from esrepro.config import load_registry
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.tables import build_table1
 
     started = now()
@@ -32,7 +32,7 @@ def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None =
            note: list[str] | None = None) -> None:
     """Table 2 (conciseness: reward and KL per configuration, mean +- std over seeds)."""
     from esrepro.config import load_registry
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.conciseness import build_table2, load_kl
 
     started = now()
@@ -45,7 +45,7 @@ def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None =
 
 def table3(selection: list[str], registry: str, out: str) -> None:
     """Table 3: each RL method's hyperparameter grid and the cell kept, per model."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.tables import build_table3
 
     started = now()
@@ -56,7 +56,7 @@ def table3(selection: list[str], registry: str, out: str) -> None:
 
 def curves(log: list[str], out: str) -> None:
     """Training reward per iteration of each labelled log.jsonl (``LABEL=PATH``), png, pdf and csv."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.figures import build_countdown_curves
 
     started = now()
@@ -68,7 +68,7 @@ def curves(log: list[str], out: str) -> None:
 
 def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
     """Reward against KL to the base model, with each method's Pareto front (png, pdf and csv)."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.figures import pareto_figure
 
     started = now()
@@ -78,7 +78,7 @@ def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
 
 def reward_distribution(kl: list[str], out: str) -> None:
     """Per-response reward distributions of the base model and every ES and GRPO configuration (png, pdf, csv)."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.figures import reward_distribution_figure
 
     started = now()
@@ -120,7 +120,7 @@ def essa_report(runs: list[str], metrics: list[str], published: str, registry: s
     figure is written when its stem is given.
     """
     from esrepro.config import load_registry, load_yaml
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report import essa as R
 
     started = now()
@@ -162,7 +162,7 @@ def _label(task: str) -> str:
 def gains(metrics: list[str], registry: str, models: list[str], out: str, task: str = "countdown",
           split: str = "test", kind: str = "points") -> None:
     """Figure 5: accuracy improvement of every method over its base model, per model."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.gains import GAIN_METHODS, build_gains
     from esrepro.report.tables import load_metrics
 
@@ -178,7 +178,7 @@ def gains(metrics: list[str], registry: str, models: list[str], out: str, task: 
 
 def sample_curves(periodic: list[str], registry: str, out: str, task: str = "countdown") -> None:
     """Figure 6: test accuracy against training-sample evaluations, from every run's periodic_eval.jsonl."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.sample_curves import build_sample_curves
 
     started = now()
@@ -196,7 +196,7 @@ def param_shift_histogram(task: str, model: str, method: str, model_dir: str, ba
     from esrepro import paths as P
     from esrepro.devices import pick_device
     from esrepro.io import write_json
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
     from esrepro.report.param_shift import Bins, RandomWalk, build_shift_histogram, read_shift_histogram
 
     set_threads(threads)
@@ -225,7 +225,7 @@ def param_shift_histogram(task: str, model: str, method: str, model_dir: str, ba
 def param_shift(histogram: list[str], out: str, task: str = "countdown", sampled_coords: int = 0, seed: int = 0
                 ) -> None:
     """Figures 7-9: each ES run's histogram of parameter shifts against its random walk, and their difference."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.param_shift import build_param_shift
 
     started = now()
@@ -237,7 +237,7 @@ def param_shift(histogram: list[str], out: str, task: str = "countdown", sampled
 
 def lr_sweep(kl: list[str], out: str, estimator: str = "exact") -> None:
     """Figure 3: GRPO's final models over learning rates and betas, and the ES and GRPO Pareto fronts."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.lr_sweep import build_lr_sweep
 
     started = now()
@@ -247,7 +247,7 @@ def lr_sweep(kl: list[str], out: str, estimator: str = "exact") -> None:
 
 def lr_distributions(kl: list[str], out: str) -> None:
     """Figure 4: reward distributions of sampled responses, one panel per GRPO learning rate (ES and base in each)."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
     from esrepro.report.lr_sweep import build_lr_distributions
 
     started = now()
@@ -260,7 +260,7 @@ def _table(kind: str, build, metrics: list[str], registry: str, out: str, note: 
            published: str | None = None, **settings) -> None:
     """Write one per-task table (``build(registry entries, notes)`` writes its files) and its manifest: the metrics, the
     registry and, for tables set beside the paper's numbers, the published numbers."""
-    from esrepro.provenance import now
+    from esrepro.provenance.manifest import now
 
     started = now()
     notes = note or []

@@ -21,7 +21,7 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
           dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
     """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json."""
     from esrepro.devices import pick_device
-    from esrepro.provenance import build_manifest, now, verify_inputs
+    from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.settings.methods import algorithm
     from esrepro.tasks import get_task
     from esrepro.train.context import TrainContext
@@ -77,7 +77,7 @@ def snapshot_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 def select(task: str, model: str, method: str, grid: dict, cell: list[str], out: str, seed: int = 0) -> dict:
     """Keep the grid cell with the best training reward as the method's run (checkpoint, log, manifest)."""
-    from esrepro.provenance import build_manifest, now
+    from esrepro.provenance.manifest import build_manifest, now
     from esrepro.rl.select import select_run
 
     started = now()

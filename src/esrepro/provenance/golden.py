@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esrepro.audit import AuditError, _norm, _producer, index_manifests
+from esrepro.provenance.audit import AuditError, _norm, _producer, index_manifests
 
 #: The stage of each manifest kind, in pipeline order (an unknown kind is a report).
 STAGES: dict[str, str] = {
@@ -346,7 +346,7 @@ def readme_results(golden: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-README_BEGIN = "<!-- tiny results: written from golden/tiny by esrepro.golden.write_readme (make golden) -->"
+README_BEGIN = "<!-- tiny results: written from golden/tiny by esrepro.provenance.golden.write_readme (make golden) -->"
 README_END = "<!-- end of tiny results -->"
 
 

@@ -174,7 +174,7 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
     from rocrate.model.softwareapplication import SoftwareApplication
     from rocrate.rocrate import ROCrate
 
-    from esrepro.provenance import code_version, package_versions
+    from esrepro.provenance.manifest import code_version, package_versions
 
     if not workflow_files:
         raise ValueError("export_crate: workflow_files must name the main workflow first")

@@ -1,7 +1,7 @@
 """Audit a result: walk its manifests back to datasets, base model, configuration and code.
 
 Every pipeline step writes a manifest recording its inputs' and outputs' sha256
-(:func:`esrepro.provenance.build_manifest`). :func:`audit` finds the manifest that
+(:func:`esrepro.provenance.manifest.build_manifest`). :func:`audit` finds the manifest that
 produced a target file, re-hashes what it recorded, and recurses into the producer
 of each input, so a changed or missing file anywhere upstream is named.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esrepro.provenance import MANIFEST, sha256_tree
+from esrepro.provenance.manifest import MANIFEST, sha256_tree
 
 SCAN_DIRS = ("data", "results")
 SUMMARY_KEYS = ("task", "split", "model", "method", "seed", "hub_id", "revision")
