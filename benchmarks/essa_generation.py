@@ -128,7 +128,8 @@ def _report(backend, log, cfg, space, args, splits, sft_s, svd_s, start_s) -> No
     other = total - sum(parts.values())
     print(f"\nESSA on the tiny model, backend {backend}: search space {space.dim} singular values "
           f"({len(space.names)} adapters, rank {cfg.rank}, p={cfg.fraction}), population {cfg.population}, "
-          f"{cfg.resample_per_step} problems per generation, max_new_tokens={cfg.max_new_tokens}, "
+          f"{cfg.resample_per_step or cfg.fitness_examples} problems per generation, {cfg.covariance} covariance, "
+          f"max_new_tokens={cfg.max_new_tokens}, "
           f"{args.threads} thread(s), {n} generations")
     print(f"  LoRA SFT (TRL, {len(splits.sft)} pairs, {cfg.sft_epochs} epochs): {sft_s:.2f} s; SVD + save: "
           f"{svd_s:.3f} s; engine start: {start_s:.2f} s")

@@ -257,14 +257,18 @@ def run_generations(strategy: CMAStrategy, n: int, target: np.ndarray) -> list[n
     return asked
 
 
-def test_cma_resume_is_bit_identical():
+@pytest.mark.parametrize("covariance", ["separable", "full"])
+def test_cma_resume_is_bit_identical(covariance):
     target = np.linspace(-1, 1, 12)
-    straight = CMAStrategy(np.zeros(12), 0.32, population=8, seed=7)
+    make = lambda: CMAStrategy(np.zeros(12), 0.32, population=8, seed=7, covariance=covariance)  # noqa: E731
+    straight = make()
     full = run_generations(straight, 5, target)
 
-    first = CMAStrategy(np.zeros(12), 0.32, population=8, seed=7)
+    first = make()
     head = run_generations(first, 2, target)
-    resumed = CMAStrategy.from_state(first.to_bytes())
+    saved = first.to_bytes()
+    resumed = CMAStrategy.from_state(saved)
+    assert resumed.covariance == covariance and resumed.to_bytes() == saved  # the state round-trips byte for byte
     tail = run_generations(resumed, 3, target)
     for a, b in zip(full, head + tail, strict=True):
         assert np.array_equal(a, b)
@@ -272,14 +276,39 @@ def test_cma_resume_is_bit_identical():
     assert straight.generation == resumed.generation == 5
     assert np.array_equal(straight.best[0], resumed.best[0]) and straight.best[1] == resumed.best[1]
 
-    # saved mid-generation (asked, not told): the resumed run is handed the same population
-    mid = CMAStrategy(np.zeros(12), 0.32, population=8, seed=7)
+    assert straight.to_bytes() == resumed.to_bytes()
+
+    # saved mid-generation (asked, not told; full CMA-ES caches its eigendecomposition then): the resumed run is
+    # handed the same population
+    mid = make()
     run_generations(mid, 2, target)
     pending = mid.ask()
     again = CMAStrategy.from_state(mid.state_dict())
+    assert again.to_bytes() == mid.to_bytes()
     assert all(np.array_equal(a, b) for a, b in zip(pending, again.ask()))
     tail2 = run_generations(again, 3, target)
     assert all(np.array_equal(a, b) for a, b in zip(full[2:], tail2))
+
+
+def test_cma_covariance_variants_differ_and_are_recorded():
+    """separable runs cmaes.SepCMA, full runs cmaes.CMA; the state says which, and an old state without the key
+    (written before full covariance existed) loads as separable."""
+    from cmaes import CMA, SepCMA
+
+    target = np.linspace(-1, 1, 6)
+    sep = CMAStrategy(np.zeros(6), 0.5, 10, seed=3)
+    full = CMAStrategy(np.zeros(6), 0.5, 10, seed=3, covariance="full")
+    assert isinstance(sep._opt, SepCMA) and isinstance(full._opt, CMA)
+    run_generations(sep, 3, target)
+    run_generations(full, 3, target)
+    assert not np.array_equal(sep.mean, full.mean)
+    assert str(full.state_dict()["covariance"]) == "full" and str(sep.state_dict()["covariance"]) == "separable"
+    old = {k: v for k, v in sep.state_dict().items() if k != "covariance"}
+    assert CMAStrategy.from_state(old).covariance == "separable"
+    with pytest.raises(ValueError, match="has attribute"):  # a full state relabelled separable is refused
+        CMAStrategy.from_state({**full.state_dict(), "covariance": np.array("separable")})
+    with pytest.raises(ValueError, match="covariance must be"):
+        CMAStrategy(np.zeros(6), 0.5, 10, seed=3, covariance="diagonal")
 
 
 def test_cma_tell_matches_candidates_in_any_order():

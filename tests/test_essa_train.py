@@ -101,6 +101,7 @@ def test_three_generations_hold_fitness(straight_run, countdown_model):
     assert changed and all(k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))
                            for k in changed)
     assert manifest["settings"]["population"] == 6 and manifest["essa"]["solution"] == "cma_mean"
+    assert manifest["settings"]["covariance"] == strategy.covariance == "separable"
 
 
 def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
@@ -123,6 +124,22 @@ def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_
     fields = ("rewards", "problems", "val_reward", "best_reward", "sigma")
     assert [[r.get(f) for f in fields] for r in _log(straight_run)] == [[r.get(f) for f in fields] for r in _log(killed)]
     assert not (killed / "resume").exists()
+
+
+def test_full_covariance_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
+    """covariance: full (cmaes.CMA) end to end: a killed run ends as the uninterrupted one, the manifest and the
+    saved CMA-ES state say full, and the search differs from the separable run's."""
+    spec = {**SPEC, "covariance": "full"}
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(_train_cmd(countdown_model, data_dir, straight, spec), check=True, env=ENV, timeout=600)
+    kill_once_resumable(_train_cmd(countdown_model, data_dir, killed, spec), ENV, killed, "completed_generations")
+    subprocess.run(_train_cmd(countdown_model, data_dir, killed, spec), check=True, env=ENV, timeout=600)
+    assert (straight / "cma_state.npz").read_bytes() == (killed / "cma_state.npz").read_bytes()
+    fields = ("rewards", "problems", "val_reward", "best_reward", "sigma")
+    assert [[r.get(f) for f in fields] for r in _log(straight)] == [[r.get(f) for f in fields] for r in _log(killed)]
+    assert CMAStrategy.from_state((straight / "cma_state.npz").read_bytes()).covariance == "full"
+    assert json.loads((straight / "manifest.json").read_text())["settings"]["covariance"] == "full"
+    assert [r["sigma"] for r in _log(straight)] != [r["sigma"] for r in _log(straight_run)]
 
 
 def test_quantised_precision_refused_on_cpu(countdown_model, data_dir, tmp_path):
@@ -164,13 +181,17 @@ def _pipeline(mutate):
     (lambda c: (c.update(device="cpu"), c["studies"]["essa"].update(precisions=["int8"])),
      "config/essa_tiny.yaml: studies.essa.precisions.precision: int8 needs a CUDA GPU (bitsandbytes), but device is cpu"),
     (lambda c: c["data"]["countdown"]["source"].update(n_train=100),
-     "config/essa_tiny.yaml: studies.essa: method essa_ref (model tiny) reads 192 training problems"),
+     "config/essa_tiny.yaml: studies.essa: method essa_ref (model tiny) reads 144 training problems"),
     (lambda c: c["studies"]["essa"].update(models=["nope"]),
      "config/essa_tiny.yaml: studies.essa.models.0: 'nope' is not in the registry"),
     (lambda c: c["studies"]["essa"]["grpo"].pop("keep_every"),
      "config/essa_tiny.yaml: studies.essa.grpo.keep_every: required"),
     (lambda c: c["studies"]["essa"].update(ranks=[4, 4]),
      "config/essa_tiny.yaml: studies.essa.ranks: values must be distinct and positive"),
+    (lambda c: c["studies"]["essa"].update(resample=[32]),
+     "config/essa_tiny.yaml: studies.essa.resample.resample_per_step: resample_per_step (32) exceeds fitness_examples"),
+    (lambda c: c["defaults"]["essa"].update(covariance="diagonal"),
+     "config/essa_tiny.yaml: defaults.essa.covariance: 'diagonal': Input should be 'separable' or 'full'"),
 ])
 def test_config_errors_name_file_and_field(mutate, expected):
     from esrepro.settings.layers import ConfigError
@@ -184,14 +205,17 @@ def test_study_methods_and_layers():
     from esrepro.plan import Plan
 
     p = _pipeline(lambda c: None)
-    assert list(p.essa_methods()) == ["essa_ref", "essa_pop16", "essa_rank4", "essa_eng2", "essa_grpo"]
+    assert list(p.essa_methods()) == ["essa_ref", "essa_pop16", "essa_rank4", "essa_eng2", "essa_resample8",
+                                      "essa_grpo"]
     ref = p.method_settings("tiny", "countdown", "essa_ref")
     pop = p.method_settings("tiny", "countdown", "essa_pop16")
-    assert (ref.population, pop.population, pop.rank, ref.train_examples) == (8, 16, 8, 192)
+    assert (ref.population, pop.population, pop.rank, ref.train_examples) == (8, 16, 8, 144)
+    resample = p.method_settings("tiny", "countdown", "essa_resample8")
+    assert (ref.resample_per_step, resample.resample_per_step) == (None, 8)
     assert p.method_settings("tiny", "countdown", "essa_eng2").engines == 2
     grpo = p.method_settings("tiny", "countdown", "essa_grpo")
     assert grpo.algorithm == "grpo" and grpo.train_examples == ref.fitness_examples
-    assert grpo.sample_budget == ref.generations * ref.population * ref.resample_per_step
+    assert grpo.sample_budget == ref.generations * ref.population * ref.fitness_examples
     plan = Plan(p)
     assert "essa_grpo" not in plan.methods_regex(rl=False) and plan.essa_grpo_regex() == "essa_grpo"
     assert plan.essa_figures() == ["results/figures/essa_population", "results/figures/essa_rank",

@@ -34,9 +34,9 @@ def test_paper_dag_lists_every_model(tmp_path):
     # Countdown: ES per model (+ 3 stability seeds of Qwen2.5-3B-Instruct); v2: ES on MATH (Qwen2.5-Math-7B),
     # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 4 betas) x 4 seeds, and the
     # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study:
-    # (reference + 3 populations + 4 ranks + 3 engine counts + 2 precisions) x 2 models by the train rule,
-    # its GRPO baseline by its own rule
-    essa = 2 * (1 + 3 + 4 + 3 + 2)
+    # (reference + 3 populations + 4 ranks + 4 GPU counts + 2 precisions + 1 resampling run) x 2 models by the
+    # train rule, its GRPO baseline by its own rule
+    essa = 2 * (1 + 3 + 4 + 4 + 2 + 1)
     assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa) and stats["fetch_model"] == "8"
     assert stats["essa_grpo"] == "2"
     # Countdown: base + 5 methods per model (+ 3 x 5 stability runs); GSM8K and conciseness: the base models;
@@ -63,6 +63,7 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert "results/runs/countdown/llama-3.1-8b-instruct/grpo30/grid/lr1e-06_beta0.001/seed0/checkpoint" in out
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
+    assert "nodes=16, gres=gpu:h100:8, tasks=16" in out  # ESSA's 128-GPU run: 16 of the 7B entry's 8-GPU nodes
 
 
 def test_lint_is_clean():

@@ -2,7 +2,8 @@
 and, for a train job spanning nodes, the Ray cluster it runs under (scripts/ray-slurm).
 
 ES methods take the registry's ``train_es`` resources where the model has them (the population
-engines' layout, e.g. two nodes for a 7B model), other methods ``train``. A job on several nodes
+engines' layout, e.g. two nodes for a 7B model), other methods ``train``; an ESSA run with more
+engines than that entry's GPUs takes as many such nodes as its engines need. A job on several nodes
 (or with ``ray_cluster``) runs under scripts/ray-slurm, which starts a Ray cluster across its
 nodes for the ES engines to join. For the SLURM executor plugin (2.8.0) such a job asks for one
 task per node (``nodes``, ``tasks``) and sets ``mpi``, so the plugin's job step runs the shell
@@ -14,6 +15,7 @@ SLURM may split unevenly); ``tasks_per_gpu: 0`` keeps the plugin from turning ta
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -33,8 +35,15 @@ def train_resources_key(p: Pipeline, task: str, model: str, method: str) -> str:
 
 
 def train_job(p: Pipeline, task: str, model: str, method: str) -> Resources:
-    """The registry resources of one train job."""
-    return p.resources(model, train_resources_key(p, task, model, method))
+    """The registry resources of one train job; an ESSA run asking for more engines than the entry's GPUs gets
+    as many nodes of that entry as its engines need (one engine per GPU, e.g. 128 engines: 16 nodes x 8 GPUs)."""
+    res = p.resources(model, train_resources_key(p, task, model, method))
+    if p.algorithm_of(task, method).name != "essa" or not res.gpu:
+        return res
+    engines = p.method_settings(model, task, method).engines
+    if engines and engines > res.nodes * res.gpu:
+        return res.model_copy(update={"nodes": math.ceil(engines / res.gpu)})
+    return res
 
 
 def on_ray_cluster(res: Resources) -> bool:
@@ -66,6 +75,9 @@ def ray_layout(p: Pipeline, task: str, model: str, method: str) -> str:
     nodes = f"{res.nodes} node{'s' if res.nodes > 1 else ''}"
     per_node = f"{res.gpu} GPUs" if res.gpu else f"{res.threads()} CPUs"
     settings = p.method_settings(model, task, method)
+    if settings.algorithm == "essa":
+        engines = settings.engines or (res.nodes * res.gpu if res.gpu else 1)
+        return f"{nodes} x {per_node}: {engines} {settings.backend} engines"
     if settings.algorithm != "es":
         return f"{nodes} x {per_node}"
     tp = settings.tensor_parallel_size

@@ -36,7 +36,8 @@ FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs a
 SWEEPS = {"es": ("sigmas", "sigma", "es_sigma"), "grpo": ("betas", "beta", "grpo_beta")}
 #: The ESSA study's sweeps: (study key, ESSA setting, method-name prefix), one run per value.
 ESSA_SWEEPS = (("populations", "population", "essa_pop"), ("ranks", "rank", "essa_rank"),
-               ("engines", "engines", "essa_eng"), ("precisions", "precision", "essa_"))
+               ("engines", "engines", "essa_eng"), ("precisions", "precision", "essa_"),
+               ("resample", "resample_per_step", "essa_resample"))
 ESSA_STUDY = "essa"
 ESSA_REF = "essa_ref"  # the ESSA study's reference run
 ESSA_GRPO = "essa_grpo"  # its GRPO baseline from the reference run's SFT start
@@ -324,8 +325,8 @@ class Pipeline:
         return out
 
     def essa_sweep(self, key: str) -> list[tuple[Any, str]]:
-        """(value, method) of one sweep (``populations``, ``ranks``, ``engines``, ``precisions``), without the
-        reference run (the figures add it at its own value)."""
+        """(value, method) of one sweep (a key of :data:`ESSA_SWEEPS`: ``populations``, ``ranks``, ``engines``,
+        ``precisions``, ``resample``), without the reference run (the figures add it at its own value)."""
         study = self.essa_study()
         prefix = {k: p for k, _, p in ESSA_SWEEPS}[key]
         return [(v, f"{prefix}{v}") for v in getattr(study, key)] if study else []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from esrepro.pipeline import Pipeline
+from esrepro.pipeline import ESSA_SWEEPS, Pipeline
 
 
 def as_json(spec: dict[str, Any]) -> str:
@@ -60,7 +60,7 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
     from esrepro.plan import Plan
 
     study = p.essa_study()
-    sweeps = {key: [m for _, m in p.essa_sweep(key)] for key in ("populations", "ranks", "engines", "precisions")}
+    sweeps = {key: [m for _, m in p.essa_sweep(key)] for key, _, _ in ESSA_SWEEPS}
     made = set(Plan(p).essa_figures())
     stems = {"table": P.ESSA_TABLE}
     for key, stem in (("populations", P.ESSA_POPULATION), ("ranks", P.ESSA_RANK), ("engines", P.ESSA_ENGINES),

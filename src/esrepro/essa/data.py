@@ -3,8 +3,9 @@
 The run reads the first ``sft_examples + fitness_examples + val_examples`` problems of a
 task's prepared train split, in order: the LoRA SFT split, then the fixed subset of the
 alignment split every candidate is scored on, then held-out alignment problems the
-CMA-ES mean is scored on along the way. Each generation scores its candidates on
-``resample_per_step`` problems of the fitness subset, drawn without replacement from a
+CMA-ES mean is scored on along the way. Each generation scores its candidates on the
+whole fitness subset (the ESSA paper's main experiments), or with ``resample_per_step`` on
+that many of its problems (the paper's Sec. 5.4), drawn without replacement from a
 generator keyed on (run seed, generation): a pure function, so a resumed run draws the
 same problems.
 """

@@ -83,7 +83,7 @@ def run_essa(
         strategy, log, meta = load_state(state_dir, key)
         meta = {"val_reward_sft": meta.get("val_reward_sft")}
     else:
-        strategy = CMAStrategy(x0, cfg.sigma0, cfg.population, seed)
+        strategy = CMAStrategy(x0, cfg.sigma0, cfg.population, seed, covariance=cfg.covariance)
         log = []
         meta = {"val_reward_sft": _mean_reward(evaluator, x0, problems.val)[0] if problems.val else None}
     elapsed = log[-1]["elapsed_seconds"] if log else 0.0

@@ -1,14 +1,16 @@
 """CMA-ES over ESSA's singular values, as ask/tell with an exactly resumable state.
 
 The optimiser is ``cmaes.SepCMA`` (separable CMA-ES: diagonal covariance) from the
-``cmaes`` package, pinned. Why this one:
+``cmaes`` package, pinned, by default (``covariance="separable"``); ``covariance="full"``
+runs ``cmaes.CMA`` (a full d x d covariance), which the ESSA paper's description (mean and
+covariance) reads as, for small search spaces. Why separable by default:
 
 - Dimension. ESSA's search space has one coordinate per selected singular value:
   hundreds to several thousands (e.g. 28 layers x 4 projections x 26 values = 2,912).
   Full CMA-ES stores a d x d covariance, decomposes it every generation (O(d^3)) and
   learns it at a rate ~ 2/d^2, negligible at populations of 96-608; the separable
   variant learns a per-coordinate scale at a rate ~ 1/d and costs O(d) per sample.
-- State. ``SepCMA`` keeps its whole state in a few numpy arrays and scalars and draws
+- State. ``SepCMA`` (and ``CMA``) keeps its whole state in a few numpy arrays and scalars and draws
   from its own ``numpy.random.RandomState`` (``_rng``). pycma by default draws from
   numpy's *global* RNG (its ``randn`` option is ``np.random.randn``) and carries a far
   larger object graph.
@@ -27,13 +29,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
-from cmaes import SepCMA
+from cmaes import CMA, SepCMA
 
 STATE_FORMAT = 1
 LIBRARY = "cmaes"
+#: ``covariance`` values and the ``cmaes`` optimiser each runs (a state without the key is separable).
+OPTIMIZERS: dict[str, type] = {"separable": SepCMA, "full": CMA}
+Covariance = Literal["separable", "full"]
 
 
 def _library_version() -> str:
@@ -41,7 +46,7 @@ def _library_version() -> str:
 
 
 class CMAStrategy:
-    """Separable CMA-ES, maximising: ``ask()`` a whole population, ``tell`` its rewards.
+    """CMA-ES (separable or full covariance), maximising: ``ask()`` a whole population, ``tell`` its rewards.
 
     ``ask()`` is idempotent within a generation: asked again before ``tell`` it returns
     the same population, also after a save and load, so a generation interrupted mid-way
@@ -49,10 +54,12 @@ class CMAStrategy:
     """
 
     def __init__(self, x0: np.ndarray, sigma0: float, population: int, seed: int,
-                 bounds: np.ndarray | None = None):
-        x0 = np.array(x0, dtype=np.float64)  # a copy: SepCMA updates its mean in place
+                 bounds: np.ndarray | None = None, covariance: Covariance = "separable"):
+        x0 = np.array(x0, dtype=np.float64)  # a copy: the optimiser updates its mean in place
+        if covariance not in OPTIMIZERS:
+            raise ValueError(f"covariance must be one of {sorted(OPTIMIZERS)}, got {covariance!r}")
         if x0.ndim != 1 or x0.size < 2:
-            raise ValueError(f"x0 must be a vector of at least 2 values (SepCMA), got shape {x0.shape}")
+            raise ValueError(f"x0 must be a vector of at least 2 values, got shape {x0.shape}")
         if not np.all(np.isfinite(x0)):
             raise ValueError("x0 has non-finite values")
         if not sigma0 > 0:
@@ -68,15 +75,17 @@ class CMAStrategy:
         self.population = int(population)
         self.seed = int(seed)
         self.bounds = bounds
+        self.covariance: Covariance = covariance
         self._opt = self._new_optimizer()
         self._pending: np.ndarray | None = None
         self._best_x: np.ndarray | None = None
         self._best_reward = -np.inf
 
-    def _new_optimizer(self) -> SepCMA:
-        opt = SepCMA(mean=self.x0.copy(), sigma=self.sigma0, bounds=None if self.bounds is None else self.bounds.copy(),
-                     seed=self.seed, population_size=self.population)
-        # SepCMA allocates its history of best/worst values with np.empty; entries not yet written
+    def _new_optimizer(self) -> SepCMA | CMA:
+        opt = OPTIMIZERS[self.covariance](mean=self.x0.copy(), sigma=self.sigma0, seed=self.seed,
+                                          bounds=None if self.bounds is None else self.bounds.copy(),
+                                          population_size=self.population)
+        # Both allocate its history of best/worst values with np.empty; entries not yet written
         # hold whatever was in memory. They are read only by should_stop() once every entry has been
         # written, but zeroing them makes a saved state a function of the run alone (comparable bit for bit).
         opt._funhist_values[:] = 0.0
@@ -157,6 +166,7 @@ class CMAStrategy:
             "sigma0": np.array(self.sigma0),
             "population": np.array(self.population),
             "seed": np.array(self.seed),
+            "covariance": np.array(self.covariance),
             "best_reward": np.array(self._best_reward),
         }
         if self.bounds is not None:
@@ -183,7 +193,8 @@ class CMAStrategy:
             elif isinstance(value, (float, np.floating)):
                 state[key + (":float" if type(value) is float else ":np")] = np.array(value)
             else:
-                raise TypeError(f"cannot save SepCMA attribute {name!r} of type {type(value).__name__}")
+                raise TypeError(f"cannot save {type(self._opt).__name__} attribute {name!r} of type "
+                                f"{type(value).__name__}")
         return state
 
     @classmethod
@@ -198,8 +209,9 @@ class CMAStrategy:
         if saved_version != version:
             raise ValueError(f"CMA state was written with cmaes {saved_version}, this is cmaes {version}: "
                              "resuming across versions is not guaranteed to be identical")
+        covariance = str(state["covariance"]) if "covariance" in state else "separable"
         strategy = cls(state["x0"], float(state["sigma0"]), int(state["population"]), int(state["seed"]),
-                       bounds=state.get("bounds"))
+                       bounds=state.get("bounds"), covariance=covariance)
         strategy._best_reward = float(state["best_reward"])
         strategy._best_x = state["best_x"].copy() if "best_x" in state else None
         strategy._pending = state["pending"].copy() if "pending" in state else None
@@ -211,7 +223,7 @@ class CMAStrategy:
                 continue
             name, kind = key[4:].rsplit(":", 1)
             if name not in expected:
-                raise ValueError(f"CMA state has attribute {name!r} that this SepCMA does not have")
+                raise ValueError(f"CMA state has attribute {name!r} that this {type(opt).__name__} does not have")
             if kind == "none":
                 setattr(opt, name, None)
             elif kind == "array":
@@ -228,7 +240,7 @@ class CMAStrategy:
                 raise ValueError(f"CMA state: unknown kind {kind!r} for {name!r}")
             restored.add(name)
         if restored != expected:
-            raise ValueError(f"CMA state lacks SepCMA attributes {sorted(expected - restored)}")
+            raise ValueError(f"CMA state lacks {type(opt).__name__} attributes {sorted(expected - restored)}")
         opt._rng.set_state((str(state["rng.kind"]), state["rng.keys"].copy(), int(state["rng.pos"]),
                             int(state["rng.has_gauss"]), float(state["rng.cached_gaussian"])))
         return strategy

@@ -7,14 +7,14 @@ Run directory (besides ``checkpoint/``, ``log.jsonl`` and ``manifest.json``, whi
 - ``sft/adapter/``: the SFT LoRA adapter (peft), its TRL log and summary;
   ``sft/space.safetensors``: the factorisation every engine loads; ``sft/sft.json``;
 - ``adapter/``: the final solution as a peft adapter (rank and alpha of the SFT adapter);
-- ``cma_state.npz``: the final CMA-ES state (mean, step size, per-coordinate scales, RNG,
-  best candidate), loadable with :meth:`esrepro.essa.strategy.CMAStrategy.from_state`;
+- ``cma_state.npz``: the final CMA-ES state (mean, step size, per-coordinate scales or the
+  full covariance, RNG, best candidate), loadable with :meth:`esrepro.essa.strategy.CMAStrategy.from_state`;
 - ``resume/`` while the run is under way.
 
 The checkpoint is the CMA-ES *mean* after the last generation, merged into the weights,
-not the best candidate seen: each candidate's reward comes from one draw of
-``resample_per_step`` problems, so the best of thousands of such draws is biased upwards
-(a winner's curse), while the mean is the distribution's estimate of the optimum, the
+not the best candidate seen: each candidate's reward comes from a finite set of problems
+(the fixed fitness subset, or ``resample_per_step`` drawn from it), so the best of thousands
+of candidates is biased upwards (a winner's curse), while the mean is the distribution's estimate of the optimum, the
 solution CMA-ES reports; the best candidate stays in ``cma_state.npz`` (``best_x``).
 """
 

@@ -10,6 +10,13 @@
   precision, and test accuracy per precision.
 - Fig. 8 (``wallclock_figure``): ESSA against the GRPO baseline from the same SFT start,
   held-out accuracy against summed training seconds.
+- The resampling runs (``resample``, the paper's Sec. 5.4: 100 of the fitness problems drawn per
+  generation instead of all of them) are rows of the summary table
+  (``problems_per_generation``).
+
+Where the ESSA paper contradicts itself on a figure's setting (Fig. 2's population, Fig. 4's
+rank, the rank lists), a line under the figure says which reading the runs take
+(:data:`PAPER_READINGS`).
 
 Inputs are run directories (``log.jsonl`` and ``manifest.json``; see
 :mod:`esrepro.essa.train` and :mod:`esrepro.steps.essa`) and ``metrics.json`` of their
@@ -36,7 +43,19 @@ from esrepro.report.figures import save_figure, write_frame_csv
 PathLike = str | os.PathLike
 REF = "essa_ref"
 GRPO = "essa_grpo"
-SWEEP_SETTING = {"populations": "population", "ranks": "rank", "engines": "engines", "precisions": "precision"}
+SWEEP_SETTING = {"populations": "population", "ranks": "rank", "engines": "engines", "precisions": "precision",
+                 "resample": "problems_per_generation"}
+#: Where the ESSA paper contradicts itself on a figure's setting, and the reading these runs take (a line under the
+#: figure, with the values the runs shown used).
+PAPER_READINGS = {
+    "engines": ("population", "ESSA paper, Fig. 2: the text gives population 192, the caption 640; this "
+                "reproduction's paper-scale runs take the text's 192, the population the paper fixes for its "
+                "GPU-count, rank and precision experiments."),
+    "populations": ("rank", "ESSA paper, Fig. 4: the text gives LoRA rank 16, the caption 32; this reproduction's "
+                    "paper-scale runs take the text's 16, the rank its other sweeps share."),
+    "ranks": ("rank", "ESSA paper: Sec. 4.3 and Sec. 5.3 list different LoRA ranks; this reproduction's "
+              "paper-scale runs span 4 to 64, not checked value by value against either list."),
+}
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -52,6 +71,9 @@ def _run_labels(run_dir: Path) -> dict:
         "algorithm": s.get("algorithm", s["method"]), "population": s.get("population"), "rank": s.get("rank"),
         "engines": manifest.get("engines", s.get("engines")), "precision": s.get("precision"),
         "fitness": s.get("fitness", base.get("fitness")),
+        "problems_per_generation": (s.get("resample_per_step") or s.get("fitness_examples"))
+        if s.get("algorithm") == "essa" else None,
+        "covariance": s.get("covariance"),
         "val_reward_sft": essa.get("val_reward_sft", base.get("val_reward_sft")),
         "run_dir": str(run_dir),
     }
@@ -146,6 +168,27 @@ def _axes(n: int, cols: int, width: float = 5.0, height: float = 3.6):
     return fig, axes
 
 
+def paper_reading(runs: pd.DataFrame, key: str) -> str | None:
+    """The line under a sweep's figure saying how the paper contradicts itself on it and which reading the runs
+    take, with the values of the setting the runs shown used (None when the paper is consistent there)."""
+    if key not in PAPER_READINGS:
+        return None
+    column, text = PAPER_READINGS[key]
+    used = [_fmt(v) for v in sorted(set(runs[column].dropna()))] if column in runs else []
+    return text + (f" Runs shown: {column} {', '.join(used)}." if used else "")
+
+
+def _caption(fig: Figure, note: str | None, rows: int) -> float:
+    """Write ``note`` under the figure; returns the share of the height it takes."""
+    if not note:
+        return 0.0
+    import textwrap
+
+    text = textwrap.fill(note, 150)
+    fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom")
+    return min(0.3, 0.03 * (text.count("\n") + 1) / rows)
+
+
 def _finish(fig: Figure, out_stem: PathLike, table: pd.DataFrame, bottom: float = 0.0) -> list[Path]:
     fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
     paths = save_figure(fig, out_stem)
@@ -204,7 +247,8 @@ def _sweep_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[st
         _title(axes[i][0], name, what[0])
         tables.append(_maxima_panel(axes[i][1], r, xlabel, log_x=True).assign(model=model, panel="maximum"))
         _title(axes[i][1], name, what[1])
-    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
+    bottom = _caption(fig, paper_reading(sub, key), len(models))
+    return _finish(fig, out_stem, pd.concat(tables, ignore_index=True), bottom)
 
 
 def population_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
@@ -261,7 +305,8 @@ def engines_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[s
         ax2.set_ylabel("seconds per generation")
         _title(ax2, name, "seconds per CMA-ES generation")
         rows.append(agg.assign(model=model, target=target))
-    return _finish(fig, out_stem, pd.concat(rows, ignore_index=True))
+    bottom = _caption(fig, paper_reading(sub, "engines"), len(models))
+    return _finish(fig, out_stem, pd.concat(rows, ignore_index=True), bottom)
 
 
 def precision_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence[str], out_stem: PathLike,
@@ -342,7 +387,7 @@ def summary_table(runs: pd.DataFrame, base: dict[str, float], out_stem: PathLike
     df = runs.copy()
     if target is not None:
         df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target) for d in df["run_dir"]]
-    cols = ["model", "method", "algorithm", "population", "rank", "engines", "precision"]
+    cols = ["model", "method", "algorithm", "population", "rank", "engines", "precision", "problems_per_generation"]
     values = [c for c in ("test_accuracy", "val_reward_sft", "val_max", "val_final", "train_seconds",
                           "seconds_per_iteration", "time_to_target") if c in df]
     agg = df.groupby(cols, dropna=False, sort=False)[values].mean().reset_index()

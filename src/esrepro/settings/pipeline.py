@@ -190,7 +190,7 @@ class ESSAStudy(Settings):
     """The ESSA study: a reference run, one-axis sweeps around it and a GRPO baseline from its SFT start.
 
     Every run is a method of its own (``essa_ref``, ``essa_pop<N>``, ``essa_rank<r>``,
-    ``essa_eng<k>``, ``essa_<precision>``, ``essa_grpo``) trained on ``task`` for each model,
+    ``essa_eng<k>``, ``essa_<precision>``, ``essa_resample<k>``, ``essa_grpo``) trained on ``task`` for each model,
     evaluated on ``evaluate.<task>``'s split; the figures put the reference run beside each
     sweep, so a sweep lists only the values that differ from it.
     """
@@ -208,13 +208,16 @@ class ESSAStudy(Settings):
     precisions: list[Literal["native", "int8", "int4"]] = Field(
         default_factory=list, description="inference precisions, one run each (essa_<precision>; ESSA Fig. 9; int8 "
         "and int4 need CUDA)")
+    resample: list[int] = Field(default_factory=list, description="fitness problems drawn per generation "
+                                "(resample_per_step), one run each (essa_resample<k>; ESSA Sec. 5.4: 100 of the 880, "
+                                "where the main runs score every candidate on all of them); in the summary table")
     grpo: Partial | None = Field(None, description="the GRPO baseline (essa_grpo) over defaults.grpo, trained from the "
                                  "reference run's SFT start on its fitness problems (keep_every required: its snapshots give the held-out "
                                  "curve); null: no baseline (ESSA Fig. 8)")
     target_accuracy: float = Field(0.76, ge=0, description="held-out accuracy the time-to-target figure measures "
                                    "against (GSM8K: the paper's 0.76)")
 
-    @field_validator("populations", "ranks", "engines")
+    @field_validator("populations", "ranks", "engines", "resample")
     @classmethod
     def _distinct_positive(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v) or len(set(v)) != len(v):
