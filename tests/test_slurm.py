@@ -111,6 +111,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
+    from esrepro.cluster import train_job
     from esrepro.config import load_pipeline
 
     repo = copy_repo(tmp_path)
@@ -134,7 +135,11 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         es = rule == "train" and pipeline.algorithm_of(job["wildcards"]["task"], method).name == "es"
         if es and "train_es" in pipeline.model(model).resources:
             key = "train_es"
-        expected = pipeline.resources(model, key).model_dump(exclude_none=True, exclude={"ray_cluster"})
+        # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
+        # GPUs takes more of its nodes: esrepro.cluster.train_job)
+        res = train_job(pipeline, job["wildcards"]["task"], model, method) if rule == "train" else \
+            pipeline.resources(model, key)
+        expected = res.model_dump(exclude_none=True, exclude={"ray_cluster"})
         resources = job["resources"]
         if expected["nodes"] > 1:
             # several nodes: GPUs per node (gres), one task per node, the plugin's mpi path
@@ -164,8 +169,16 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     es_jobs |= {("qwen2.5-7b-instruct", meth) for meth, found in pipeline.study_methods("conciseness").items()
                 if found.algorithm == "es"}
     # Countdown x 2 models, MATH (Qwen2.5-Math-7B), the conciseness study's three sigmas
-    assert set(layouts) == es_jobs and len(es_jobs) == 2 + 1 + 3, sorted(layouts)
-    assert set(layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
+    es_layouts = {k: v for k, v in layouts.items() if not k[1].startswith("essa")}
+    assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 1 + 3, sorted(layouts)
+    assert set(es_layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
+    # the ESSA study's GPU sweep beyond one node (ESSA Fig. 2: up to 128 GPUs): 8 GPUs per node, one engine each
+    essa_layouts = {k: v for k, v in layouts.items() if k[1].startswith("essa")}
+    sweep = [n for n in pipeline.essa_study().engines if n > 8]
+    assert sweep and set(essa_layouts) == {(m, f"essa_eng{n}") for m in studied for n in sweep}, sorted(essa_layouts)
+    for (model, method), layout in essa_layouts.items():
+        n = int(method.removeprefix("essa_eng"))
+        assert layout.startswith(f"{n // 8} nodes x 8 GPUs: {n} "), (method, layout)
 
 
 @pytest.fixture(scope="module")
