@@ -93,6 +93,9 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # ESSA
     "sft_dir": ("--sft-dir", dict(required=True, help="the reference ESSA run's sft/ folder (the SFT adapter)")),
     "ref_spec": ("--ref-spec", dict(type=_json, required=True, help="the reference ESSA run's settings as JSON")),
+    "trains": ("--trains", dict(default="adapter", choices=["adapter", "all"],
+                                help="what the GRPO baseline trains: adapter (the SFT LoRA adapter, as the ESSA paper) "
+                                "or all (every weight of the SFT start, the adapter merged in)")),
     "runs": ("--runs", dict(nargs="+", required=True, help="run directories (log.jsonl and manifest.json in each)")),
     "histogram": ("--histogram", dict(nargs="+", required=True, help="histogram.json of each ES run (param shift)")),
     "periodic": ("--periodic", dict(nargs="+", required=True, help="periodic_eval.jsonl of each run")),

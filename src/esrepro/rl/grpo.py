@@ -7,9 +7,16 @@ GRPO = ``loss_type: grpo`` with ``scale_rewards: group``; Dr.GRPO = ``loss_type:
 with ``scale_rewards: none``. The reward is the task's own ``Task.score``.
 
 On CPU, bf16 and gradient checkpointing are forced off (bf16 autocast is about 6x slower
-on CPU; checkpointing only trades memory for time). With ``beta > 0`` TRL loads the
-reference model from the policy's ``config._name_or_path``; we always hand TRL the base
-model's directory (the policy as saved on disk), so the reference is the base model.
+on CPU; checkpointing only trades memory for time).
+
+The policy is either every weight of the checkpoint in ``model_dir`` (TRL loads it from
+the path) or, with ``adapter_dir``, only the LoRA matrices of that peft adapter on top of
+``model_dir`` (loaded trainable by peft and handed to TRL as a ``PeftModel``). With
+``beta > 0`` the reference is the policy's start either way: TRL loads the checkpoint in
+``model_dir`` again for a full policy and, for a peft policy (TRL 1.16 with peft >= 0.20),
+adds a frozen copy of the loaded adapter named ``ref`` (with a freshly initialised adapter
+that would equal the base). Kept snapshots and the final weights of a peft policy are its
+adapter (``default`` only), in peft format.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 
 import torch
 
-from esrepro.models.loading import DTYPES, load_tokenizer
+from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_checkpoint
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
@@ -76,6 +83,32 @@ def _dataset(task: Task, examples: list[dict], chat: bool):
     return Dataset.from_list(rows)
 
 
+def is_peft(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a peft model (a trained adapter on a frozen base)."""
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> None:
+    """Save a GRPO policy: a peft policy as its trained adapter (not TRL's frozen ``ref`` copy), else a checkpoint."""
+    if is_peft(model):
+        model.save_pretrained(str(path), selected_adapters=["default"])
+    else:
+        save_checkpoint(model, tokenizer, path)
+
+
+def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str) -> tuple[Any, dict | None]:
+    """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it,
+    every weight trainable), or the base with the adapter loaded trainable by peft (none then)."""
+    if adapter_dir is None:
+        return str(model_dir), {"dtype": DTYPES[dtype]}
+    from peft import PeftModel
+
+    base = load_model(model_dir, dtype=dtype)
+    return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True), None
+
+
 def train_grpo(
     model_dir: str | Path,
     task: Task,
@@ -88,8 +121,12 @@ def train_grpo(
     chat: bool = False,
     snapshot_dir: str | Path | None = None,
     periodic: tuple[Any, int] | None = None,
+    adapter_dir: str | Path | None = None,
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
+
+    ``adapter_dir``: train only this peft adapter on the base in ``model_dir`` (the policy returned is then a
+    ``PeftModel``; save it with :func:`save_policy`).
 
     ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, completions per step): evaluate the policy
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
@@ -129,18 +166,18 @@ def train_grpo(
             self.t0 = time.perf_counter()
 
     class _Snapshot(TrainerCallback):
-        """Keep the policy every ``keep_every`` steps under ``snapshot_dir/iterNNNNNN`` (not the final one)."""
+        """Keep the policy (a peft policy: its adapter) every ``keep_every`` steps under ``snapshot_dir/iterNNNNNN``
+        (not the final one)."""
 
         def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
             every = settings.get("keep_every")
             if snapshot_dir is None or not every or state.global_step % every or state.global_step >= steps:
                 return
             from esrepro.io import atomic_path
-            from esrepro.models.loading import save_checkpoint
             from esrepro.paths import snapshot_name
 
             with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
-                save_checkpoint(model, tokenizer, out)
+                save_policy(model, tokenizer, out)
 
     class _Periodic(TrainerCallback):
         """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps."""
@@ -161,10 +198,11 @@ def train_grpo(
                 self._point(state.global_step, model)
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
+        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype)
         cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=tmp, on_cpu=on_cpu),
-                         model_init_kwargs={"dtype": DTYPES[dtype]})
+                         model_init_kwargs=init_kwargs)
         trainer = GRPOTrainer(
-            model=str(model_dir),
+            model=policy,
             reward_funcs=[trl_reward_func(task)],
             args=cfg,
             train_dataset=_dataset(task, examples, chat),

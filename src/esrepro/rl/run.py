@@ -18,7 +18,11 @@ def budget_of(settings: dict) -> Budget:
 
 
 def train_rl(ctx: TrainContext) -> TrainOutcome:
-    """Train with the run's RL algorithm; every log row gets ``iteration`` (= step), as ES logs have."""
+    """Train with the run's RL algorithm; every log row gets ``iteration`` (= step), as ES logs have.
+
+    With ``ctx.adapter_dir`` (GRPO only) the policy is that peft adapter on ``ctx.model_dir``, and the
+    outcome's ``save`` writes the trained adapter (peft format), not a checkpoint.
+    """
     settings = ctx.settings.as_dict()
     budget = budget_of(settings)
     algorithm = settings["algorithm"]
@@ -31,6 +35,10 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
     else:
         raise ValueError(f"unknown RL algorithm {algorithm!r}")
     extra = {}
+    if ctx.adapter_dir is not None:
+        if algorithm == "ppo":
+            raise ValueError("training a LoRA adapter (adapter_dir) is not implemented for PPO; GRPO only")
+        extra["adapter_dir"] = ctx.adapter_dir
     if settings.get("keep_every"):
         if algorithm == "ppo":
             raise ValueError("keep_every (kept snapshots) is not implemented for PPO")
@@ -53,8 +61,13 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
         manifest["cpu_overrides"] = cpu_overrides(settings)
 
     def save(path: Path) -> None:
-        from esrepro.models.loading import save_checkpoint
+        if ctx.adapter_dir is not None:
+            from esrepro.rl.grpo import save_policy
 
-        save_checkpoint(model, tok, path)
+            save_policy(model, tok, path)
+        else:
+            from esrepro.models.loading import save_checkpoint
+
+            save_checkpoint(model, tok, path)
 
     return TrainOutcome(log=rows, save=save, extra=manifest)

@@ -31,6 +31,7 @@ class TrainContext:
     run_dir: Path  # where resume state and kept snapshots go
     device: str = "cpu"
     eval_examples: list[dict] = field(default_factory=list)  # the test split, for periodic evaluation (eval_every)
+    adapter_dir: Path | None = None  # a peft adapter on model_dir to train instead of every weight (GRPO only)
 
 
 @dataclass
