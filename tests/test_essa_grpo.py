@@ -12,7 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from esrepro.steps.essa import alignment_positions, essa_grpo, heldout_positions
+from esrepro.essa.data import alignment_positions, baseline_problems_needed, heldout_positions
+from esrepro.steps.essa import essa_grpo
 from test_essa_train import GENERATOR, countdown_model  # noqa: F401 - the warm-started model fixture
 
 REF = {"algorithm": "essa", "sft_examples": 16, "fitness_examples": 6, "val_examples": 4, "rank": 4,
@@ -66,6 +67,7 @@ def test_alignment_positions_skip_the_heldout_block():
     assert alignment_positions(10, 3, 2, 6) == [10, 11, 12, 15, 16, 17]
     assert list(heldout_positions(10, 3, 2)) == [13, 14]
     assert alignment_positions(0, 2, 0, 3) == [0, 1, 2]
+    assert baseline_problems_needed(10, 3, 2, 2) == 15 and baseline_problems_needed(10, 3, 2, 6) == 18
 
 
 def test_grpo_trains_only_the_sft_adapter(countdown_model, countdown_data, sft_dir, tmp_path):  # noqa: F811

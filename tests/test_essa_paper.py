@@ -103,16 +103,17 @@ def test_tiny_study_uses_full_covariance_and_a_resampling_run():
 # --- the report ------------------------------------------------------------------------------------
 
 
-def _run(root: Path, method: str, settings: dict, val: list[float]) -> str:
-    """A run directory as the train step leaves it (manifest and log) for the report to read."""
-    run = root / method
+def _run(root: Path, method: str, settings: dict, val: list[float], step: float = 10.0) -> str:
+    """A run directory as the train step leaves it (manifest and log) for the report to read; ``step`` seconds per
+    logged iteration."""
+    run = root / settings.get("task", TASK) / settings.get("model", MODEL) / method
     run.mkdir(parents=True)
-    full = {"model": MODEL, "method": method, "algorithm": "essa", "population": 192, "rank": 16,
+    full = {"task": TASK, "model": MODEL, "method": method, "algorithm": "essa", "population": 192, "rank": 16,
             "precision": "native", "fitness_examples": 880, "resample_per_step": None, "covariance": "separable",
             **settings}
     (run / "manifest.json").write_text(json.dumps({"settings": full, "seed": 0, "engines": full.get("engines", 8),
                                                    "essa": {"val_reward_sft": 0.5}}))
-    rows = [{"iteration": i, "elapsed_seconds": 10.0 * (i + 1), "seconds_total": 10.0, "val_reward": v,
+    rows = [{"iteration": i, "elapsed_seconds": step * (i + 1), "seconds_total": step, "val_reward": v,
              "reward_mean": v} for i, v in enumerate(val)]
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(run)
@@ -139,3 +140,36 @@ def test_summary_shows_problems_per_generation_and_figures_say_the_papers_readin
     assert all(Path(p).stat().st_size > 0 for p in paths)
     frame = pd.read_csv(tmp_path / "engines.csv")
     assert sorted(frame["value"]) == [8, 16]
+
+
+def test_scaling_figure_times_each_gpu_count_against_grpo(tmp_path):
+    """ESSA Fig. 6: seconds to 0.95 x the best held-out score per GPU count, GRPO's, and the speed-up; the summary
+    table keeps the two tasks apart."""
+    from esrepro.report import essa as R
+
+    on = {"task": "prm800k", "model": "qwen2.5-32b-instruct"}
+    runs = [_run(tmp_path, "essa_ref", {**on, "engines": 8}, [0.6, 0.7, 0.8], step=40.0),
+            _run(tmp_path, "essa_eng16", {**on, "engines": 16}, [0.6, 0.7, 0.8], step=20.0),
+            _run(tmp_path, "essa_grpo", {**on, "algorithm": "grpo"}, [0.5, 0.7, 0.76, 0.8], step=60.0),
+            _run(tmp_path, "essa_ref", {}, [0.6, 0.7])]
+    table, curves = R.load_runs(runs), R.load_curves(runs)
+    scaling = table[table["task"] == "prm800k"]
+    R.scaling_figure(scaling, curves[curves["task"] == "prm800k"], tmp_path / "scaling", 0.95,
+                     notes=["Paper: a claim"])
+    frame = pd.read_csv(tmp_path / "scaling.csv")
+    summary = frame[frame["speedup_over_grpo"].notna()].set_index("gpus")
+    # best 0.8, threshold 0.76: ESSA reaches 0.8 at 120 s (8 GPUs) and 60 s (16 GPUs); GRPO 0.76 at 180 s
+    assert summary.loc[8, "seconds_to_threshold"] == 120 and summary.loc[16, "seconds_to_threshold"] == 60
+    assert summary.loc[8, "grpo_seconds_to_threshold"] == 180
+    assert summary.loc[8, "speedup_over_grpo"] == pytest.approx(1.5) and summary.loc[16, "speedup_over_grpo"] == 3
+    assert set(frame["run"].dropna()) == {"ESSA, 8 GPUs", "ESSA, 16 GPUs", "GRPO"}
+    assert all((tmp_path / f"scaling.{e}").stat().st_size > 0 for e in ("png", "pdf"))
+
+    out = R.summary_table(table, {("prm800k", "qwen2.5-32b-instruct"): 0.4}, tmp_path / "summary", 0.76, curves,
+                          target_task=TASK)
+    rows = out.set_index(["task", "method"])
+    assert rows.loc[("prm800k", "essa_ref"), "base_test_accuracy"] == 0.4
+    assert pd.isna(rows.loc[("gsm8k", "essa_ref"), "base_test_accuracy"])
+    assert pd.isna(rows.loc[("prm800k", "essa_ref"), "time_to_target"])  # the target is the study task's
+    assert rows.loc[(TASK, "essa_ref"), "seeds"] == 1
+

@@ -192,6 +192,14 @@ def _pipeline(mutate):
      "config/essa_tiny.yaml: studies.essa.resample.resample_per_step: resample_per_step (32) exceeds fitness_examples"),
     (lambda c: c["defaults"]["essa"].update(covariance="diagonal"),
      "config/essa_tiny.yaml: defaults.essa.covariance: 'diagonal': Input should be 'separable' or 'full'"),
+    (lambda c: c["studies"]["essa"]["scaling"].update(task="countdown"),
+     "config/essa_tiny.yaml: studies.essa.scaling: its task must differ from the study's (countdown)"),
+    (lambda c: c["studies"]["essa"]["scaling"]["grpo"].update(train_examples=8),
+     "config/essa_tiny.yaml: studies.essa.scaling: method essa_grpo (model tiny) reads 16 training problems"),
+    (lambda c: c["evaluate"].pop("prm800k"),
+     "config/essa_tiny.yaml: studies.essa.scaling.task: no evaluate.prm800k entry"),
+    (lambda c: c["studies"]["essa"]["scaling"].update(models=["nope"]),
+     "config/essa_tiny.yaml: studies.essa.scaling.models.0: 'nope' is not in the registry"),
 ])
 def test_config_errors_name_file_and_field(mutate, expected):
     from esrepro.settings.layers import ConfigError
@@ -219,8 +227,22 @@ def test_study_methods_and_layers():
     plan = Plan(p)
     assert "essa_grpo" not in plan.methods_regex(rl=False) and plan.essa_grpo_regex() == "essa_grpo"
     assert plan.essa_figures() == ["results/figures/essa_population", "results/figures/essa_rank",
-                                   "results/figures/essa_engines", "results/figures/essa_wallclock"]
+                                   "results/figures/essa_engines", "results/figures/essa_wallclock",
+                                   "results/figures/essa_scaling"]
     assert "results/eval/countdown/tiny/essa_grpo/seed0/test/metrics.json" in plan.final_targets()
+    # the scaling runs (ESSA Fig. 6): their own task, the scaling block's settings over the study's
+    assert p.essa_tasks() == ["countdown", "prm800k"]
+    assert list(p.essa_methods("prm800k")) == ["essa_ref", "essa_eng2", "essa_grpo"]
+    scale = p.method_settings("tiny", "prm800k", "essa_eng2")
+    assert (scale.engines, scale.sft_examples, scale.fitness_examples, scale.population) == (2, 4, 4, 8)
+    assert [l.block for l in p.method_layers("tiny", "prm800k", "essa_eng2")][-2:] == \
+        ["models.tiny.methods.essa", "studies.essa.scaling.engines"]
+    scale_grpo = p.method_settings("tiny", "prm800k", "essa_grpo")
+    assert (scale_grpo.train_examples, scale_grpo.keep_every, scale_grpo.learning_rate) == (4, 4, 1.0e-4)
+    assert scale_grpo.sample_budget == 8 * 8 * 4  # the scaling reference run's generations x population x fitness
+    assert plan.essa_ref_run("tiny", 0, "prm800k") == "results/runs/prm800k/tiny/essa_ref/seed0"
+    assert "results/runs/prm800k/tiny/essa_grpo/seed0" in plan.essa_inputs()["runs"]
+    assert "data/prepared/prm800k" in plan.datasets()
 
 
 # --- the Ray evaluator ---------------------------------------------------------------------------------

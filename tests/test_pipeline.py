@@ -35,14 +35,17 @@ def test_paper_dag_lists_every_model(tmp_path):
     # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 4 betas) x 4 seeds, and the
     # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study:
     # (reference + 3 populations + 4 ranks + 4 GPU counts + 2 precisions + 1 resampling run) x 2 models by the
-    # train rule, its GRPO baseline by its own rule
+    # train rule, its GRPO baseline by its own rule; its scaling runs on PRM800K (Fig. 6): (reference + 2 GPU
+    # counts) x Qwen2.5-32B-Instruct and Llama-3.1-8B-Instruct, and their GRPO baselines
     essa = 2 * (1 + 3 + 4 + 4 + 2 + 1)
-    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa) and stats["fetch_model"] == "8"
-    assert stats["essa_grpo"] == "2"
+    scaling = 2 * (1 + 2)
+    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "9"
+    assert stats["essa_grpo"] == "4"
     # Countdown: base + 5 methods per model (+ 3 x 5 stability runs); GSM8K and conciseness: the base models;
     # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
-    # ESSA: every run and the baseline, and Qwen2.5-Math-7B's base model on GSM8K
-    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 2 + 1)
+    # ESSA: every run and the baseline, and Qwen2.5-Math-7B's base model on GSM8K; PRM800K (an evaluate entry):
+    # every base model of the config, Qwen2.5-32B-Instruct's, every scaling run and its baselines
+    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 2 + 1 + 7 + 1 + scaling + 2)
     # KL: every Countdown run and base model, every study run and the study's base model
     assert stats["kl"] == str(7 * 6 + 3 * 5 + 1 + 7 * 4 + 16 * 4)
     for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
@@ -51,7 +54,7 @@ def test_paper_dag_lists_every_model(tmp_path):
                    "grpo_beta0.0167", "grpo_beta0.0464"):
         assert f"results/kl/conciseness/qwen2.5-7b-instruct/{method}/seed3/kl.json" in out
     assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
-    assert stats["prepare_data"] == "11"
+    assert stats["prepare_data"] == "12"
     # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, plus the authors'
     # GRPO-Zero cell for GRPO (8) and GRPO (30), one selection each (and again for 3 stability seeds)
     assert stats["train_cell"] == str((7 + 3) * (4 * 6 + 2)) and stats["select_rl"] == str((7 + 3) * 4)
@@ -64,6 +67,10 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
     assert "nodes=16, gres=gpu:h100:8, tasks=16" in out  # ESSA's 128-GPU run: 16 of the 7B entry's 8-GPU nodes
+    for model in ("qwen2.5-32b-instruct", "llama-3.1-8b-instruct"):  # ESSA Fig. 6
+        for method in ("essa_ref", "essa_eng16", "essa_eng128", "essa_grpo"):
+            assert f"results/eval/prm800k/{model}/{method}/seed0/test/metrics.json" in out
+    assert "results/figures/essa_scaling.png" in out
 
 
 def test_lint_is_clean():

@@ -206,49 +206,60 @@ def _sizes(p: Pipeline, out: list[str]) -> None:
 
 
 def _essa_study(p: Pipeline, out: list[str]) -> None:
-    """studies.essa: models, task, every run's settings, precision against the device, data sizes."""
-    from esrepro.pipeline import ESSA_GRPO, ESSA_REF
-
+    """studies.essa (and its scaling block): models, tasks, every run's settings, precision against the device,
+    data sizes."""
     study = p.essa_study()
     if study is None:
         return
-    where = at(p.source, "studies", "essa")
-    models = _registry_keys(p, out, study.models, "studies", "essa", "models")
-    if study.task not in p.cfg.data:
-        out.append(f"{where}.task: no data.{study.task} entry to train on")
-    if study.task not in p.cfg.evaluate:
-        out.append(f"{where}.task: no evaluate.{study.task} entry saying how the runs are evaluated")
-    clash = set(p.essa_methods()) & set(p.train_methods(study.task))
-    if clash:
-        out.append(f"{where}: method names {sorted(clash)} also in train.{study.task}.methods")
     if study.grpo is not None and not study.grpo.get("keep_every"):
-        out.append(f"{where}.grpo.keep_every: required: the baseline's held-out curve is scored on its kept "
-                   "snapshots (ESSA Fig. 8)")
+        out.append(f"{at(p.source, 'studies', 'essa')}.grpo.keep_every: required: the baseline's held-out curve is "
+                   "scored on its kept snapshots (ESSA Figs. 6 and 8)")
+    for task in p.essa_tasks():
+        path = ("studies", "essa") if task == study.task else ("studies", "essa", "scaling")
+        _essa_task(p, out, task, at(p.source, *path), path)
+
+
+def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[str, ...]) -> None:
+    from esrepro.pipeline import ESSA_GRPO, ESSA_REF
+
+    models = _registry_keys(p, out, p.essa_models(task), *path, "models")
+    if task not in p.cfg.data:
+        out.append(f"{where}.task: no data.{task} entry to train on")
+    if task not in p.cfg.evaluate:
+        out.append(f"{where}.task: no evaluate.{task} entry saying how the runs are evaluated")
+    clash = set(p.essa_methods(task)) & set(p.train_methods(task))
+    if clash:
+        out.append(f"{where}: method names {sorted(clash)} also in train.{task}.methods")
     sizes = {}
-    if study.task in p.cfg.data:
+    if task in p.cfg.data:
         from esrepro.tasks import split_sizes
 
         try:
-            sizes = split_sizes(study.task, p.cfg.data[study.task].source.model_dump(exclude_none=True))
+            sizes = split_sizes(task, p.cfg.data[task].source.model_dump(exclude_none=True))
         except (KeyError, ValueError) as exc:
-            out.append(at(p.source, "data", study.task, "source") + f": {exc}")
+            out.append(at(p.source, "data", task, "source") + f": {exc}")
     for model in models:
-        ref = _collect(out, lambda: p.method_settings(model, study.task, ESSA_REF))
-        for method in p.essa_methods():
-            s = ref if method == ESSA_REF else _collect(out, lambda: p.method_settings(model, study.task, method))
+        ref = _collect(out, lambda: p.method_settings(model, task, ESSA_REF))
+        for method in p.essa_methods(task):
+            s = ref if method == ESSA_REF else _collect(out, lambda: p.method_settings(model, task, method))
             if s is None:
                 continue
             if getattr(s, "precision", "native") != "native" and p.cfg.device == "cpu":
-                layer = next(l for l in reversed(p.method_layers(model, study.task, method)) if "precision" in l.values)
+                layer = next(l for l in reversed(p.method_layers(model, task, method)) if "precision" in l.values)
                 out.append(f"{at(layer.file, layer.block, 'precision')}: {s.precision} needs a CUDA GPU "
                            f"(bitsandbytes), but device is cpu (method {method})")
             n = sizes.get("train")
-            need = s.train_examples if method != ESSA_GRPO or ref is None else ref.sft_examples + s.train_examples
+            need, what = s.train_examples, "sft_examples + fitness_examples + val_examples"
+            if method == ESSA_GRPO and ref is not None:
+                from esrepro.essa.data import baseline_problems_needed
+
+                need = baseline_problems_needed(ref.sft_examples, ref.fitness_examples, ref.val_examples,
+                                                s.train_examples)
+                what = ("the reference run's sft_examples + the baseline's train_examples, past the held-out "
+                        "problems")
             if n is not None and need > n:
-                what = ("sft_examples + fitness_examples + val_examples" if method != ESSA_GRPO else
-                        "the reference run's sft_examples + the baseline's train_examples")
                 out.append(f"{where}: method {method} (model {model}) reads {need} training problems ({what}), "
-                           f"but data.{study.task} prepares {n}")
+                           f"but data.{task} prepares {n}")
 
 
 # --- per-task models, stability, study name clashes, report extras ---------------------------------------

@@ -45,6 +45,7 @@ ESSA_RANK = f"{FIGURES}/essa_rank"  # Fig. 7: accuracy against LoRA rank
 ESSA_ENGINES = f"{FIGURES}/essa_engines"  # Fig. 2: time to the target accuracy against engines
 ESSA_PRECISION = f"{FIGURES}/essa_precision"  # Fig. 9: accuracy against generations per precision
 ESSA_WALLCLOCK = f"{FIGURES}/essa_wallclock"  # Fig. 8: ESSA against GRPO in wall-clock time
+ESSA_SCALING = f"{FIGURES}/essa_scaling"  # Fig. 6: ESSA against GRPO in wall-clock time per GPU count
 ANALYSIS = f"{REPORTS}/analysis"  # .ipynb and .html
 
 

@@ -63,7 +63,8 @@ class Plan:
             return keys_regex(sorted(grid))
         direct = {m for _, m in trained if m not in grid}
         direct |= {m for name in self.p.studies() for m in self.p.study_methods(name)}
-        direct |= {m for m in self.p.essa_methods() if m != ESSA_GRPO}  # the baseline has its own rule
+        direct |= {m for t in self.p.essa_tasks() for m in self.p.essa_methods(t)
+                   if m != ESSA_GRPO}  # the baseline has its own rule
         return keys_regex(sorted(direct))
 
     def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
@@ -102,7 +103,7 @@ class Plan:
         """Every training run directory the evaluations read."""
         dirs = [P.fill(P.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
                 for task in self.p.evaluated_tasks() for m, meth, s in self.runs(task) if meth != BASE]
-        dirs += [self.essa_run(m, meth, s) for m, meth, s in self.p.essa_runs()]
+        dirs += [self.essa_run(m, meth, s, t) for t in self.p.essa_tasks() for m, meth, s in self.p.essa_runs(t)]
         return list(dict.fromkeys(dirs))
 
     # --- models and data ---------------------------------------------------------------
@@ -127,9 +128,7 @@ class Plan:
         for model in self.p.all_models():
             if self.p.model(model).build is not None:
                 dirs += self.build_inputs(model)
-        study = self.p.essa_study()
-        if study is not None:
-            dirs.append(P.fill(P.PREPARED, task=study.task))
+        dirs += [P.fill(P.PREPARED, task=t) for t in self.p.essa_tasks()]
         return list(dict.fromkeys(dirs))
 
     def model_dirs(self) -> list[str]:
@@ -218,36 +217,32 @@ class Plan:
         return out + [f"{stem}.manifest.json" for stem in stems]
 
     # --- the ESSA study --------------------------------------------------------------------
-    def essa_run(self, model: str, method: str, seed: int | str) -> str:
-        """An ESSA study run's directory (the study's task)."""
+    def essa_run(self, model: str, method: str, seed: int | str, task: str | None = None) -> str:
+        """An ESSA study run's directory (on ``task``; the study's own task when None)."""
         study = self.p.essa_study()
         assert study is not None, "no studies.essa in this config"
-        return P.fill(P.RUN, task=study.task, model=model, method=method, seed=seed)
+        return P.fill(P.RUN, task=task or study.task, model=model, method=method, seed=seed)
 
     def essa_grpo_regex(self) -> str:
         """The GRPO baseline's method name when the study has one (its own rule trains it)."""
         return keys_regex([ESSA_GRPO] if ESSA_GRPO in self.p.essa_methods() else [])
 
-    def essa_ref_run(self, model: str, seed: int | str) -> str:
-        """The reference ESSA run whose SFT adapter the GRPO baseline starts from."""
-        return self.essa_run(model, ESSA_REF, seed)
+    def essa_ref_run(self, model: str, seed: int | str, task: str | None = None) -> str:
+        """The reference ESSA run (on ``task``) whose SFT adapter the GRPO baseline starts from."""
+        return self.essa_run(model, ESSA_REF, seed, task)
 
     def essa_eval_metrics(self) -> list[str]:
-        """metrics.json of every ESSA study run and of the study's base models, on the study task's eval split."""
-        study = self.p.essa_study()
-        if study is None:
-            return []
-        runs = [(m, BASE, 0) for m in study.models] + self.p.essa_runs()
-        return [f"{self.eval_dir(study.task, m, meth, s)}/metrics.json" for m, meth, s in runs]
+        """metrics.json of every ESSA study run and of its base models, on each study task's eval split."""
+        out = []
+        for task in self.p.essa_tasks():
+            runs = [(m, BASE, 0) for m in self.p.essa_models(task)] + self.p.essa_runs(task)
+            out += [f"{self.eval_dir(task, m, meth, s)}/metrics.json" for m, meth, s in runs]
+        return out
 
     def essa_inputs(self) -> dict[str, list[str]]:
         """What the ESSA figures read: run logs and manifests, evaluations (run_dir/metrics per run)."""
-        study = self.p.essa_study()
-        if study is None:
-            return {"runs": [], "metrics": []}
-        runs = self.p.essa_runs()
-        return {"runs": [self.essa_run(m, meth, s) for m, meth, s in runs],
-                "metrics": self.essa_eval_metrics()}
+        runs = [self.essa_run(m, meth, s, t) for t in self.p.essa_tasks() for m, meth, s in self.p.essa_runs(t)]
+        return {"runs": runs, "metrics": self.essa_eval_metrics()}
 
     def essa_figures(self) -> list[str]:
         """Stems of the ESSA figures this config makes (a sweep without values makes none)."""
@@ -259,6 +254,7 @@ class Plan:
         out += [P.ESSA_ENGINES] if study.engines else []
         out += [P.ESSA_PRECISION] if study.precisions else []
         out += [P.ESSA_WALLCLOCK] if study.grpo is not None else []
+        out += [P.ESSA_SCALING] if study.scaling is not None else []
         return out
 
     def essa_targets(self) -> list[str]:

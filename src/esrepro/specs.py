@@ -64,7 +64,10 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
     made = set(Plan(p).essa_figures())
     stems = {"table": P.ESSA_TABLE}
     for key, stem in (("populations", P.ESSA_POPULATION), ("ranks", P.ESSA_RANK), ("engines", P.ESSA_ENGINES),
-                      ("precisions", P.ESSA_PRECISION), ("wallclock", P.ESSA_WALLCLOCK)):
+                      ("precisions", P.ESSA_PRECISION), ("wallclock", P.ESSA_WALLCLOCK), ("scaling", P.ESSA_SCALING)):
         if stem in made:
             stems[key] = stem
-    return {"target_accuracy": study.target_accuracy if study else None, "sweeps": sweeps, "stems": stems}
+    scaling = study.scaling if study else None
+    return {"target_accuracy": study.target_accuracy if study else None, "task": study.task if study else None,
+            "scaling": {"task": scaling.task, "near_optimal": scaling.near_optimal} if scaling else None,
+            "sweeps": sweeps, "stems": stems}

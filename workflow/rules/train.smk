@@ -110,7 +110,7 @@ rule essa_grpo:
     input:
         model=P.BASE_MODEL,
         data=P.PREPARED,
-        ref=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed)}/{P.MANIFEST}",
+        ref=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed, w.task)}/{P.MANIFEST}",
     output:
         **RUN_OUTPUTS,
     wildcard_constraints:
@@ -118,7 +118,8 @@ rule essa_grpo:
     params:
         spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, w.method)),
         ref_spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, ESSA_REF)),
-        sft=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed)}/sft",
+        sft=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed, w.task)}/sft",
+        trains=PIPELINE.essa_study().grpo_trains if PIPELINE.essa_study() else "adapter",
         dtype=dtype_of,
         device=CFG.device,
         chat=chat_flag,
@@ -134,4 +135,4 @@ rule essa_grpo:
         "esrepro essa-grpo --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
         "--model-dir {input.model} --sft-dir {params.sft} --dtype {params.dtype} --data-dir {input.data} "
         "--spec {params.spec:q} --ref-spec {params.ref_spec:q} {params.chat} --seed {wildcards.seed} "
-        "--out {params.run} --threads {threads} --device {params.device} > {log} 2>&1"
+        "--trains {params.trains} --out {params.run} --threads {threads} --device {params.device} > {log} 2>&1"

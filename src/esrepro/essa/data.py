@@ -82,3 +82,23 @@ def essa_sample_budget(settings: dict) -> int:
     """Scored training samples of an ESSA run: generations x population x problems per generation."""
     per_step = settings.get("resample_per_step") or settings["fitness_examples"]
     return int(settings["generations"]) * int(settings["population"]) * int(per_step)
+
+
+
+def alignment_positions(sft: int, fitness: int, val: int, n: int) -> list[int]:
+    """Train-split positions of the GRPO baseline's ``n`` problems: the alignment fold (after the ``sft`` SFT
+    problems) without its held-out block (``sft + fitness`` to ``sft + fitness + val``): the fitness subset, then
+    beyond, so the baseline never trains on the problems its held-out curve is scored on."""
+    after = sft + fitness + val
+    return [sft + i if i < fitness else after + i - fitness for i in range(n)]
+
+
+def heldout_positions(sft: int, fitness: int, val: int) -> range:
+    """Train-split positions of the reference run's held-out problems."""
+    return range(sft + fitness, sft + fitness + val)
+
+
+def baseline_problems_needed(sft: int, fitness: int, val: int, n: int) -> int:
+    """How many train-split problems the GRPO baseline reads (its ``n`` problems and the held-out ones)."""
+    positions = alignment_positions(sft, fitness, val, n)
+    return max(positions[-1] + 1 if positions else 0, heldout_positions(sft, fitness, val).stop)

@@ -10,6 +10,8 @@
   precision, and test accuracy per precision.
 - Fig. 8 (``wallclock_figure``): ESSA against the GRPO baseline from the same SFT start,
   held-out accuracy against summed training seconds.
+- Fig. 6 (``scaling_figure``): the same comparison on the scaling task (PRM800K at paper scale) with
+  ESSA at several GPU counts, and each one's time to near-optimal accuracy against GRPO's.
 - The resampling runs (``resample``, the paper's Sec. 5.4: 100 of the fitness problems drawn per
   generation instead of all of them) are rows of the summary table
   (``problems_per_generation``).
@@ -43,6 +45,7 @@ from esrepro.report.figures import save_figure, write_frame_csv
 PathLike = str | os.PathLike
 REF = "essa_ref"
 GRPO = "essa_grpo"
+ESSA_COLORS = ("C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9")  # C3 is GRPO's
 SWEEP_SETTING = {"populations": "population", "ranks": "rank", "engines": "engines", "precisions": "precision",
                  "resample": "problems_per_generation"}
 #: Where the ESSA paper contradicts itself on a figure's setting, and the reading these runs take (a line under the
@@ -67,7 +70,7 @@ def _run_labels(run_dir: Path) -> dict:
     essa = manifest.get("essa", {})
     base = manifest.get("essa_baseline", {})
     return {
-        "model": s["model"], "method": s["method"], "seed": int(manifest.get("seed", 0)),
+        "task": s.get("task"), "model": s["model"], "method": s["method"], "seed": int(manifest.get("seed", 0)),
         "algorithm": s.get("algorithm", s["method"]), "population": s.get("population"), "rank": s.get("rank"),
         "engines": manifest.get("engines", s.get("engines")), "precision": s.get("precision"),
         "fitness": s.get("fitness", base.get("fitness")),
@@ -96,7 +99,7 @@ def load_runs(run_dirs: Iterable[PathLike], metrics: Iterable[PathLike] = ()) ->
     tests = {}
     for path in metrics:
         m = read_json(path)
-        tests[(m["model"], m["method"], int(m["seed"]))] = m["accuracy"]
+        tests[(m.get("task"), m["model"], m["method"], int(m["seed"]))] = m["accuracy"]
     rows = []
     for d in map(Path, run_dirs):
         labels = _run_labels(d)
@@ -111,18 +114,18 @@ def load_runs(run_dirs: Iterable[PathLike], metrics: Iterable[PathLike] = ()) ->
             "train_seconds": log[-1].get("elapsed_seconds") if log else None,
             "seconds_per_iteration": float(np.mean([r.get("seconds_total", r.get("seconds")) or 0 for r in log]))
             if log else None,
-            "test_accuracy": tests.get((labels["model"], labels["method"], labels["seed"])),
+            "test_accuracy": tests.get((labels["task"], labels["model"], labels["method"], labels["seed"])),
         })
     return pd.DataFrame(rows)
 
 
-def base_accuracy(metrics: Iterable[PathLike]) -> dict[str, float]:
-    """Test accuracy of each model's base (method ``base``)."""
+def base_accuracy(metrics: Iterable[PathLike]) -> dict[tuple[str | None, str], float]:
+    """Test accuracy of each model's base (method ``base``), by (task, model)."""
     out = {}
     for path in metrics:
         m = read_json(path)
         if m["method"] == "base":
-            out[m["model"]] = m["accuracy"]
+            out[(m.get("task"), m["model"])] = m["accuracy"]
     return out
 
 
@@ -335,6 +338,34 @@ def precision_figure(runs: pd.DataFrame, curves: pd.DataFrame, methods: Sequence
     return _finish(fig, out_stem, pd.concat(tables, ignore_index=True))
 
 
+def _heldout_curve(runs: pd.DataFrame, curves: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """Held-out accuracy against summed training seconds, mean over the runs' seeds, from the SFT start's score."""
+    c = curves[curves["run_dir"].isin(runs["run_dir"]) & curves["val_reward"].notna()]
+    if c.empty:
+        return [], []
+    mean = c.groupby("iteration")[["elapsed_seconds", "val_reward"]].mean().reset_index()
+    start = runs["val_reward_sft"].dropna()
+    xs, ys = list(mean["elapsed_seconds"]), list(mean["val_reward"])
+    if not start.empty:
+        xs, ys = [0.0, *xs], [float(start.mean()), *ys]
+    return xs, ys
+
+
+def time_to_fraction(xs: Sequence[float], ys: Sequence[float], threshold: float) -> float | None:
+    """Seconds at the first point of a curve at or above ``threshold`` (None if never)."""
+    return next((float(x) for x, y in zip(xs, ys) if y >= threshold), None)
+
+
+def _note_text(fig: Figure, notes: Sequence[str], rows: int) -> float:
+    import textwrap
+
+    if not notes:
+        return 0.0
+    text = "\n".join(textwrap.fill(n, 130, subsequent_indent="    ") for n in notes)
+    fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom")
+    return min(0.5, 0.03 + 0.022 * text.count("\n") / rows)
+
+
 def wallclock_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike, target: float | None = None,
                      display: dict[str, str] | None = None, notes: Sequence[str] = ()) -> list[Path]:
     """ESSA Fig. 8: held-out accuracy against summed training seconds, ESSA (reference run) against GRPO."""
@@ -347,14 +378,9 @@ def wallclock_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLik
         name = (display or {}).get(model, model)
         for method, label, color in ((REF, "ESSA", "C5"), (GRPO, "GRPO", "C3")):
             group = sub[(sub["model"] == model) & (sub["method"] == method)]
-            c = curves[curves["run_dir"].isin(group["run_dir"]) & curves["val_reward"].notna()]
-            if c.empty:
+            xs, ys = _heldout_curve(group, curves)
+            if not xs:
                 continue
-            mean = c.groupby("iteration")[["elapsed_seconds", "val_reward"]].mean().reset_index()
-            start = group["val_reward_sft"].dropna()
-            xs, ys = list(mean["elapsed_seconds"]), list(mean["val_reward"])
-            if not start.empty:
-                xs, ys = [0.0, *xs], [float(start.mean()), *ys]
             ax.plot(xs, ys, marker="o", markersize=3, color=color, label=label)
             test = group["test_accuracy"].dropna()
             if not test.empty:
@@ -366,33 +392,90 @@ def wallclock_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLik
         ax.set_ylabel("held-out accuracy")
         _title(ax, name, "ESSA against GRPO from the same SFT start")
         ax.legend(fontsize=8)
-    bottom = 0.0
-    if notes:
-        import textwrap
-
-        text = "\n".join(textwrap.fill(n, 130, subsequent_indent="    ") for n in notes)
-        bottom = min(0.5, 0.03 + 0.022 * text.count("\n") / len(models))
-        fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom")
+    bottom = _note_text(fig, notes, len(models))
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return _finish(fig, out_stem, table, bottom)
+
+
+def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike, near_optimal: float,
+                   display: dict[str, str] | None = None, notes: Sequence[str] = ()) -> list[Path]:
+    """ESSA Fig. 6: held-out accuracy against training seconds for ESSA at each GPU count (one engine per GPU)
+    and the GRPO baseline; each run's seconds to ``near_optimal`` x the best held-out accuracy any run of the
+    model reaches, and GRPO's seconds over ESSA's (the speed-up)."""
+    models = _models(runs)
+    fig, axes = _axes(len(models), 2, width=6.0, height=4.0 + (1.2 if notes else 0.0))
+    curve_rows, summary_rows = [], []
+    for i, model in enumerate(models):
+        name = (display or {}).get(model, model)
+        r = runs[runs["model"] == model]
+        essa = r[r["algorithm"] == "essa"].sort_values("engines")
+        lines = [(f"ESSA, {int(k)} GPUs", g, int(k)) for k, g in essa.groupby("engines", sort=True)]
+        lines += [("GRPO", r[r["method"] == GRPO], None)] if (r["method"] == GRPO).any() else []
+        drawn = [(label, k, *_heldout_curve(g, curves)) for label, g, k in lines]
+        best = max((max(ys) for *_, ys in drawn if ys), default=None)
+        threshold = near_optimal * best if best else None
+        ax = axes[i][0]
+        for j, (label, k, xs, ys) in enumerate(drawn):
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=3, color="C3" if k is None else ESSA_COLORS[j % len(ESSA_COLORS)],
+                        label=label)
+                curve_rows.append(pd.DataFrame({"model": model, "run": label, "gpus": k, "elapsed_seconds": xs,
+                                                "val_reward": ys}))
+        if threshold:
+            ax.axhline(threshold, color="grey", linestyle=":", linewidth=1,
+                       label=f"near-optimal: {near_optimal:g} x best ({threshold:.3g})")
+        ax.set_xlabel("training seconds (start-up, SFT and held-out scoring excluded)")
+        ax.set_ylabel("held-out accuracy")
+        _title(ax, name, "ESSA per GPU count against GRPO")
+        ax.legend(fontsize=7)
+        times = {label: (k, time_to_fraction(xs, ys, threshold) if threshold else None)
+                 for label, k, xs, ys in drawn}
+        grpo = times.get("GRPO", (None, None))[1]
+        ax2 = axes[i][1]
+        essa_times = [(k, t) for label, (k, t) in times.items() if k is not None]
+        pos = np.arange(len(essa_times))
+        ax2.bar(pos, [t or 0.0 for _, t in essa_times], color="C0", label="ESSA")
+        for x, (k, t) in zip(pos, essa_times):
+            speedup = grpo / t if grpo and t else None
+            summary_rows.append({"model": model, "run": f"ESSA, {k} GPUs", "gpus": k, "best_val_reward": best,
+                                 "threshold": threshold, "seconds_to_threshold": t, "grpo_seconds_to_threshold": grpo,
+                                 "speedup_over_grpo": speedup})
+            ax2.annotate("not reached" if t is None else (f"{speedup:.2g}x GRPO" if speedup else ""),
+                         (x, t or 0.0), ha="center", va="bottom", fontsize=7)
+        if grpo is not None:
+            ax2.axhline(grpo, color="C3", linestyle="--", linewidth=1, label="GRPO")
+        ax2.set_xticks(list(pos))
+        ax2.set_xticklabels([f"{k}" for k, _ in essa_times])
+        ax2.set_xlabel("GPUs (ESSA engines)")
+        ax2.set_ylabel("training seconds")
+        _title(ax2, name, "seconds to near-optimal held-out accuracy")
+        ax2.legend(fontsize=7)
+    bottom = _note_text(fig, notes, len(models))
+    table = pd.concat([*curve_rows, pd.DataFrame(summary_rows)], ignore_index=True) if curve_rows else \
+        pd.DataFrame(summary_rows)
     return _finish(fig, out_stem, table, bottom)
 
 
 # --- the summary table -----------------------------------------------------------------------------
 
 
-def summary_table(runs: pd.DataFrame, base: dict[str, float], out_stem: PathLike, target: float | None,
-                  curves: pd.DataFrame, notes: Sequence[str] = (), display: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per (model, method): the setting it varies, test accuracy, held-out scores, seconds (means over
-    seeds); csv and md, published claims listed under the md table."""
+def summary_table(runs: pd.DataFrame, base: dict[tuple[str | None, str], float], out_stem: PathLike,
+                  target: float | None, curves: pd.DataFrame, notes: Sequence[str] = (),
+                  display: dict[str, str] | None = None, target_task: str | None = None) -> pd.DataFrame:
+    """One row per (task, model, method): the setting it varies, test accuracy, held-out scores, seconds (means
+    over seeds), the base model's test accuracy on the task (``base``: by (task, model)); csv and md, published
+    claims listed under the md table. ``time_to_target`` is measured on ``target_task``'s runs only when given
+    (the target is that task's)."""
     df = runs.copy()
     if target is not None:
-        df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target) for d in df["run_dir"]]
-    cols = ["model", "method", "algorithm", "population", "rank", "engines", "precision", "problems_per_generation"]
+        df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target)
+                                if target_task in (None, t) else None for d, t in zip(df["run_dir"], df["task"])]
+    cols = ["task", "model", "method", "algorithm", "population", "rank", "engines", "precision", "problems_per_generation"]
     values = [c for c in ("test_accuracy", "val_reward_sft", "val_max", "val_final", "train_seconds",
                           "seconds_per_iteration", "time_to_target") if c in df]
     agg = df.groupby(cols, dropna=False, sort=False)[values].mean().reset_index()
     agg.insert(2, "seeds", df.groupby(cols, dropna=False, sort=False).size().values)
-    agg["base_test_accuracy"] = [base.get(m) for m in agg["model"]]
+    agg["base_test_accuracy"] = [base.get((t, m)) for t, m in zip(agg["task"], agg["model"])]
     if display:
         agg["model"] = [display.get(m, m) for m in agg["model"]]
     write_frame_csv(agg, f"{out_stem}.csv")
@@ -404,12 +487,12 @@ def summary_table(runs: pd.DataFrame, base: dict[str, float], out_stem: PathLike
     return agg
 
 
-def published_notes(published: dict, models: Sequence[str]) -> tuple[list[str], float | None]:
-    """Lines quoting the ESSA paper's claims (config/published.yaml ``essa_*`` tables; a claim about a model
-    outside ``models`` says so) and its target accuracy."""
+def published_notes(published: dict, models: Sequence[str], task: str | None = None) -> tuple[list[str], float | None]:
+    """Lines quoting the ESSA paper's claims (config/published.yaml ``essa_*`` tables, those of ``task`` when
+    given; a claim about a model outside ``models`` says so) and its target accuracy."""
     lines, target = [], None
     for name, table in published.get("tables", {}).items():
-        if not name.startswith("essa"):
+        if not name.startswith("essa") or task not in (None, table.get("task")):
             continue
         prov = table.get("provenance", {})
         target = table.get("target_accuracy", target)

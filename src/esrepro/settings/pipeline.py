@@ -186,6 +186,37 @@ class Study(Settings):
 # --- the ESSA study (Korotyshova et al., arXiv 2507.04453) ---------------------------------------
 
 
+class ESSAScaling(Settings):
+    """ESSA Fig. 6: ESSA against the GRPO baseline in wall-clock time on a second task, at several GPU counts.
+
+    For each model: the reference run (``essa_ref``, one engine per GPU of its job), one run per value of
+    ``engines`` (``essa_eng<k>``) and, when the study has a ``grpo`` block, the GRPO baseline (``essa_grpo``)
+    from the reference run's SFT start, all trained on ``task`` and evaluated on ``evaluate.<task>``'s split.
+    """
+
+    task: str = Field(description="task trained on (needs data.<task> and evaluate.<task>; not the study's own task)")
+    models: list[str] = Field(min_length=1, description="registry keys of the models, each gets every run")
+    settings: Partial = Field(default_factory=dict, description="this task's ESSA runs, over studies.essa.settings")
+    engines: list[int] = Field(default_factory=list, description="engine counts (GPUs, one engine each), one run each "
+                               "(essa_eng<k>) beside the reference run")
+    grpo: Partial = Field(default_factory=dict, description="this task's GRPO baseline, over studies.essa.grpo")
+    near_optimal: float = Field(0.95, gt=0, le=1, description="the figure's time to near-optimal accuracy: the "
+                                "first held-out score at least this fraction of the best one any run of the model "
+                                "reaches on the task")
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v) or len(set(v)) != len(v):
+            raise ValueError("values must be distinct and positive")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _distinct(cls, v: list) -> list:
+        return distinct_entries(v)
+
+
 class ESSAStudy(Settings):
     """The ESSA study: a reference run, one-axis sweeps around it and a GRPO baseline from its SFT start.
 
@@ -212,10 +243,16 @@ class ESSAStudy(Settings):
                                 "(resample_per_step), one run each (essa_resample<k>; ESSA Sec. 5.4: 100 of the 880, "
                                 "where the main runs score every candidate on all of them); in the summary table")
     grpo: Partial | None = Field(None, description="the GRPO baseline (essa_grpo) over defaults.grpo, trained from the "
-                                 "reference run's SFT start on its fitness problems (keep_every required: its snapshots give the held-out "
-                                 "curve); null: no baseline (ESSA Fig. 8)")
+                                 "reference run's SFT start on the first train_examples problems of the alignment fold "
+                                 "without the held-out ones (by default its fitness problems; keep_every required: its "
+                                 "snapshots give the held-out curve); null: no baseline (ESSA Figs. 6 and 8)")
     target_accuracy: float = Field(0.76, ge=0, description="held-out accuracy the time-to-target figure measures "
                                    "against (GSM8K: the paper's 0.76)")
+    grpo_trains: Literal["adapter", "all"] = Field(
+        "adapter", description="what the GRPO baseline optimises: the reference run's SFT LoRA adapter (the paper: "
+        "GRPO further optimises the SFT adapter) or every weight of the base with that adapter merged in")
+    scaling: ESSAScaling | None = Field(None, description="ESSA against GRPO in wall-clock time on a second task and "
+                                        "at several GPU counts (ESSA Fig. 6); null: none")
 
     @field_validator("populations", "ranks", "engines", "resample")
     @classmethod
@@ -237,12 +274,19 @@ class ESSAStudy(Settings):
             raise FieldProblem(bad[0], "set by the study; leave it out")
         return v
 
+    @model_validator(mode="after")
+    def _scaling_task(self) -> "ESSAStudy":
+        if self.scaling is not None and self.scaling.task == self.task:
+            raise FieldProblem("scaling", f"its task must differ from the study's ({self.task}): the runs would "
+                               "share their names")
+        return self
+
 
 class Studies(Settings):
     """The studies this config runs."""
 
     conciseness: Study | None = Field(None, description="the conciseness study (Table 2, Figures 1, 3-4)")
-    essa: ESSAStudy | None = Field(None, description="the ESSA study (ESSA Figures 2, 4, 7, 8, 9)")
+    essa: ESSAStudy | None = Field(None, description="the ESSA study (ESSA Figures 2, 4, 6, 7, 8, 9)")
     conciseness_lr: Study | None = Field(
         None, description="the conciseness GRPO learning-rate x beta sweep (appendix Figures 3 and 4); its GRPO runs "
         "are compared with the conciseness study's ES runs")

@@ -40,18 +40,6 @@ SFT_START = "sft_start"
 TRAINS = ("adapter", "all")
 
 
-def alignment_positions(sft: int, fitness: int, val: int, n: int) -> list[int]:
-    """Positions in the train split of GRPO's ``n`` problems: the alignment fold (after the ``sft`` SFT problems)
-    without its held-out block (``sft + fitness`` to ``sft + fitness + val``): the fitness subset, then beyond."""
-    after = sft + fitness + val
-    return [sft + i if i < fitness else after + i - fitness for i in range(n)]
-
-
-def heldout_positions(sft: int, fitness: int, val: int) -> range:
-    """Positions in the train split of the reference run's held-out problems."""
-    return range(sft + fitness, sft + fitness + val)
-
-
 def heldout_reward(model_dir: str | Path, task, examples: list[dict], max_new_tokens: int, fitness: str,
                    dtype: str = "float32", device: str = "cpu", batch_size: int = 32, chat: bool = False) -> float:
     """Mean greedy score of the checkpoint in ``model_dir`` on ``examples`` (accuracy or reward, as ESSA scores)."""
@@ -99,6 +87,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     ``ref_spec``) into ``out``: checkpoint/, log.jsonl with held-out scores, manifest.json (and adapter/
     when ``trains`` is ``adapter``)."""
     from esrepro.devices import pick_device
+    from esrepro.essa.data import alignment_positions, baseline_problems_needed, heldout_positions
     from esrepro.essa.train import ADAPTER, SFT_ADAPTER, verify_sft
     from esrepro.io import atomic_path, write_json, write_jsonl
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
@@ -125,7 +114,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     fold = (ref.sft_examples, ref.fitness_examples, ref.val_examples)
     positions = alignment_positions(*fold, settings.train_examples)
     held = heldout_positions(*fold)
-    need = max(positions[-1] + 1, held.stop)
+    need = baseline_problems_needed(*fold, settings.train_examples)
     problems = load_examples(task_obj, data_dir, "train", need, f"{method}.train_examples")
     train_examples = [problems[i] for i in positions]
     val_examples = [problems[i] for i in held]

@@ -115,9 +115,10 @@ def main_eval_summary(metrics: list[str], out: str) -> dict:
 def essa_report(runs: list[str], metrics: list[str], published: str, registry: str, spec: dict) -> None:
     """The ESSA study's summary table and figures from its run directories and their evaluations.
 
-    ``spec``: ``target_accuracy``, ``sweeps`` ({populations|ranks|engines|precisions: [methods]}),
-    ``stems`` ({table, populations, ranks, engines, precisions, wallclock: output path stem}); a
-    figure is written when its stem is given.
+    ``spec``: ``target_accuracy``, ``task`` (the study's), ``scaling`` (``task``, ``near_optimal``, or null),
+    ``sweeps`` ({populations|ranks|engines|precisions: [methods]}), ``stems`` ({table, populations, ranks,
+    engines, precisions, wallclock, scaling: output path stem}); a figure is written when its stem is given.
+    The sweeps, Fig. 8 and the table read the study task's runs, Fig. 6 the scaling task's.
     """
     from esrepro.config import load_registry, load_yaml
     from esrepro.provenance.manifest import now
@@ -126,13 +127,23 @@ def essa_report(runs: list[str], metrics: list[str], published: str, registry: s
     started = now()
     reg = load_registry(registry)
     display = {k: v.display for k, v in reg.items()}
-    curves = R.load_curves(runs)
-    table = R.load_runs(runs, metrics)
-    notes, published_target = R.published_notes(load_yaml(published), list(dict.fromkeys(table["model"])))
+    all_curves, all_runs = R.load_curves(runs), R.load_runs(runs, metrics)
+    task, scaling = spec.get("task"), spec.get("scaling")
+    curves, table = (all_curves, all_runs) if task is None else \
+        (all_curves[all_curves["task"] == task], all_runs[all_runs["task"] == task])
+    pub = load_yaml(published)
+    notes, published_target = R.published_notes(pub, list(dict.fromkeys(table["model"])), task)
     target = float(spec["target_accuracy"])
     stems, sweeps = spec["stems"], spec.get("sweeps", {})
     inputs = {**{f"{r}/log.jsonl": f"{r}/log.jsonl" for r in runs}, **{m: m for m in metrics},
               "published": published, "registry": registry}
+
+    def scaling_figure(stem: str) -> list:
+        on = all_runs[all_runs["task"] == scaling["task"]]
+        lines, _ = R.published_notes(pub, list(dict.fromkeys(on["model"])), scaling["task"])
+        return R.scaling_figure(on, all_curves[all_curves["task"] == scaling["task"]], stem,
+                                float(scaling["near_optimal"]), display, lines)
+
     makers = {
         "populations": lambda stem: R.population_figure(table, curves, sweeps["populations"], stem, display),
         "ranks": lambda stem: R.rank_figure(table, curves, sweeps["ranks"], stem, display),
@@ -140,13 +151,15 @@ def essa_report(runs: list[str], metrics: list[str], published: str, registry: s
                                                  published_target),
         "precisions": lambda stem: R.precision_figure(table, curves, sweeps["precisions"], stem, display),
         "wallclock": lambda stem: R.wallclock_figure(table, curves, stem, target, display, notes),
+        "scaling": scaling_figure,
     }
     for key, make in makers.items():
         if stems.get(key):
             make(stems[key])
             report_manifest(f"essa_{key}", stems[key], FIGURE, started, inputs,
-                            settings={"target_accuracy": target, "sweep": sweeps.get(key)})
-    R.summary_table(table, R.base_accuracy(metrics), stems["table"], target, curves, notes, display)
+                            settings={"target_accuracy": target, "sweep": sweeps.get(key),
+                                      **({"scaling": scaling} if key == "scaling" else {})})
+    R.summary_table(all_runs, R.base_accuracy(metrics), stems["table"], target, all_curves, notes, display, task)
     report_manifest("essa_summary", stems["table"], (".csv", ".md"), started, inputs,
                     settings={"target_accuracy": target, "sweeps": sweeps})
 
