@@ -157,12 +157,12 @@ def test_scaling_figure_times_each_gpu_count_against_grpo(tmp_path):
     R.scaling_figure(scaling, curves[curves["task"] == "prm800k"], tmp_path / "scaling", 0.95,
                      notes=["Paper: a claim"])
     frame = pd.read_csv(tmp_path / "scaling.csv")
-    summary = frame[frame["speedup_over_grpo"].notna()].set_index("gpus")
+    summary = frame[frame["speedup_over_grpo"].notna()].set_index("engines")
     # best 0.8, threshold 0.76: ESSA reaches 0.8 at 120 s (8 GPUs) and 60 s (16 GPUs); GRPO 0.76 at 180 s
     assert summary.loc[8, "seconds_to_threshold"] == 120 and summary.loc[16, "seconds_to_threshold"] == 60
     assert summary.loc[8, "grpo_seconds_to_threshold"] == 180
     assert summary.loc[8, "speedup_over_grpo"] == pytest.approx(1.5) and summary.loc[16, "speedup_over_grpo"] == 3
-    assert set(frame["run"].dropna()) == {"ESSA, 8 GPUs", "ESSA, 16 GPUs", "GRPO"}
+    assert set(frame["run"].dropna()) == {"ESSA, 8 engines", "ESSA, 16 engines", "GRPO"}
     assert all((tmp_path / f"scaling.{e}").stat().st_size > 0 for e in ("png", "pdf"))
 
     out = R.summary_table(table, {("prm800k", "qwen2.5-32b-instruct"): 0.4}, tmp_path / "summary", 0.76, curves,

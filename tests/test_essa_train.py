@@ -194,6 +194,9 @@ def _pipeline(mutate):
      "config/essa_tiny.yaml: defaults.essa.covariance: 'diagonal': Input should be 'separable' or 'full'"),
     (lambda c: c["studies"]["essa"]["scaling"].update(task="countdown"),
      "config/essa_tiny.yaml: studies.essa.scaling: its task must differ from the study's (countdown)"),
+    (lambda c: c["studies"]["essa"]["scaling"]["grpo"].update(train_examples=2),
+     "config/essa_tiny.yaml: studies.essa.scaling: method essa_grpo (model tiny): train_examples: 2 training problems, "
+     "but one grpo step draws 4 distinct problems"),
     (lambda c: c["studies"]["essa"]["scaling"]["grpo"].update(train_examples=8),
      "config/essa_tiny.yaml: studies.essa.scaling: method essa_grpo (model tiny) reads 16 training problems"),
     (lambda c: c["evaluate"].pop("prm800k"),
@@ -240,6 +243,7 @@ def test_study_methods_and_layers():
     scale_grpo = p.method_settings("tiny", "prm800k", "essa_grpo")
     assert (scale_grpo.train_examples, scale_grpo.keep_every, scale_grpo.learning_rate) == (4, 4, 1.0e-4)
     assert scale_grpo.sample_budget == 8 * 8 * 4  # the scaling reference run's generations x population x fitness
+    assert scale_grpo.per_device_train_batch_size == 16  # 4 problems x 4 completions: every step sees all 4
     assert plan.essa_ref_run("tiny", 0, "prm800k") == "results/runs/prm800k/tiny/essa_ref/seed0"
     assert "results/runs/prm800k/tiny/essa_grpo/seed0" in plan.essa_inputs()["runs"]
     assert "data/prepared/prm800k" in plan.datasets()

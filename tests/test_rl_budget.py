@@ -53,3 +53,15 @@ def test_grpo_settings_must_pin_drifting_defaults_and_match_the_algorithm():
                            output_dir="x", on_cpu=True)
     with pytest.raises(ValueError, match="dr_grpo/none"):
         grpo_config_kwargs({**PINNED, "algorithm": "dr_grpo"}, steps=1, seed=0, output_dir="x", on_cpu=True)
+
+
+def test_a_grpo_step_needs_as_many_problems_as_it_draws():
+    """TRL runs no step at all when the problems are fewer than one step's prompts: refused with the fields."""
+    from esrepro.rl.budget import check_problem_count, prompts_per_step
+
+    grpo = {"algorithm": "grpo", "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
+            "num_generations": 4}
+    assert prompts_per_step(grpo) == 16 and prompts_per_step({"algorithm": "ppo", "batch_size": 8}) == 8
+    check_problem_count(grpo, 16)
+    with pytest.raises(ValueError, match="train_examples: 15 training problems, but one grpo step draws 16"):
+        check_problem_count(grpo, 15)

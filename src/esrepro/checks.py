@@ -250,6 +250,13 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
                            f"(bitsandbytes), but device is cpu (method {method})")
             n = sizes.get("train")
             need, what = s.train_examples, "sft_examples + fitness_examples + val_examples"
+            if method == ESSA_GRPO:
+                from esrepro.rl.budget import check_problem_count
+
+                try:
+                    check_problem_count(s.as_dict(), s.train_examples)
+                except ValueError as exc:
+                    out.append(f"{where}: method {method} (model {model}): {exc}")
             if method == ESSA_GRPO and ref is not None:
                 from esrepro.essa.data import baseline_problems_needed
 

@@ -399,7 +399,7 @@ def wallclock_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLik
 
 def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike, near_optimal: float,
                    display: dict[str, str] | None = None, notes: Sequence[str] = ()) -> list[Path]:
-    """ESSA Fig. 6: held-out accuracy against training seconds for ESSA at each GPU count (one engine per GPU)
+    """ESSA Fig. 6: held-out accuracy against training seconds for ESSA at each engine count (one engine per GPU)
     and the GRPO baseline; each run's seconds to ``near_optimal`` x the best held-out accuracy any run of the
     model reaches, and GRPO's seconds over ESSA's (the speed-up)."""
     models = _models(runs)
@@ -409,7 +409,7 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
         name = (display or {}).get(model, model)
         r = runs[runs["model"] == model]
         essa = r[r["algorithm"] == "essa"].sort_values("engines")
-        lines = [(f"ESSA, {int(k)} GPUs", g, int(k)) for k, g in essa.groupby("engines", sort=True)]
+        lines = [(f"ESSA, {int(k)} engines", g, int(k)) for k, g in essa.groupby("engines", sort=True)]
         lines += [("GRPO", r[r["method"] == GRPO], None)] if (r["method"] == GRPO).any() else []
         drawn = [(label, k, *_heldout_curve(g, curves)) for label, g, k in lines]
         best = max((max(ys) for *_, ys in drawn if ys), default=None)
@@ -419,14 +419,14 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
             if xs:
                 ax.plot(xs, ys, marker="o", markersize=3, color="C3" if k is None else ESSA_COLORS[j % len(ESSA_COLORS)],
                         label=label)
-                curve_rows.append(pd.DataFrame({"model": model, "run": label, "gpus": k, "elapsed_seconds": xs,
+                curve_rows.append(pd.DataFrame({"model": model, "run": label, "engines": k, "elapsed_seconds": xs,
                                                 "val_reward": ys}))
         if threshold:
             ax.axhline(threshold, color="grey", linestyle=":", linewidth=1,
                        label=f"near-optimal: {near_optimal:g} x best ({threshold:.3g})")
         ax.set_xlabel("training seconds (start-up, SFT and held-out scoring excluded)")
         ax.set_ylabel("held-out accuracy")
-        _title(ax, name, "ESSA per GPU count against GRPO")
+        _title(ax, name, "ESSA per engine count against GRPO")
         ax.legend(fontsize=7)
         times = {label: (k, time_to_fraction(xs, ys, threshold) if threshold else None)
                  for label, k, xs, ys in drawn}
@@ -437,7 +437,7 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
         ax2.bar(pos, [t or 0.0 for _, t in essa_times], color="C0", label="ESSA")
         for x, (k, t) in zip(pos, essa_times):
             speedup = grpo / t if grpo and t else None
-            summary_rows.append({"model": model, "run": f"ESSA, {k} GPUs", "gpus": k, "best_val_reward": best,
+            summary_rows.append({"model": model, "run": f"ESSA, {k} engines", "engines": k, "best_val_reward": best,
                                  "threshold": threshold, "seconds_to_threshold": t, "grpo_seconds_to_threshold": grpo,
                                  "speedup_over_grpo": speedup})
             ax2.annotate("not reached" if t is None else (f"{speedup:.2g}x GRPO" if speedup else ""),
@@ -446,7 +446,7 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
             ax2.axhline(grpo, color="C3", linestyle="--", linewidth=1, label="GRPO")
         ax2.set_xticks(list(pos))
         ax2.set_xticklabels([f"{k}" for k, _ in essa_times])
-        ax2.set_xlabel("GPUs (ESSA engines)")
+        ax2.set_xlabel("ESSA engines (one per GPU at paper scale)")
         ax2.set_ylabel("training seconds")
         _title(ax2, name, "seconds to near-optimal held-out accuracy")
         ax2.legend(fontsize=7)

@@ -34,6 +34,22 @@ def samples_per_step(settings: dict) -> int:
     raise ValueError(f"algorithm {algorithm!r} has no samples-per-step rule")
 
 
+def prompts_per_step(settings: dict) -> int:
+    """Distinct training problems one optimiser step draws (GRPO: completions / ``num_generations``; PPO: all)."""
+    per_step = samples_per_step(settings)
+    return per_step // int(settings["num_generations"]) if settings.get("algorithm") in ("grpo", "dr_grpo") \
+        else per_step
+
+
+def check_problem_count(settings: dict, n_problems: int, field: str = "train_examples") -> None:
+    """Refuse a run whose training problems are fewer than one step draws (TRL would run no step at all)."""
+    need = prompts_per_step(settings)
+    if n_problems < need:
+        raise ValueError(f"{field}: {n_problems} training problems, but one {settings.get('algorithm')} step draws "
+                         f"{need} distinct problems (per_device_train_batch_size x gradient_accumulation_steps / "
+                         "num_generations); give more problems or a smaller batch")
+
+
 @dataclass(frozen=True)
 class Budget:
     """An RL run's share of the ES budget, recorded in its manifest and printed in Table 1's notes."""

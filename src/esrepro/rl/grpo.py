@@ -137,6 +137,9 @@ def train_grpo(
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from esrepro.rl.budget import check_problem_count
+
+    check_problem_count(settings, len(examples))
     on_cpu = not torch.cuda.is_available()
     tokenizer = load_tokenizer(model_dir)  # our tokenizer class, not AutoProcessor's guess
     tokenizer.padding_side = "left"
@@ -211,5 +214,7 @@ def train_grpo(
         )
         trainer.train()
         model = trainer.model
+    if len(rows) != steps:
+        raise RuntimeError(f"GRPO logged {len(rows)} of its {steps} steps (TRL stopped early); nothing was saved")
     model.eval()
     return model, tokenizer, rows

@@ -132,7 +132,7 @@ def essa_report(runs: list[str], metrics: list[str], published: str, registry: s
     curves, table = (all_curves, all_runs) if task is None else \
         (all_curves[all_curves["task"] == task], all_runs[all_runs["task"] == task])
     pub = load_yaml(published)
-    notes, published_target = R.published_notes(pub, list(dict.fromkeys(table["model"])), task)
+    notes, published_target = R.published_notes(pub, list(dict.fromkeys(all_runs["model"])))
     target = float(spec["target_accuracy"])
     stems, sweeps = spec["stems"], spec.get("sweeps", {})
     inputs = {**{f"{r}/log.jsonl": f"{r}/log.jsonl" for r in runs}, **{m: m for m in metrics},
