@@ -21,6 +21,7 @@ config.update(RAW_CONFIG)
 PIPELINE = load_pipeline(config, CONFIG_SOURCE)
 PLAN = Plan(PIPELINE)
 CFG = PIPELINE.cfg
+R = PLAN.paths  # this config's data and results templates (under its workspace, if it has one)
 # Tiny scale: every job pins its CPU kernels to ones every x86-64 CPU has (esrepro.numerics).
 from esrepro import numerics
 numerics.set_scale(CFG.scale)
@@ -41,12 +42,12 @@ rule all:
     default_target: True
     input:
         PLAN.final_targets(),
-        f"{P.ANALYSIS}.html",
-        P.EVAL_SUMMARY,
-        f"{P.CRATE}/ro-crate-metadata.json",
+        f"{R.ANALYSIS}.html",
+        R.EVAL_SUMMARY,
+        f"{R.CRATE}/ro-crate-metadata.json",
         # Every step's own outputs too, not only the final products: Snakemake does not redo a missing
         # intermediate once what depends on it is up to date, so a forced rerun killed after it deleted a
         # step's outputs is redone by the next plain run only because they are targets here.
         PLAN.datasets(),
         PLAN.model_dirs(),
-        [m for m in PLAN.manifests() if not m.startswith(("data/prepared/", "results/models/"))],
+        [m for m in PLAN.manifests() if not m.startswith((R.under("data/prepared/"), R.under("results/models/")))],

@@ -318,3 +318,25 @@ def test_validate_verb_names_the_file(tmp_path):
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert f"{path}: defaults.es.sigma: -1" in proc.stderr
+
+
+def test_workspaces_keep_configs_apart_and_are_not_inherited(tmp_path):
+    """Every shipped tiny config but the default writes under its own workspace; `extends` does not pass a
+    workspace on (two configs would share it); a workspace must be a folder inside the repository."""
+    from esrepro.plan import Plan
+
+    spaces = {name: read_config(REPO / "config" / name, root=REPO).get("workspace")
+              for name in ("config.yaml", "paper.yaml", "essa_tiny.yaml", "stability_tiny.yaml", "tasks_tiny.yaml")}
+    assert spaces == {"config.yaml": None, "paper.yaml": None, "essa_tiny.yaml": "work/essa_tiny",
+                      "stability_tiny.yaml": "work/stability_tiny", "tasks_tiny.yaml": "work/tasks_tiny"}
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: config/essa_tiny.yaml\n")
+    assert "workspace" not in read_config(child, root=REPO)
+    plan = Plan(load_pipeline(read_config(REPO / "config" / "essa_tiny.yaml", root=REPO), "essa_tiny.yaml", root=REPO))
+    assert plan.paths.RUN == "work/essa_tiny/results/runs/{task}/{model}/{method}/seed{seed}"
+    assert plan.paths.PREPARED == "work/essa_tiny/data/prepared/{task}" and plan.paths.MANIFEST == "manifest.json"
+    assert all(p.startswith("work/essa_tiny/") for p in plan.final_targets() + plan.datasets())
+    for bad in ("/abs", "../up", "results/x"):
+        cfg = read_config(REPO / "config" / "essa_tiny.yaml", root=REPO) | {"workspace": bad}
+        with pytest.raises(ConfigError, match=r"essa_tiny\.yaml: workspace: .*a folder inside the repository"):
+            load_pipeline(cfg, "essa_tiny.yaml", root=REPO)

@@ -19,6 +19,8 @@ from safetensors.torch import load_file
 from conftest import REPO, kill_once_resumable
 from esrepro.essa.strategy import CMAStrategy
 
+E = "work/essa_tiny/"  # config/essa_tiny.yaml's workspace: its data and results
+
 SPEC = {
     "algorithm": "essa", "sft_examples": 32, "fitness_examples": 16, "val_examples": 8, "resample_per_step": 8,
     "rank": 4, "lora_alpha": 8, "sft_epochs": 2, "sft_learning_rate": 0.01, "sft_batch_size": 8,
@@ -229,10 +231,10 @@ def test_study_methods_and_layers():
     assert grpo.sample_budget == ref.generations * ref.population * ref.fitness_examples
     plan = Plan(p)
     assert "essa_grpo" not in plan.methods_regex(rl=False) and plan.essa_grpo_regex() == "essa_grpo"
-    assert plan.essa_figures() == ["results/figures/essa_population", "results/figures/essa_rank",
-                                   "results/figures/essa_engines", "results/figures/essa_wallclock",
-                                   "results/figures/essa_scaling"]
-    assert "results/eval/countdown/tiny/essa_grpo/seed0/test/metrics.json" in plan.final_targets()
+    assert plan.essa_figures() == [E + "results/figures/essa_population", E + "results/figures/essa_rank",
+                                   E + "results/figures/essa_engines", E + "results/figures/essa_wallclock",
+                                   E + "results/figures/essa_scaling"]
+    assert E + "results/eval/countdown/tiny/essa_grpo/seed0/test/metrics.json" in plan.final_targets()
     # the scaling runs (ESSA Fig. 6): their own task, the scaling block's settings over the study's
     assert p.essa_tasks() == ["countdown", "prm800k"]
     assert list(p.essa_methods("prm800k")) == ["essa_ref", "essa_eng2", "essa_grpo"]
@@ -244,9 +246,9 @@ def test_study_methods_and_layers():
     assert (scale_grpo.train_examples, scale_grpo.keep_every, scale_grpo.learning_rate) == (4, 4, 1.0e-4)
     assert scale_grpo.sample_budget == 8 * 8 * 4  # the scaling reference run's generations x population x fitness
     assert scale_grpo.per_device_train_batch_size == 16  # 4 problems x 4 completions: every step sees all 4
-    assert plan.essa_ref_run("tiny", 0, "prm800k") == "results/runs/prm800k/tiny/essa_ref/seed0"
-    assert "results/runs/prm800k/tiny/essa_grpo/seed0" in plan.essa_inputs()["runs"]
-    assert "data/prepared/prm800k" in plan.datasets()
+    assert plan.essa_ref_run("tiny", 0, "prm800k") == E + "results/runs/prm800k/tiny/essa_ref/seed0"
+    assert E + "results/runs/prm800k/tiny/essa_grpo/seed0" in plan.essa_inputs()["runs"]
+    assert E + "data/prepared/prm800k" in plan.datasets()
 
 
 # --- the Ray evaluator ---------------------------------------------------------------------------------

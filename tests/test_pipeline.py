@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import REPO, copy_repo
 
@@ -176,6 +178,50 @@ def test_embedded_default_writes_every_output(default_run):
 
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _tree(repo: Path) -> dict[str, tuple[int, str]]:
+    """(mtime, sha256) of every file under the repository's own data/ and results/."""
+    return {str(f.relative_to(repo)): (f.stat().st_mtime_ns, hashlib.sha256(f.read_bytes()).hexdigest())
+            for root in ("data", "results") for f in sorted((repo / root).rglob("*")) if f.is_file()}
+
+
+SECOND = """scale: tiny
+workspace: work/second
+registry: config/second_models.yaml
+models: [tiny]
+data: {countdown: {source: {kind: generated, n_train: 16, n_test: 20}}}
+evaluate: {countdown: {batch_size: 20}}
+task_options: {countdown: {reward: authors}}
+"""
+
+
+@pytest.mark.slow
+def test_a_second_config_in_its_own_workspace_leaves_the_first_alone(default_run):
+    """Two configs in one checkout: the second, with a workspace, writes every output under it (its own data,
+    its own tiny model of the same registry key, its own Table 1); the default's data and results are neither
+    touched nor rescheduled, and each config then has nothing left to do."""
+    repo = default_run
+    before = _tree(repo)
+    registry = yaml.safe_load((repo / "config/models.yaml").read_text())
+    tiny = registry["models"]["tiny"]
+    tiny["build"]["sft"].update(problems=200, epochs=1)  # a quicker warm start: this test is about paths
+    tiny["build"]["tokenizer"]["corpus_problems"] = 300
+    (repo / "config/second_models.yaml").write_text(yaml.safe_dump({"models": {"tiny": tiny}}, sort_keys=False))
+    (repo / "config/second.yaml").write_text(SECOND)
+    second = ["--profile", "workflow/profiles/default", "--configfile", "config/second.yaml"]
+    dry = _snakemake(["-n", *second], repo, timeout=120)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    written = [p for line in re.findall(r"^\s+(?:output|log): (.*)$", dry.stdout, re.M) for p in line.split(", ")]
+    assert len(written) > 10 and all(p.startswith("work/second/") for p in written), written
+    proc = _snakemake(second, repo, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    table = repo / "work/second/results/tables/table1_countdown.md"
+    assert table.is_file() and table.read_text() != (repo / "results/tables/table1_countdown.md").read_text()
+    assert _tree(repo) == before
+    for config in ([], ["--configfile", "config/second.yaml"]):
+        again = _snakemake(["-n", "--profile", "workflow/profiles/default", *config], repo, timeout=120)
+        assert "Nothing to be done" in again.stdout + again.stderr, config
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from esrepro.plan import Plan
 from esrepro.plan import ExtrasPlan
 
 BIN = Path(sys.executable).parent
+W = "work/tasks_tiny/"  # config/tasks_tiny.yaml's workspace: its data and results
 
 
 def _plan(cfg: dict | str, root: Path = REPO) -> Plan:
@@ -48,30 +49,30 @@ def test_tasks_tiny_plan_lists_every_extras_output():
     plan = _plan("tasks_tiny.yaml")
     extras = ExtrasPlan(plan)
     targets = plan.table_targets()
-    for stem in ("results/figures/gains_countdown", "results/figures/sample_curves_countdown",
-                 "results/figures/sample_curves_math_train", "results/figures/param_shift_countdown",
-                 "results/figures/param_shift_arc", "results/figures/param_shift_conciseness",
-                 P.LR_SWEEP, P.LR_DISTRIBUTIONS):
+    for stem in (W + "results/figures/gains_countdown", W + "results/figures/sample_curves_countdown",
+                 W + "results/figures/sample_curves_math_train", W + "results/figures/param_shift_countdown",
+                 W + "results/figures/param_shift_arc", W + "results/figures/param_shift_conciseness",
+                 plan.paths.LR_SWEEP, plan.paths.LR_DISTRIBUTIONS):
         assert f"{stem}.png" in targets and f"{stem}.pdf" in targets, stem
-    for stem in (P.MATH_TABLE, P.PUZZLE_TABLE, P.TRAIN_TASKS, P.TABLE1, P.TABLE3):
+    for stem in (plan.paths.MATH_TABLE, plan.paths.PUZZLE_TABLE, plan.paths.TRAIN_TASKS, plan.paths.TABLE1, plan.paths.TABLE3):
         assert f"{stem}.csv" in targets and f"{stem}.tex" in targets, stem
-    assert f"{P.STABILITY}.csv" not in targets  # not asked for here (config/stability_tiny.yaml)
+    assert f"{plan.paths.STABILITY}.csv" not in targets  # not asked for here (config/stability_tiny.yaml)
     # MATH training's runs are evaluated on the five math sets (base and ES of the trained model)
-    assert "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
-    assert "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
+    assert W + "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
+    assert W + "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
     assert not any("/math_train/" in m for m in plan.eval_metrics())  # math_train itself: evaluated via the sets
     # Figure 6: every Countdown run evaluates periodically, ES and the RL methods alike
-    assert extras.periodic_runs("countdown") == [f"results/runs/countdown/tiny-countdown/{m}/seed0"
+    assert extras.periodic_runs("countdown") == [W + f"results/runs/countdown/tiny-countdown/{m}/seed0"
                                              for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
     # Figures 3-4: the sweep's GRPO runs (beta x learning rate), its ES run and the base model
     kl = extras.lr_sweep_kl()
-    assert "results/kl/conciseness/tiny-countdown/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
-    assert "results/kl/conciseness/tiny-countdown/es_sigma0.005/seed0/kl.json" in kl and len(kl) == 1 + 1 + 4
+    assert W + "results/kl/conciseness/tiny-countdown/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
+    assert W + "results/kl/conciseness/tiny-countdown/es_sigma0.005/seed0/kl.json" in kl and len(kl) == 1 + 1 + 4
     # Figures 7-9: one histogram per ES run, the study's included
     assert len(extras.es_runs()) == 5
     # tiny-v2 is warm-started on the math and puzzle formats, their prepared rows excluded
-    assert plan.build_inputs("tiny-v2") == [f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
-    assert plan.build_inputs("tiny-countdown") == ["data/prepared/countdown"]
+    assert plan.build_inputs("tiny-v2") == [W + f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
+    assert plan.build_inputs("tiny-countdown") == [W + "data/prepared/countdown"]
     assert plan.p.all_models() == ["tiny-countdown", "tiny-v2"]
 
 
@@ -89,18 +90,18 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     plan = _plan(cfg)
     runs = plan.train_runs("gsm8k")
     assert ("tiny-countdown", "es", 0) in runs and ("tiny-countdown", "grpo8", 0) in runs
-    metrics = [f"results/eval/gsm8k/tiny-countdown/{m}/seed0/test/metrics.json" for m in ("base", "es", "grpo8")]
+    metrics = [W + f"results/eval/gsm8k/tiny-countdown/{m}/seed0/test/metrics.json" for m in ("base", "es", "grpo8")]
     assert all(m in plan.eval_metrics() for m in metrics)
     assert all(m in ExtrasPlan(plan).train_task_metrics() for m in metrics)
     assert plan.p.eval_sets_of("gsm8k") == ["gsm8k"]
-    assert "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json" in plan.all_selections()  # Table 3
-    assert "results/figures/sample_curves_gsm8k.png" in plan.table_targets()
+    assert W + "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json" in plan.all_selections()  # Table 3
+    assert W + "results/figures/sample_curves_gsm8k.png" in plan.table_targets()
     # the DAG has them
     repo = copy_repo(tmp_path / "repo")
     (repo / "config" / "added.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = _dry_run(repo, "config/added.yaml")
-    for path in ("results/runs/gsm8k/tiny-countdown/es/seed0/checkpoint",
-                 "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json", *metrics, "results/param_shift/gsm8k/tiny-countdown/es/seed0/histogram.json"):
+    for path in (W + "results/runs/gsm8k/tiny-countdown/es/seed0/checkpoint",
+                 W + "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json", *metrics, W + "results/param_shift/gsm8k/tiny-countdown/es/seed0/histogram.json"):
         assert path in out, path
     table_job = next(block for block in out.split("\n\n") if "rule train_tasks_table:" in block)
     assert all(m in table_job for m in metrics)
@@ -131,7 +132,7 @@ def test_tasks_tiny_dry_run(tmp_path):
                 if "esrepro sample-curves" in x and "--task countdown" in x)
     parser, _ = build_parser("sample-curves")
     args = parser.parse_args(shlex.split(line.split(" > ")[0])[1:])
-    assert args.periodic == [f"results/runs/countdown/tiny-countdown/{m}/seed0/periodic_eval.jsonl"
+    assert args.periodic == [W + f"results/runs/countdown/tiny-countdown/{m}/seed0/periodic_eval.jsonl"
                              for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
     assert stats["train"] == 4 + 1 + 4  # ES on 4 tasks, the sweep's ES run and its 4 GRPO runs
     assert stats["train_cell"] == 4 and stats["select_rl"] == 4
@@ -146,7 +147,7 @@ def test_tasks_tiny_dry_run(tmp_path):
 def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     out = _dry_run(copy_repo(tmp_path / "repo"), "config/paper.yaml")
     stats = _stats(out)
-    assert stats["fetch_model"] == 8  # the seven Table 1 models and Qwen2.5-Math-7B
+    assert stats["fetch_model"] == 9  # the seven Table 1 models, Qwen2.5-Math-7B and Qwen2.5-32B-Instruct (ESSA)
     assert "results/models/qwen2.5-math-7b/base" in out
     assert "results/runs/math_train/qwen2.5-math-7b/es/seed0/checkpoint" in out
     for s in ("math500", "minerva", "olympiad_bench", "aime24", "amc23"):

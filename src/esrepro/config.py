@@ -120,6 +120,8 @@ def _deep_update(base: dict, new: dict) -> dict:
 
 
 EXTENDS = "extends"
+#: Options a file's own: not inherited through ``extends`` (two configs would otherwise share one workspace).
+NOT_INHERITED = ("workspace",)
 
 
 def _base_file(name: str, base: str, root: str | Path) -> Path:
@@ -155,10 +157,12 @@ def _chain(path: str | Path, root: str | Path) -> list[tuple[str, dict]]:
 def read_config(path: str | Path, root: str | Path = ".") -> dict:
     """A config file's options: those of the file its ``extends:`` names (recursively, relative to ``root``, the
     working directory), updated by its own (mappings merge key by key, anything else replaces; ``key: null`` sets
-    null)."""
+    null); :data:`NOT_INHERITED` options come from ``path`` alone."""
     merged: dict = {}
-    for _, data in _chain(path, root):
-        _deep_update(merged, data)
+    chain = _chain(path, root)
+    for i, (_, data) in enumerate(chain):
+        own = data if i == len(chain) - 1 else {k: v for k, v in data.items() if k not in NOT_INHERITED}
+        _deep_update(merged, own)
     return merged
 
 

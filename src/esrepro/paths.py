@@ -1,7 +1,11 @@
 """Every path the pipeline writes, as one template each; rules and library code both use these.
 
 Templates use Snakemake's wildcard names, so a rule's output is a template as it stands
-and library code fills it with :func:`fill`.
+and library code fills it with :func:`fill`. The module's templates are the repository's
+(``data/prepared/...``, ``results/...``); a config with a ``workspace`` writes under that folder
+instead, through :class:`Workspace` (``Plan.paths``), so configs with different workspaces run in
+one checkout without touching each other's files. Raw downloads (``data/raw``, checked against
+their pinned checksums) and the names inside a run directory are shared.
 """
 
 from __future__ import annotations
@@ -71,3 +75,31 @@ TRAIN_TASKS = f"{TABLES}/train_tasks"  # accuracy per training task, test set, m
 MATH_TABLE = f"{TABLES}/math"  # the v2 math table beside the published RL baselines
 PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Original vs ES
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
+
+
+# --- workspaces -------------------------------------------------------------------------------------------------
+#: The templates a workspace moves: everything under data/prepared and results/.
+ROOTED: dict[str, str] = {k: v for k, v in dict(globals()).items()
+                          if k.isupper() and isinstance(v, str) and v.startswith(("data/prepared", "results/"))}
+
+
+class Workspace:
+    """One config's output templates: each of :data:`ROOTED` under ``root`` (None or "": the repository's own), as
+    attributes of the same names (``Workspace("work/essa_tiny").RUN``)."""
+
+    def __init__(self, root: str | None = None) -> None:
+        self.root = (root or "").strip("/")
+        prefix = f"{self.root}/" if self.root else ""
+        for name, template in ROOTED.items():
+            setattr(self, name, prefix + template)
+
+    def __getattr__(self, name: str) -> str:  # the names a workspace does not move (e.g. MANIFEST) stay as they are
+        value = globals().get(name)
+        if not (name.isupper() and isinstance(value, str)):
+            raise AttributeError(name)
+        return value
+
+    def under(self, path: str) -> str:
+        """A repository-relative path (``results/dvc_record.json``) inside this workspace."""
+        return f"{self.root}/{path}" if self.root else path
+

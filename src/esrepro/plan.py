@@ -27,6 +27,7 @@ class Plan:
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.p = pipeline
+        self.paths = P.Workspace(pipeline.cfg.workspace)  # where this config's data and results go
         self.models = pipeline.models
         self.seeds = pipeline.seeds
 
@@ -51,8 +52,8 @@ class Plan:
     def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
         """The weights evaluated on ``task``: the base model, or the run's final checkpoint."""
         if method == BASE:
-            return P.fill(P.BASE_MODEL, model=model)
-        run = P.fill(P.RUN, task=self.p.train_task_of(task), model=model, method=method, seed=seed)
+            return P.fill(self.paths.BASE_MODEL, model=model)
+        run = P.fill(self.paths.RUN, task=self.p.train_task_of(task), model=model, method=method, seed=seed)
         return f"{run}/{P.CHECKPOINT}"
 
     def methods_regex(self, rl: bool) -> str:
@@ -69,12 +70,12 @@ class Plan:
 
     def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
         """Run directories of every grid cell of an RL method."""
-        return [P.fill(P.CELL_RUN, task=task, model=model, method=method, cell=c, seed=seed)
+        return [P.fill(self.paths.CELL_RUN, task=task, model=model, method=method, cell=c, seed=seed)
                 for c in self.p.grid_cells(model, method)]
 
     def selections(self, task: str) -> list[str]:
         """selection.json of every RL run trained on ``task``."""
-        return [f"{P.fill(P.RUN, task=task, model=m, method=meth, seed=s)}/{P.SELECTION}"
+        return [f"{P.fill(self.paths.RUN, task=task, model=m, method=meth, seed=s)}/{P.SELECTION}"
                 for m, meth, s in self.train_runs(task) if self.p.is_rl(task, meth)]
 
     def all_selections(self) -> list[str]:
@@ -83,25 +84,25 @@ class Plan:
 
     def curve_logs(self, task: str, method: str) -> list[str]:
         """Training logs of ``method`` on ``task`` (the training-curve figure's inputs)."""
-        return [f"{P.fill(P.RUN, task=task, model=m, method=meth, seed=s)}/{P.TRAIN_LOG}"
+        return [f"{P.fill(self.paths.RUN, task=task, model=m, method=meth, seed=s)}/{P.TRAIN_LOG}"
                 for m, meth, s in self.runs(task) if meth == method]
 
     def labelled_logs(self, logs: list[str]) -> list[str]:
         """``LABEL=PATH`` of training logs, labelled ``<model display> / <METHOD> / seed<s>``."""
-        pattern = re.compile(P.RUN.replace("{task}", "[^/]+").replace("{model}", "(?P<model>[^/]+)")
+        pattern = re.compile(self.paths.RUN.replace("{task}", "[^/]+").replace("{model}", "(?P<model>[^/]+)")
                              .replace("{method}", "(?P<method>[^/]+)").replace("{seed}", "(?P<seed>\\d+)"))
         out = []
         for path in map(str, logs):
             m = pattern.match(path)
             if m is None:
-                raise ValueError(f"{path} is not a training log under {P.RUN}")
+                raise ValueError(f"{path} is not a training log under {self.paths.RUN}")
             label = f"{self.p.model(m['model']).display} / {m['method'].upper()} / seed{m['seed']}"
             out.append(f"{label}={path}")
         return out
 
     def run_dirs(self) -> list[str]:
         """Every training run directory the evaluations read."""
-        dirs = [P.fill(P.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
+        dirs = [P.fill(self.paths.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
                 for task in self.p.evaluated_tasks() for m, meth, s in self.runs(task) if meth != BASE]
         dirs += [self.essa_run(m, meth, s, t) for t in self.p.essa_tasks() for m, meth, s in self.p.essa_runs(t)]
         return list(dict.fromkeys(dirs))
@@ -116,28 +117,28 @@ class Plan:
     def build_inputs(self, model: str) -> list[str]:
         """Prepared data a built model's warm start must stay disjoint from (each warm-start task's)."""
         tasks = self.p.model(model).build.sft.task_problems()
-        return [P.fill(P.PREPARED, task=t) for t in tasks if t in self.p.cfg.data]
+        return [P.fill(self.paths.PREPARED, task=t) for t in tasks if t in self.p.cfg.data]
 
     def datasets(self) -> list[str]:
         """data/prepared/{task} of every task the run reads: evaluated, trained on, warm-started on."""
         dirs: list[str] = []
         for task in self.p.evaluated_tasks():
-            dirs.append(P.fill(P.PREPARED, task=task))
+            dirs.append(P.fill(self.paths.PREPARED, task=task))
             if any(meth != BASE for _, meth, _ in self.runs(task)):
-                dirs.append(P.fill(P.PREPARED, task=self.p.train_task_of(task)))
+                dirs.append(P.fill(self.paths.PREPARED, task=self.p.train_task_of(task)))
         for model in self.p.all_models():
             if self.p.model(model).build is not None:
                 dirs += self.build_inputs(model)
-        dirs += [P.fill(P.PREPARED, task=t) for t in self.p.essa_tasks()]
+        dirs += [P.fill(self.paths.PREPARED, task=t) for t in self.p.essa_tasks()]
         return list(dict.fromkeys(dirs))
 
     def model_dirs(self) -> list[str]:
         """Every base model directory of the run: every model a job touches (studies' included)."""
-        return [P.fill(P.BASE_MODEL, model=m) for m in self.p.all_models()]
+        return [P.fill(self.paths.BASE_MODEL, model=m) for m in self.p.all_models()]
 
     # --- evaluation and KL ---------------------------------------------------------------
     def eval_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
-        return P.fill(P.EVAL, task=task, model=model, method=method, seed=seed, split=self.p.eval_settings(task).split)
+        return P.fill(self.paths.EVAL, task=task, model=model, method=method, seed=seed, split=self.p.eval_settings(task).split)
 
     def eval_metrics(self) -> list[str]:
         """metrics.json of every configured evaluation (each task, model, method, seed)."""
@@ -165,17 +166,17 @@ class Plan:
         return list(dict.fromkeys(out))
 
     def kl_targets(self) -> list[str]:
-        return [f"{P.fill(P.KL, task=t, model=m, method=meth, seed=s)}/kl.json" for t, m, meth, s in self.kl_runs()]
+        return [f"{P.fill(self.paths.KL, task=t, model=m, method=meth, seed=s)}/kl.json" for t, m, meth, s in self.kl_runs()]
 
     def kl_model_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
         """The weights KL is measured for: the base model, or the run's final checkpoint."""
         if method == BASE:
-            return P.fill(P.BASE_MODEL, model=model)
-        return f"{P.fill(P.RUN, task=task, model=model, method=method, seed=seed)}/{P.CHECKPOINT}"
+            return P.fill(self.paths.BASE_MODEL, model=model)
+        return f"{P.fill(self.paths.RUN, task=task, model=model, method=method, seed=seed)}/{P.CHECKPOINT}"
 
     def kl_run_dir(self, task: str, model: str, method: str, seed: int | str) -> str | None:
         """The run whose manifest lists the kept snapshots (None for the base model)."""
-        return None if method == BASE else P.fill(P.RUN, task=task, model=model, method=method, seed=seed)
+        return None if method == BASE else P.fill(self.paths.RUN, task=task, model=model, method=method, seed=seed)
 
     # --- the conciseness study ---------------------------------------------------------------
     def conciseness_kl(self) -> list[str]:
@@ -184,20 +185,20 @@ class Plan:
         if study is None:
             return []
         runs = [(study.model, BASE, 0), *self.p.study_runs("conciseness")]
-        return [f"{P.fill(P.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json" for m, meth, s in runs]
+        return [f"{P.fill(self.paths.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json" for m, meth, s in runs]
 
     # --- tables, figures, reports ----------------------------------------------------------------
     def table_targets(self) -> list[str]:
         """Every table and figure file of the run (their manifests excluded)."""
         t1 = self.p.cfg.report.table1.task
-        out = [f"{P.TABLE1}.{e}" for e in ("csv", "md", "tex", "metrics.json")]
+        out = [f"{self.paths.TABLE1}.{e}" for e in ("csv", "md", "tex", "metrics.json")]
         if self.all_selections():
-            out += [f"{P.TABLE3}.{e}" for e in ("csv", "md", "tex")]
+            out += [f"{self.paths.TABLE3}.{e}" for e in ("csv", "md", "tex")]
         if self.curve_logs(t1, "es"):
-            out += [f"{P.CURVES}.{e}" for e in ("png", "pdf", "csv")]
+            out += [f"{self.paths.CURVES}.{e}" for e in ("png", "pdf", "csv")]
         if self.p.studies().get("conciseness"):
-            out += [f"{P.TABLE2}.{e}" for e in ("csv", "md", "tex")]
-            out += [f"{stem}.{e}" for stem in (P.PARETO, P.DISTRIBUTION) for e in ("png", "pdf", "csv")]
+            out += [f"{self.paths.TABLE2}.{e}" for e in ("csv", "md", "tex")]
+            out += [f"{stem}.{e}" for stem in (self.paths.PARETO, self.paths.DISTRIBUTION) for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
         return out + ExtrasPlan(self).targets()
 
@@ -206,7 +207,7 @@ class Plan:
         return list(dict.fromkeys(out))
 
     def report_files(self) -> list[str]:
-        return [p for p in self.table_targets() if p.startswith((P.TABLES, P.FIGURES))]
+        return [p for p in self.table_targets() if p.startswith((self.paths.TABLES, self.paths.FIGURES))]
 
     def manifests(self) -> list[str]:
         """Every step manifest of the run: data, models, runs, evaluations, tables and figures."""
@@ -221,7 +222,7 @@ class Plan:
         """An ESSA study run's directory (on ``task``; the study's own task when None)."""
         study = self.p.essa_study()
         assert study is not None, "no studies.essa in this config"
-        return P.fill(P.RUN, task=task or study.task, model=model, method=method, seed=seed)
+        return P.fill(self.paths.RUN, task=task or study.task, model=model, method=method, seed=seed)
 
     def essa_grpo_regex(self) -> str:
         """The GRPO baseline's method name when the study has one (its own rule trains it)."""
@@ -249,19 +250,19 @@ class Plan:
         study = self.p.essa_study()
         if study is None:
             return []
-        out = [P.ESSA_POPULATION] if study.populations else []
-        out += [P.ESSA_RANK] if study.ranks else []
-        out += [P.ESSA_ENGINES] if study.engines else []
-        out += [P.ESSA_PRECISION] if study.precisions else []
-        out += [P.ESSA_WALLCLOCK] if study.grpo is not None else []
-        out += [P.ESSA_SCALING] if study.scaling is not None else []
+        out = [self.paths.ESSA_POPULATION] if study.populations else []
+        out += [self.paths.ESSA_RANK] if study.ranks else []
+        out += [self.paths.ESSA_ENGINES] if study.engines else []
+        out += [self.paths.ESSA_PRECISION] if study.precisions else []
+        out += [self.paths.ESSA_WALLCLOCK] if study.grpo is not None else []
+        out += [self.paths.ESSA_SCALING] if study.scaling is not None else []
         return out
 
     def essa_targets(self) -> list[str]:
         """Every ESSA table and figure file (manifests excluded)."""
         if self.p.essa_study() is None:
             return []
-        out = [f"{P.ESSA_TABLE}.{e}" for e in ("csv", "md")]
+        out = [f"{self.paths.ESSA_TABLE}.{e}" for e in ("csv", "md")]
         return out + [f"{stem}.{e}" for stem in self.essa_figures() for e in ("png", "pdf", "csv")]
 
 
@@ -293,7 +294,7 @@ class ExtrasPlan:
         out = []
         for model, method, seed in self.plan.train_runs(task):
             if getattr(self.p.method_settings(model, task, method), "eval_every", None) is not None:
-                out.append(P.fill(P.RUN, task=task, model=model, method=method, seed=seed))
+                out.append(P.fill(self.plan.paths.RUN, task=task, model=model, method=method, seed=seed))
         return out
 
     def curve_tasks(self) -> list[str]:
@@ -320,7 +321,7 @@ class ExtrasPlan:
 
     def shift_histograms(self, task: str) -> list[str]:
         """histogram.json of every ES run of ``task``."""
-        return [f"{P.fill(P.PARAM_SHIFT, task=t, model=m, method=meth, seed=s)}/histogram.json"
+        return [f"{P.fill(self.plan.paths.PARAM_SHIFT, task=t, model=m, method=meth, seed=s)}/histogram.json"
                 for t, m, meth, s in self.es_runs() if t == task]
 
     def shift_methods_regex(self) -> str:
@@ -338,7 +339,7 @@ class ExtrasPlan:
         if main is not None and main.task == sweep.task:
             runs += [(main.task, m, meth, s) for m, meth, s in self.p.study_runs("conciseness")
                      if self.p.algorithm_of(main.task, meth).name == "es"]
-        return [f"{P.fill(P.KL, task=t, model=m, method=meth, seed=s)}/kl.json"
+        return [f"{P.fill(self.plan.paths.KL, task=t, model=m, method=meth, seed=s)}/kl.json"
                 for t, m, meth, s in dict.fromkeys(runs)]
 
     # --- tables --------------------------------------------------------------------------------------
@@ -372,13 +373,13 @@ class ExtrasPlan:
     def targets(self) -> list[str]:
         """Every extras table and figure file this config writes (their manifests excluded)."""
         out: list[str] = []
-        out += [f"{P.fill(P.GAINS, task=t)}.{e}" for t in self.gains_tasks() for e in FIGURE]
-        out += [f"{P.fill(P.SAMPLE_CURVES, task=t)}.{e}" for t in self.curve_tasks() for e in FIGURE]
-        out += [f"{P.fill(P.PARAM_SHIFT_FIGURE, task=t)}.{e}" for t in self.shift_tasks() for e in FIGURE]
+        out += [f"{P.fill(self.plan.paths.GAINS, task=t)}.{e}" for t in self.gains_tasks() for e in FIGURE]
+        out += [f"{P.fill(self.plan.paths.SAMPLE_CURVES, task=t)}.{e}" for t in self.curve_tasks() for e in FIGURE]
+        out += [f"{P.fill(self.plan.paths.PARAM_SHIFT_FIGURE, task=t)}.{e}" for t in self.shift_tasks() for e in FIGURE]
         if self.lr_sweep_kl():
-            out += [f"{stem}.{e}" for stem in (P.LR_SWEEP, P.LR_DISTRIBUTIONS) for e in FIGURE]
-        for stem, inputs in ((P.TRAIN_TASKS, self.train_task_metrics()), (P.MATH_TABLE, self.math_metrics()),
-                             (P.PUZZLE_TABLE, self.puzzle_metrics()), (P.STABILITY, self.stability_metrics())):
+            out += [f"{stem}.{e}" for stem in (self.plan.paths.LR_SWEEP, self.plan.paths.LR_DISTRIBUTIONS) for e in FIGURE]
+        for stem, inputs in ((self.plan.paths.TRAIN_TASKS, self.train_task_metrics()), (self.plan.paths.MATH_TABLE, self.math_metrics()),
+                             (self.plan.paths.PUZZLE_TABLE, self.puzzle_metrics()), (self.plan.paths.STABILITY, self.stability_metrics())):
             if inputs:
                 out += [f"{stem}.{e}" for e in TABLE]
         return out

@@ -56,15 +56,15 @@ def kl_spec(p: Pipeline, task: str) -> dict[str, Any]:
 
 def essa_report_spec(p: Pipeline) -> dict[str, Any]:
     """The ESSA figures' target accuracy, each sweep's methods and every output stem."""
-    from esrepro import paths as P
     from esrepro.plan import Plan
 
     study = p.essa_study()
     sweeps = {key: [m for _, m in p.essa_sweep(key)] for key, _, _ in ESSA_SWEEPS}
-    made = set(Plan(p).essa_figures())
-    stems = {"table": P.ESSA_TABLE}
-    for key, stem in (("populations", P.ESSA_POPULATION), ("ranks", P.ESSA_RANK), ("engines", P.ESSA_ENGINES),
-                      ("precisions", P.ESSA_PRECISION), ("wallclock", P.ESSA_WALLCLOCK), ("scaling", P.ESSA_SCALING)):
+    plan = Plan(p)
+    made, R = set(plan.essa_figures()), plan.paths
+    stems = {"table": R.ESSA_TABLE}
+    for key, stem in (("populations", R.ESSA_POPULATION), ("ranks", R.ESSA_RANK), ("engines", R.ESSA_ENGINES),
+                      ("precisions", R.ESSA_PRECISION), ("wallclock", R.ESSA_WALLCLOCK), ("scaling", R.ESSA_SCALING)):
         if stem in made:
             stems[key] = stem
     scaling = study.scaling if study else None

@@ -3,12 +3,12 @@
 
 rule prepare_data:
     output:
-        directory(P.PREPARED),
+        directory(R.PREPARED),
     params:
         spec=lambda w: specs.as_json(specs.data_spec(PIPELINE, w.task)),
     conda:
         ENV
     log:
-        f"{P.LOGS}/prepare_data/{{task}}.log",
+        f"{R.LOGS}/prepare_data/{{task}}.log",
     shell:
         "esrepro prepare-data --task {wildcards.task} --spec {params.spec:q} --out {output} > {log} 2>&1"

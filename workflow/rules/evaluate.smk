@@ -4,11 +4,11 @@
 rule evaluate:
     input:
         model=lambda w: PLAN.checkpoint_of(w.task, w.model, w.method, w.seed),
-        data=P.PREPARED,
+        data=R.PREPARED,
     output:
-        metrics=f"{P.EVAL}/metrics.json",
-        responses=f"{P.EVAL}/responses.jsonl",
-        manifest=f"{P.EVAL}/{P.MANIFEST}",
+        metrics=f"{R.EVAL}/metrics.json",
+        responses=f"{R.EVAL}/responses.jsonl",
+        manifest=f"{R.EVAL}/{P.MANIFEST}",
     params:
         spec=lambda w: specs.as_json(specs.eval_spec(PIPELINE, w.task)),
         dtype=dtype_of,
@@ -21,7 +21,7 @@ rule evaluate:
     conda:
         ENV
     log:
-        f"{P.LOGS}/evaluate/{{task}}/{{model}}/{{method}}/seed{{seed}}/{{split}}.log",
+        f"{R.LOGS}/evaluate/{{task}}/{{model}}/{{method}}/seed{{seed}}/{{split}}.log",
     shell:
         "esrepro evaluate --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --model-dir {input.model} --dtype {params.dtype} --data-dir {input.data} "

@@ -5,13 +5,13 @@
 rule kl:
     input:
         model=lambda w: PLAN.kl_model_dir(w.task, w.model, w.method, w.seed),
-        base=P.BASE_MODEL,
-        data=P.PREPARED,
+        base=R.BASE_MODEL,
+        data=R.PREPARED,
         run=lambda w: [f"{d}/{P.MANIFEST}" for d in [PLAN.kl_run_dir(w.task, w.model, w.method, w.seed)] if d],
     output:
-        kl=f"{P.KL}/kl.json",
-        samples=f"{P.KL}/samples.jsonl",
-        manifest=f"{P.KL}/{P.MANIFEST}",
+        kl=f"{R.KL}/kl.json",
+        samples=f"{R.KL}/samples.jsonl",
+        manifest=f"{R.KL}/{P.MANIFEST}",
     params:
         spec=lambda w: specs.as_json(specs.kl_spec(PIPELINE, w.task)),
         dtype=dtype_of,
@@ -25,7 +25,7 @@ rule kl:
     conda:
         ENV
     log:
-        f"{P.LOGS}/kl/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+        f"{R.LOGS}/kl/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
         "esrepro kl --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --model-dir {input.model} --base-dir {input.base} {params.run} "

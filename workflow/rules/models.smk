@@ -5,7 +5,7 @@ rule build_tiny:
     input:
         data=lambda w: PLAN.build_inputs(w.model),
     output:
-        directory(P.BASE_MODEL),
+        directory(R.BASE_MODEL),
     wildcard_constraints:
         model=PLAN.built_models_regex(),
     params:
@@ -18,7 +18,7 @@ rule build_tiny:
     conda:
         ENV
     log:
-        f"{P.LOGS}/build_tiny/{{model}}.log",
+        f"{R.LOGS}/build_tiny/{{model}}.log",
     shell:
         "esrepro build-tiny --model {wildcards.model} --spec {params.spec:q} --data-spec {params.data_spec:q} "
         "--exclude {params.exclude:q} --out {output} --threads {threads} > {log} 2>&1"
@@ -26,7 +26,7 @@ rule build_tiny:
 
 rule fetch_model:
     output:
-        directory(P.BASE_MODEL),
+        directory(R.BASE_MODEL),
     wildcard_constraints:
         model=PLAN.hub_models_regex(),
     params:
@@ -36,6 +36,6 @@ rule fetch_model:
     conda:
         ENV
     log:
-        f"{P.LOGS}/fetch_model/{{model}}.log",
+        f"{R.LOGS}/fetch_model/{{model}}.log",
     shell:
         "esrepro fetch-model --model {wildcards.model} --spec {params.spec:q} --out {output} > {log} 2>&1"

@@ -23,8 +23,8 @@ WORKFLOW_FILES = [
 CONFIG_FILES = [*config_files(workflow.config_settings.configfiles), CFG.registry, CFG.published]
 # Each training run as the train rule declares it: checkpoint folder and per-iteration log.
 RUN_FILES = [f"{run}/{name}" for run in PLAN.run_dirs() for name in (P.CHECKPOINT, P.TRAIN_LOG)]
-REPORT_FILES = [f"{P.ANALYSIS}.ipynb", f"{P.ANALYSIS}.html"]
-EVAL_SUMMARY = P.EVAL_SUMMARY
+REPORT_FILES = [f"{R.ANALYSIS}.ipynb", f"{R.ANALYSIS}.html"]
+EVAL_SUMMARY = R.EVAL_SUMMARY
 
 
 rule eval_summary:
@@ -36,7 +36,7 @@ rule eval_summary:
     conda:
         ENV
     log:
-        f"{P.LOGS}/provenance/eval_summary.log",
+        f"{R.LOGS}/provenance/eval_summary.log",
     shell:
         "esrepro eval-summary --metrics {input:q} --out {output} > {log} 2>&1"
 
@@ -44,8 +44,8 @@ rule eval_summary:
 rule report_notebook:
     input:
         notebook="workflow/notebooks/analysis.ipynb",
-        tables=[p for p in PLAN.report_files() if p.startswith(P.TABLES)],
-        figures=[p for p in PLAN.report_files() if p.startswith(P.FIGURES)],
+        tables=[p for p in PLAN.report_files() if p.startswith(R.TABLES)],
+        figures=[p for p in PLAN.report_files() if p.startswith(R.FIGURES)],
         metrics=PLAN.eval_metrics(),
         published=CFG.published,
         registry=CFG.registry,
@@ -53,14 +53,14 @@ rule report_notebook:
         ipynb=REPORT_FILES[0],
         html=report(REPORT_FILES[1], caption="../report/analysis.rst", category="Report"),
     params:
-        tables=folder_of("tables", P.TABLES),
-        figures=folder_of("figures", P.FIGURES),
-        eval=folder_of("metrics", "results/eval"),
+        tables=folder_of("tables", R.TABLES),
+        figures=folder_of("figures", R.FIGURES),
+        eval=folder_of("metrics", R.under("results/eval")),
     localrule: True
     conda:
         ENV
     log:
-        f"{P.LOGS}/provenance/report_notebook.log",
+        f"{R.LOGS}/provenance/report_notebook.log",
     shell:
         "esrepro report-notebook --notebook {input.notebook} --tables-dir {params.tables} "
         "--figures-dir {params.figures} --eval-dir {params.eval} --published {input.published} "
@@ -77,9 +77,9 @@ rule ro_crate:
         results=[*PLAN.report_files(), *PLAN.eval_metrics(), EVAL_SUMMARY, *REPORT_FILES],
         # Manifests that are declared outputs (tables', figures', runs', evaluations');
         # those inside data and model folders come with their folder.
-        manifests=[m for m in PLAN.manifests() if not m.startswith(("data/prepared/", "results/models/"))],
+        manifests=[m for m in PLAN.manifests() if not m.startswith((R.under("data/prepared/"), R.under("results/models/")))],
     output:
-        f"{P.CRATE}/ro-crate-metadata.json",
+        f"{R.CRATE}/ro-crate-metadata.json",
     params:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         manifests=PLAN.manifests(),
@@ -87,7 +87,7 @@ rule ro_crate:
     conda:
         ENV
     log:
-        f"{P.LOGS}/provenance/ro_crate.log",
+        f"{R.LOGS}/provenance/ro_crate.log",
     shell:
         "esrepro ro-crate --out {params.out} --workflow {input.workflow:q} --configs {input.configs:q} "
         "--inputs {input.datasets:q} {input.models:q} --outputs {input.runs:q} {input.results:q} "
@@ -102,13 +102,13 @@ rule dvc_record:
         RUN_FILES,
         PLAN.eval_metrics(),
     output:
-        "results/dvc_record.json",  # beside the .dvc pointers it summarises
+        R.under("results/dvc_record.json"),  # beside the .dvc pointers it summarises
     params:
-        paths=DVC_PATHS,
+        paths=[R.under(path) for path in DVC_PATHS],
     localrule: True
     conda:
         ENV
     log:
-        f"{P.LOGS}/provenance/dvc_record.log",
+        f"{R.LOGS}/provenance/dvc_record.log",
     shell:
         "esrepro dvc-record --paths {params.paths:q} --out {output} > {log} 2>&1"

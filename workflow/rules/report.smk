@@ -19,15 +19,15 @@ rule table1_countdown:
         registry=CFG.registry,
     output:
         report(
-            f"{P.TABLE1}.csv",
+            f"{R.TABLE1}.csv",
             caption="../report/table1_countdown.rst",
             category="Tables",
             labels={"table": "Table 1", "format": "csv"},
         ),
-        f"{P.TABLE1}.md",
-        f"{P.TABLE1}.tex",
-        f"{P.TABLE1}.metrics.json",
-        f"{P.TABLE1}.manifest.json",
+        f"{R.TABLE1}.md",
+        f"{R.TABLE1}.tex",
+        f"{R.TABLE1}.metrics.json",
+        f"{R.TABLE1}.manifest.json",
     params:
         models=PIPELINE.models,
         notes=note_args(table1_notes(PIPELINE)),
@@ -35,7 +35,7 @@ rule table1_countdown:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/table1_countdown.log",
+        f"{R.LOGS}/report/table1_countdown.log",
     shell:
         "esrepro table1 --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
         f"--models {{params.models:q}} --task {T1.task} --split {T1.split} "
@@ -47,21 +47,21 @@ rule countdown_curves:
         PLAN.curve_logs(T1.task, "es"),
     output:
         report(
-            f"{P.CURVES}.png",
+            f"{R.CURVES}.png",
             caption="../report/countdown_curves.rst",
             category="Figures",
             labels={"figure": "Countdown training curves", "format": "png"},
         ),
-        f"{P.CURVES}.pdf",
-        f"{P.CURVES}.csv",
-        f"{P.CURVES}.manifest.json",
+        f"{R.CURVES}.pdf",
+        f"{R.CURVES}.csv",
+        f"{R.CURVES}.manifest.json",
     params:
         logs=lambda w, input: " ".join(f"--log {shlex.quote(x)}" for x in PLAN.labelled_logs(input)),
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/countdown_curves.log",
+        f"{R.LOGS}/report/countdown_curves.log",
     shell:
         "esrepro curves {params.logs} --out {params.out} > {log} 2>&1"
 
@@ -71,13 +71,13 @@ rule table3_rl_hyperparameters:
         selections=PLAN.all_selections(),
         registry=CFG.registry,
     output:
-        multiext(P.TABLE3, ".csv", ".md", ".tex", ".manifest.json"),
+        multiext(R.TABLE3, ".csv", ".md", ".tex", ".manifest.json"),
     params:
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/table3_rl_hyperparameters.log",
+        f"{R.LOGS}/report/table3_rl_hyperparameters.log",
     shell:
         "esrepro table3 --selection {input.selections:q} --registry {input.registry} --out {params.out} > {log} 2>&1"
 
@@ -88,7 +88,7 @@ rule table2_conciseness:
         kl=CONCISENESS_KL,
         registry=CFG.registry,
     output:
-        multiext(P.TABLE2, ".csv", ".md", ".tex", ".manifest.json"),
+        multiext(R.TABLE2, ".csv", ".md", ".tex", ".manifest.json"),
     params:
         cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
         notes=lambda w: note_args(table2_notes(PIPELINE)),
@@ -96,7 +96,7 @@ rule table2_conciseness:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/table2_conciseness.log",
+        f"{R.LOGS}/report/table2_conciseness.log",
     shell:
         "esrepro table2 --kl {input.kl:q} --registry {input.registry} --reward-cutoff={params.cutoff} "
         "{params.notes} --out {params.out} > {log} 2>&1"
@@ -106,13 +106,13 @@ rule conciseness_pareto:
     input:
         CONCISENESS_KL,
     output:
-        multiext(P.PARETO, ".png", ".pdf", ".csv", ".manifest.json"),
+        multiext(R.PARETO, ".png", ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/conciseness_pareto.log",
+        f"{R.LOGS}/report/conciseness_pareto.log",
     shell:
         "esrepro pareto --kl {input:q} --out {params.out} > {log} 2>&1"
 
@@ -122,13 +122,13 @@ rule conciseness_distribution:
         kl=CONCISENESS_KL,
         samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
     output:
-        multiext(P.DISTRIBUTION, ".png", ".pdf", ".csv", ".manifest.json"),
+        multiext(R.DISTRIBUTION, ".png", ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/conciseness_distribution.log",
+        f"{R.LOGS}/report/conciseness_distribution.log",
     shell:
         "esrepro reward-distribution --kl {input.kl:q} --out {params.out} > {log} 2>&1"
 
@@ -144,7 +144,7 @@ if ESSA is not None:
             published=CFG.published,
             registry=CFG.registry,
         output:
-            [f"{P.ESSA_TABLE}.{e}" for e in ("csv", "md", "manifest.json")],
+            [f"{R.ESSA_TABLE}.{e}" for e in ("csv", "md", "manifest.json")],
             [f"{stem}.{e}" for stem in PLAN.essa_figures() for e in ("png", "pdf", "csv", "manifest.json")],
         params:
             runs=ESSA_INPUTS["runs"],
@@ -153,7 +153,7 @@ if ESSA is not None:
         conda:
             ENV
         log:
-            f"{P.LOGS}/report/essa_report.log",
+            f"{R.LOGS}/report/essa_report.log",
         shell:
             "esrepro essa-report --runs {params.runs:q} --metrics {input.metrics:q} --published {input.published} "
             "--registry {input.registry} --spec {params.spec:q} > {log} 2>&1"
@@ -162,13 +162,13 @@ if ESSA is not None:
 # --- Figures 7-9: parameter shifts of every ES run against its random walk -----------------------------------------
 rule param_shift_histogram:
     input:
-        model=f"{P.RUN}/{P.CHECKPOINT}",
-        base=P.BASE_MODEL,
-        run=f"{P.RUN}/{P.MANIFEST}",
-        log=f"{P.RUN}/{P.TRAIN_LOG}",
+        model=f"{R.RUN}/{P.CHECKPOINT}",
+        base=R.BASE_MODEL,
+        run=f"{R.RUN}/{P.MANIFEST}",
+        log=f"{R.RUN}/{P.TRAIN_LOG}",
     output:
-        histogram=f"{P.PARAM_SHIFT}/histogram.json",
-        manifest=f"{P.PARAM_SHIFT}/{P.MANIFEST}",
+        histogram=f"{R.PARAM_SHIFT}/histogram.json",
+        manifest=f"{R.PARAM_SHIFT}/{P.MANIFEST}",
     wildcard_constraints:
         method=EXTRAS.shift_methods_regex(),
     params:
@@ -181,7 +181,7 @@ rule param_shift_histogram:
     conda:
         ENV
     log:
-        f"{P.LOGS}/param_shift/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+        f"{R.LOGS}/param_shift/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
         "esrepro param-shift-histogram --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --model-dir {input.model} --base-dir {input.base} --run-dir {params.run} "
@@ -193,15 +193,15 @@ rule param_shift_figure:
         lambda w: EXTRAS.shift_histograms(w.task),
     output:
         report(
-            f"{P.PARAM_SHIFT_FIGURE}.png",
+            f"{R.PARAM_SHIFT_FIGURE}.png",
             caption="../report/param_shift.rst",
             category="Figures",
             subcategory="Figures 7-9",
             labels={"figure": "parameter shifts", "task": "{task}"},
         ),
-        f"{P.PARAM_SHIFT_FIGURE}.pdf",
-        f"{P.PARAM_SHIFT_FIGURE}.csv",
-        f"{P.PARAM_SHIFT_FIGURE}.manifest.json",
+        f"{R.PARAM_SHIFT_FIGURE}.pdf",
+        f"{R.PARAM_SHIFT_FIGURE}.csv",
+        f"{R.PARAM_SHIFT_FIGURE}.manifest.json",
     wildcard_constraints:
         task=keys_regex(EXTRAS.shift_tasks()),
     params:
@@ -209,7 +209,7 @@ rule param_shift_figure:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/param_shift_{{task}}.log",
+        f"{R.LOGS}/report/param_shift_{{task}}.log",
     shell:
         "esrepro param-shift --histogram {input:q} --task {wildcards.task} --sampled-coords 20000 "
         "--out {params.out} > {log} 2>&1"
@@ -222,15 +222,15 @@ rule gains:
         registry=CFG.registry,
     output:
         report(
-            f"{P.GAINS}.png",
+            f"{R.GAINS}.png",
             caption="../report/gains.rst",
             category="Figures",
             subcategory="Figure 5",
             labels={"figure": "improvement over the base model", "task": "{task}"},
         ),
-        f"{P.GAINS}.pdf",
-        f"{P.GAINS}.csv",
-        f"{P.GAINS}.manifest.json",
+        f"{R.GAINS}.pdf",
+        f"{R.GAINS}.csv",
+        f"{R.GAINS}.manifest.json",
     wildcard_constraints:
         task=keys_regex(EXTRAS.gains_tasks()),
     params:
@@ -240,7 +240,7 @@ rule gains:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/gains_{{task}}.log",
+        f"{R.LOGS}/report/gains_{{task}}.log",
     shell:
         "esrepro gains --metrics {input.metrics:q} --registry {input.registry} --models {params.models:q} "
         "--task {wildcards.task} --split {params.split} --out {params.out} > {log} 2>&1"
@@ -253,15 +253,15 @@ rule sample_curves:
         registry=CFG.registry,
     output:
         report(
-            f"{P.SAMPLE_CURVES}.png",
+            f"{R.SAMPLE_CURVES}.png",
             caption="../report/sample_curves.rst",
             category="Figures",
             subcategory="Figure 6",
             labels={"figure": "test accuracy against training samples", "task": "{task}"},
         ),
-        f"{P.SAMPLE_CURVES}.pdf",
-        f"{P.SAMPLE_CURVES}.csv",
-        f"{P.SAMPLE_CURVES}.manifest.json",
+        f"{R.SAMPLE_CURVES}.pdf",
+        f"{R.SAMPLE_CURVES}.csv",
+        f"{R.SAMPLE_CURVES}.manifest.json",
     wildcard_constraints:
         task=keys_regex(EXTRAS.curve_tasks()),
     params:
@@ -270,7 +270,7 @@ rule sample_curves:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/sample_curves_{{task}}.log",
+        f"{R.LOGS}/report/sample_curves_{{task}}.log",
     shell:
         "esrepro sample-curves --periodic {params.periodic} --registry {input.registry} --task {wildcards.task} "
         "--out {params.out} > {log} 2>&1"
@@ -282,21 +282,21 @@ rule lr_sweep:
         EXTRAS.lr_sweep_kl(),
     output:
         report(
-            f"{P.LR_SWEEP}.png",
+            f"{R.LR_SWEEP}.png",
             caption="../report/lr_sweep.rst",
             category="Figures",
             subcategory="Figures 3-4",
             labels={"figure": "GRPO learning-rate sweep"},
         ),
-        f"{P.LR_SWEEP}.pdf",
-        f"{P.LR_SWEEP}.csv",
-        f"{P.LR_SWEEP}.manifest.json",
+        f"{R.LR_SWEEP}.pdf",
+        f"{R.LR_SWEEP}.csv",
+        f"{R.LR_SWEEP}.manifest.json",
     params:
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/conciseness_lr_sweep.log",
+        f"{R.LOGS}/report/conciseness_lr_sweep.log",
     shell:
         "esrepro lr-sweep --kl {input:q} --out {params.out} > {log} 2>&1"
 
@@ -307,21 +307,21 @@ rule lr_distributions:
         samples=[p.replace("kl.json", "samples.jsonl") for p in EXTRAS.lr_sweep_kl()],
     output:
         report(
-            f"{P.LR_DISTRIBUTIONS}.png",
+            f"{R.LR_DISTRIBUTIONS}.png",
             caption="../report/lr_distributions.rst",
             category="Figures",
             subcategory="Figures 3-4",
             labels={"figure": "reward distributions per learning rate"},
         ),
-        f"{P.LR_DISTRIBUTIONS}.pdf",
-        f"{P.LR_DISTRIBUTIONS}.csv",
-        f"{P.LR_DISTRIBUTIONS}.manifest.json",
+        f"{R.LR_DISTRIBUTIONS}.pdf",
+        f"{R.LR_DISTRIBUTIONS}.csv",
+        f"{R.LR_DISTRIBUTIONS}.manifest.json",
     params:
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/conciseness_lr_distributions.log",
+        f"{R.LOGS}/report/conciseness_lr_distributions.log",
     shell:
         "esrepro lr-distributions --kl {input.kl:q} --out {params.out} > {log} 2>&1"
 
@@ -334,14 +334,14 @@ rule train_tasks_table:
         registry=CFG.registry,
     output:
         report(
-            f"{P.TRAIN_TASKS}.csv",
+            f"{R.TRAIN_TASKS}.csv",
             caption="../report/train_tasks.rst",
             category="Tables",
             labels={"table": "accuracy per training task", "format": "csv"},
         ),
-        f"{P.TRAIN_TASKS}.md",
-        f"{P.TRAIN_TASKS}.tex",
-        f"{P.TRAIN_TASKS}.manifest.json",
+        f"{R.TRAIN_TASKS}.md",
+        f"{R.TRAIN_TASKS}.tex",
+        f"{R.TRAIN_TASKS}.manifest.json",
     params:
         sets=flag_args("--set", [f"{s}={t}" for t in CFG.train for s in PIPELINE.eval_sets_of(t)]),
         notes=note_args([table1_notes(PIPELINE)[0]]),
@@ -349,7 +349,7 @@ rule train_tasks_table:
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/train_tasks_table.log",
+        f"{R.LOGS}/report/train_tasks_table.log",
     shell:
         "esrepro train-tasks-table --metrics {input.metrics:q} --published {input.published} "
         "--registry {input.registry} {params.sets} {params.notes} --out {params.out} > {log} 2>&1"
@@ -362,21 +362,21 @@ rule math_table:
         registry=CFG.registry,
     output:
         report(
-            f"{P.MATH_TABLE}.csv",
+            f"{R.MATH_TABLE}.csv",
             caption="../report/math_table.rst",
             category="Tables",
             labels={"table": "math", "format": "csv"},
         ),
-        f"{P.MATH_TABLE}.md",
-        f"{P.MATH_TABLE}.tex",
-        f"{P.MATH_TABLE}.manifest.json",
+        f"{R.MATH_TABLE}.md",
+        f"{R.MATH_TABLE}.tex",
+        f"{R.MATH_TABLE}.manifest.json",
     params:
         notes=lambda w: note_args(task_table_notes(PIPELINE, EXTRAS.math_sets())),
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/math_table.log",
+        f"{R.LOGS}/report/math_table.log",
     shell:
         "esrepro math-table --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
         "{params.notes} --out {params.out} > {log} 2>&1"
@@ -389,21 +389,21 @@ rule puzzle_table:
         registry=CFG.registry,
     output:
         report(
-            f"{P.PUZZLE_TABLE}.csv",
+            f"{R.PUZZLE_TABLE}.csv",
             caption="../report/puzzle_table.rst",
             category="Tables",
             labels={"table": "puzzles", "format": "csv"},
         ),
-        f"{P.PUZZLE_TABLE}.md",
-        f"{P.PUZZLE_TABLE}.tex",
-        f"{P.PUZZLE_TABLE}.manifest.json",
+        f"{R.PUZZLE_TABLE}.md",
+        f"{R.PUZZLE_TABLE}.tex",
+        f"{R.PUZZLE_TABLE}.manifest.json",
     params:
         notes=lambda w: note_args(task_table_notes(PIPELINE, EXTRAS.puzzle_tasks())),
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/puzzle_table.log",
+        f"{R.LOGS}/report/puzzle_table.log",
     shell:
         "esrepro puzzle-table --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
         "{params.notes} --out {params.out} > {log} 2>&1"
@@ -415,21 +415,21 @@ rule stability_table:
         registry=CFG.registry,
     output:
         report(
-            f"{P.STABILITY}.csv",
+            f"{R.STABILITY}.csv",
             caption="../report/stability.rst",
             category="Tables",
             labels={"table": "stability", "format": "csv"},
         ),
-        f"{P.STABILITY}.md",
-        f"{P.STABILITY}.tex",
-        f"{P.STABILITY}.manifest.json",
+        f"{R.STABILITY}.md",
+        f"{R.STABILITY}.tex",
+        f"{R.STABILITY}.manifest.json",
     params:
         notes=lambda w: note_args(task_table_notes(PIPELINE, PIPELINE.eval_sets_of(CFG.stability.task))),
         out=stem_of,
     conda:
         ENV
     log:
-        f"{P.LOGS}/report/stability_table.log",
+        f"{R.LOGS}/report/stability_table.log",
     shell:
         "esrepro stability-table --metrics {input.metrics:q} --registry {input.registry} {params.notes} "
         "--out {params.out} > {log} 2>&1"

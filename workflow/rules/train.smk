@@ -6,9 +6,9 @@
 from esrepro.pipeline import ESSA_REF
 
 RUN_OUTPUTS = {
-    "checkpoint": directory(f"{P.RUN}/{P.CHECKPOINT}"),
-    "log": f"{P.RUN}/{P.TRAIN_LOG}",
-    "manifest": f"{P.RUN}/{P.MANIFEST}",
+    "checkpoint": directory(f"{R.RUN}/{P.CHECKPOINT}"),
+    "log": f"{R.RUN}/{P.TRAIN_LOG}",
+    "manifest": f"{R.RUN}/{P.MANIFEST}",
 }
 TRAIN_SHELL = (
     "{params.launcher}esrepro train --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
@@ -28,8 +28,8 @@ TRAIN_RESOURCES = {
 
 rule train:
     input:
-        model=P.BASE_MODEL,
-        data=P.PREPARED,
+        model=R.BASE_MODEL,
+        data=R.PREPARED,
     output:
         **RUN_OUTPUTS,
     wildcard_constraints:
@@ -47,19 +47,19 @@ rule train:
     conda:
         ENV
     log:
-        f"{P.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+        f"{R.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
         TRAIN_SHELL
 
 
 rule train_cell:
     input:
-        model=P.BASE_MODEL,
-        data=P.PREPARED,
+        model=R.BASE_MODEL,
+        data=R.PREPARED,
     output:
-        checkpoint=directory(f"{P.CELL_RUN}/{P.CHECKPOINT}"),
-        log=f"{P.CELL_RUN}/{P.TRAIN_LOG}",
-        manifest=f"{P.CELL_RUN}/{P.MANIFEST}",
+        checkpoint=directory(f"{R.CELL_RUN}/{P.CHECKPOINT}"),
+        log=f"{R.CELL_RUN}/{P.TRAIN_LOG}",
+        manifest=f"{R.CELL_RUN}/{P.MANIFEST}",
     wildcard_constraints:
         method=PLAN.methods_regex(rl=True),
     params:
@@ -75,7 +75,7 @@ rule train_cell:
     conda:
         ENV
     log:
-        f"{P.LOGS}/train/{{task}}/{{model}}/{{method}}/grid/{{cell}}/seed{{seed}}.log",
+        f"{R.LOGS}/train/{{task}}/{{model}}/{{method}}/grid/{{cell}}/seed{{seed}}.log",
     shell:
         TRAIN_SHELL
 
@@ -86,7 +86,7 @@ rule select_rl:
         manifests=lambda w: [f"{d}/{P.MANIFEST}" for d in PLAN.cell_runs(w.task, w.model, w.method, w.seed)],
     output:
         **RUN_OUTPUTS,
-        selection=f"{P.RUN}/{P.SELECTION}",
+        selection=f"{R.RUN}/{P.SELECTION}",
     wildcard_constraints:
         method=PLAN.methods_regex(rl=True),
     params:
@@ -99,7 +99,7 @@ rule select_rl:
     conda:
         ENV
     log:
-        f"{P.LOGS}/select/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+        f"{R.LOGS}/select/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
         "esrepro select --task {wildcards.task} --model {wildcards.model} --method {wildcards.method} "
         "--seed {wildcards.seed} --grid {params.grid:q} {params.cells} --out {params.run} > {log} 2>&1"
@@ -108,8 +108,8 @@ rule select_rl:
 # --- the ESSA study's GRPO baseline, from the reference ESSA run's SFT start (its ESSA runs use `train`) --------
 rule essa_grpo:
     input:
-        model=P.BASE_MODEL,
-        data=P.PREPARED,
+        model=R.BASE_MODEL,
+        data=R.PREPARED,
         ref=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed, w.task)}/{P.MANIFEST}",
     output:
         **RUN_OUTPUTS,
@@ -130,7 +130,7 @@ rule essa_grpo:
     conda:
         ENV
     log:
-        f"{P.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
+        f"{R.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
         "esrepro essa-grpo --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
         "--model-dir {input.model} --sft-dir {params.sft} --dtype {params.dtype} --data-dir {input.data} "

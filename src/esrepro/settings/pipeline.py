@@ -8,6 +8,8 @@ names the file and block that set the offending value.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -369,6 +371,10 @@ class PipelineConfig(Settings):
     extends: str | None = Field(None, description="another config file this one builds on (read first, this one's "
                                 "options on top; config/README.md, 'How settings combine')")
     scale: Literal["tiny", "paper"] = Field(description="labels every table: tiny numbers are not the paper's")
+    workspace: str | None = Field(None, description="folder (relative to the repository) this config's prepared "
+                                  "data and results go under, so configs with different workspaces run in one "
+                                  "checkout without overwriting or rerunning each other's jobs (not inherited "
+                                  "through extends); null: data/ and results/ of the repository itself")
     registry: str = Field("config/models.yaml", description="path of the model registry")
     published: str = Field("config/published.yaml", description="path of the papers' published numbers")
     models: list[str] = Field(min_length=1, description="registry keys of the models to run")
@@ -394,3 +400,16 @@ class PipelineConfig(Settings):
     @classmethod
     def _distinct(cls, v: list) -> list:
         return distinct_entries(v)
+
+    @field_validator("workspace")
+    @classmethod
+    def _relative_folder(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = Path(v).parts
+        if (not re.fullmatch(r"[A-Za-z0-9._/-]+", v) or Path(v).is_absolute() or ".." in parts
+                or parts[0] in ("data", "results")):
+            raise ValueError("a folder inside the repository (letters, digits, '.', '_', '-', '/'), neither absolute "
+                             "nor with '..', and not under data/ or results/ (which hold the repository's own "
+                             "outputs)")
+        return str(Path(v))
