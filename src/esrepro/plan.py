@@ -138,7 +138,8 @@ class Plan:
 
     # --- evaluation and KL ---------------------------------------------------------------
     def eval_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
-        return P.fill(self.paths.EVAL, task=task, model=model, method=method, seed=seed, split=self.p.eval_settings(task).split)
+        return P.fill(self.paths.EVAL, task=task, model=model, method=method, seed=seed,
+                      split=self.p.eval_settings(task).split)
 
     def eval_metrics(self) -> list[str]:
         """metrics.json of every configured evaluation (each task, model, method, seed)."""
@@ -166,7 +167,8 @@ class Plan:
         return list(dict.fromkeys(out))
 
     def kl_targets(self) -> list[str]:
-        return [f"{P.fill(self.paths.KL, task=t, model=m, method=meth, seed=s)}/kl.json" for t, m, meth, s in self.kl_runs()]
+        return [f"{P.fill(self.paths.KL, task=t, model=m, method=meth, seed=s)}/kl.json"
+                for t, m, meth, s in self.kl_runs()]
 
     def kl_model_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
         """The weights KL is measured for: the base model, or the run's final checkpoint."""
@@ -185,7 +187,8 @@ class Plan:
         if study is None:
             return []
         runs = [(study.model, BASE, 0), *self.p.study_runs("conciseness")]
-        return [f"{P.fill(self.paths.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json" for m, meth, s in runs]
+        return [f"{P.fill(self.paths.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json"
+                for m, meth, s in runs]
 
     # --- tables, figures, reports ----------------------------------------------------------------
     def table_targets(self) -> list[str]:
@@ -198,7 +201,8 @@ class Plan:
             out += [f"{self.paths.CURVES}.{e}" for e in ("png", "pdf", "csv")]
         if self.p.studies().get("conciseness"):
             out += [f"{self.paths.TABLE2}.{e}" for e in ("csv", "md", "tex")]
-            out += [f"{stem}.{e}" for stem in (self.paths.PARETO, self.paths.DISTRIBUTION) for e in ("png", "pdf", "csv")]
+            out += [f"{stem}.{e}" for stem in (self.paths.PARETO, self.paths.DISTRIBUTION)
+                    for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
         return out + ExtrasPlan(self).targets()
 
@@ -373,13 +377,14 @@ class ExtrasPlan:
     def targets(self) -> list[str]:
         """Every extras table and figure file this config writes (their manifests excluded)."""
         out: list[str] = []
-        out += [f"{P.fill(self.plan.paths.GAINS, task=t)}.{e}" for t in self.gains_tasks() for e in FIGURE]
-        out += [f"{P.fill(self.plan.paths.SAMPLE_CURVES, task=t)}.{e}" for t in self.curve_tasks() for e in FIGURE]
-        out += [f"{P.fill(self.plan.paths.PARAM_SHIFT_FIGURE, task=t)}.{e}" for t in self.shift_tasks() for e in FIGURE]
+        paths = self.plan.paths
+        out += [f"{P.fill(paths.GAINS, task=t)}.{e}" for t in self.gains_tasks() for e in FIGURE]
+        out += [f"{P.fill(paths.SAMPLE_CURVES, task=t)}.{e}" for t in self.curve_tasks() for e in FIGURE]
+        out += [f"{P.fill(paths.PARAM_SHIFT_FIGURE, task=t)}.{e}" for t in self.shift_tasks() for e in FIGURE]
         if self.lr_sweep_kl():
-            out += [f"{stem}.{e}" for stem in (self.plan.paths.LR_SWEEP, self.plan.paths.LR_DISTRIBUTIONS) for e in FIGURE]
-        for stem, inputs in ((self.plan.paths.TRAIN_TASKS, self.train_task_metrics()), (self.plan.paths.MATH_TABLE, self.math_metrics()),
-                             (self.plan.paths.PUZZLE_TABLE, self.puzzle_metrics()), (self.plan.paths.STABILITY, self.stability_metrics())):
+            out += [f"{stem}.{e}" for stem in (paths.LR_SWEEP, paths.LR_DISTRIBUTIONS) for e in FIGURE]
+        for stem, inputs in ((paths.TRAIN_TASKS, self.train_task_metrics()), (paths.MATH_TABLE, self.math_metrics()),
+                             (paths.PUZZLE_TABLE, self.puzzle_metrics()), (paths.STABILITY, self.stability_metrics())):
             if inputs:
                 out += [f"{stem}.{e}" for e in TABLE]
         return out

@@ -77,7 +77,8 @@ rule ro_crate:
         results=[*PLAN.report_files(), *PLAN.eval_metrics(), EVAL_SUMMARY, *REPORT_FILES],
         # Manifests that are declared outputs (tables', figures', runs', evaluations');
         # those inside data and model folders come with their folder.
-        manifests=[m for m in PLAN.manifests() if not m.startswith((R.under("data/prepared/"), R.under("results/models/")))],
+        manifests=[m for m in PLAN.manifests()
+                   if not m.startswith((R.under("data/prepared/"), R.under("results/models/")))],
     output:
         f"{R.CRATE}/ro-crate-metadata.json",
     params:

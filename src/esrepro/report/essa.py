@@ -417,8 +417,8 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
         ax = axes[i][0]
         for j, (label, k, xs, ys) in enumerate(drawn):
             if xs:
-                ax.plot(xs, ys, marker="o", markersize=3, color="C3" if k is None else ESSA_COLORS[j % len(ESSA_COLORS)],
-                        label=label)
+                color = "C3" if k is None else ESSA_COLORS[j % len(ESSA_COLORS)]
+                ax.plot(xs, ys, marker="o", markersize=3, color=color, label=label)
                 curve_rows.append(pd.DataFrame({"model": model, "run": label, "engines": k, "elapsed_seconds": xs,
                                                 "val_reward": ys}))
         if threshold:
@@ -473,7 +473,8 @@ def summary_table(runs: pd.DataFrame, base: dict[tuple[str | None, str], float],
     if target is not None:
         df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target)
                                 if target_task in (None, t) else None for d, t in zip(df["run_dir"], df["task"])]
-    cols = ["task", "model", "method", "algorithm", "population", "rank", "engines", "precision", "problems_per_generation"]
+    cols = ["task", "model", "method", "algorithm", "population", "rank", "engines", "precision",
+            "problems_per_generation"]
     values = [c for c in ("test_accuracy", "val_reward_sft", "val_max", "val_final", "train_seconds",
                           "seconds_per_iteration", "time_to_target") if c in df]
     agg = df.groupby(cols, dropna=False, sort=False)[values].mean().reset_index()
