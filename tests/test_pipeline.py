@@ -212,7 +212,8 @@ def test_a_second_config_in_its_own_workspace_leaves_the_first_alone(default_run
     second = ["--profile", "workflow/profiles/default", "--configfile", "config/second.yaml"]
     dry = _snakemake(["-n", *second], repo, timeout=120)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
-    written = [p for line in re.findall(r"^\s+(?:output|log): (.*)$", dry.stdout, re.M) for p in line.split(", ")]
+    jobs = re.findall(r"^\s+(?:output|log): (.*)$", dry.stdout + dry.stderr, re.M)
+    written = [p for line in jobs for p in line.split(", ")]
     assert len(written) > 10 and all(p.startswith("work/second/") for p in written), written
     proc = _snakemake(second, repo, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
