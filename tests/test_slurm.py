@@ -157,7 +157,8 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
             assert resources.get(k) == str(value), (rule, model, k, resources)
         assert "slurm_extra" not in resources
         seen[rule].add(model)
-    studied = set(pipeline.essa_study().models) if pipeline.essa_study() else set()  # the ESSA study's models
+    # the ESSA study's models, its scaling runs' (Fig. 6: Qwen2.5-32B-Instruct on PRM800K) included
+    studied = {m for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)}
     for rule in ("train", "evaluate", "fetch_model"):
         assert seen[rule] == set(config["models"]) | studied, (rule, seen[rule])
     assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the checks above are not vacuous
@@ -174,8 +175,10 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     assert set(es_layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
     # the ESSA study's GPU sweep beyond one node (ESSA Fig. 2: up to 128 GPUs): 8 GPUs per node, one engine each
     essa_layouts = {k: v for k, v in layouts.items() if k[1].startswith("essa")}
-    sweep = [n for n in pipeline.essa_study().engines if n > 8]
-    assert sweep and set(essa_layouts) == {(m, f"essa_eng{n}") for m in studied for n in sweep}, sorted(essa_layouts)
+    sweep = {(m, meth) for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)
+             for meth in pipeline.essa_methods(task)
+             if meth.startswith("essa_eng") and int(meth.removeprefix("essa_eng")) > 8}
+    assert ("qwen2.5-32b-instruct", "essa_eng128") in sweep and set(essa_layouts) == sweep, sorted(essa_layouts)
     for (model, method), layout in essa_layouts.items():
         n = int(method.removeprefix("essa_eng"))
         assert layout.startswith(f"{n // 8} nodes x 8 GPUs: {n} "), (method, layout)
