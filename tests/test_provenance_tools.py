@@ -31,6 +31,8 @@ from esrepro.report.notebook import (
 from esrepro.provenance.rocrate import export_crate
 from esrepro.steps.report import main_eval_summary
 
+from conftest import skip_or_fail_in_ci
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "workflow" / "notebooks" / "analysis.ipynb"
 
@@ -40,7 +42,7 @@ def _need_dvc() -> None:
     try:
         dvc_command()
     except DvcError as exc:
-        pytest.skip(str(exc))
+        skip_or_fail_in_ci(str(exc))
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -330,3 +332,13 @@ def test_export_crate_writes_a_workflow_run_crate(tmp_path):
 
     assert ROCrate(tmp_path / "crate").mainEntity.id == "Snakefile"  # the reference library reads it back
     assert export(tmp_path / "again").read_text() == path.read_text()  # deterministic
+
+
+def test_the_package_finds_its_repository():
+    """Where .venv-dvc is looked for and whose git commit manifests record: the repository root, not src/."""
+    from esrepro.provenance import REPO as PACKAGE_REPO
+    from esrepro.provenance.manifest import code_version
+
+    assert PACKAGE_REPO == REPO.resolve() and (PACKAGE_REPO / "pyproject.toml").is_file()
+    assert code_version()["git_commit"] == code_version(REPO)["git_commit"]
+

@@ -7,3 +7,9 @@
 - :mod:`~esrepro.provenance.dvc`: DVC pointers for data and checkpoints;
 - :mod:`~esrepro.provenance.rocrate`: the RO-Crate of a finished run.
 """
+
+from pathlib import Path
+
+#: The repository this package runs from (src layout): where ``.venv-dvc`` is made and whose git commit the
+#: manifests record.
+REPO = Path(__file__).resolve().parents[3]

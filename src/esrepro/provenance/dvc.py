@@ -31,6 +31,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from esrepro.provenance import REPO
+
 #: The folders the pipeline records by default, in the order they are produced.
 DEFAULT_PATHS: tuple[str, ...] = ("data/prepared", "results/models", "results/runs", "results/eval")
 
@@ -39,8 +41,6 @@ class DvcError(RuntimeError):
     """A DVC command failed, or the repository is not set up for DVC."""
 
 
-#: The repository this package runs from (src layout), where ``.venv-dvc`` is made.
-REPO = Path(__file__).resolve().parents[2]
 DVC_VENV = ".venv-dvc"
 
 

@@ -49,7 +49,9 @@ def sha256_tree(path: str | os.PathLike) -> str:
 
 def code_version(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     """The git commit of the code and whether the work tree had uncommitted changes."""
-    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    from esrepro.provenance import REPO
+
+    repo = Path(repo) if repo else REPO
     try:
         commit = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
