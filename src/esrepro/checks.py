@@ -251,19 +251,18 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
             n = sizes.get("train")
             need, what = s.train_examples, "sft_examples + fitness_examples + val_examples"
             if method == ESSA_GRPO:
+                from esrepro.essa.data import baseline_problems_needed
                 from esrepro.rl.budget import check_problem_count
 
                 try:
                     check_problem_count(s.as_dict(), s.train_examples)
                 except ValueError as exc:
                     out.append(f"{where}: method {method} (model {model}): {exc}")
-            if method == ESSA_GRPO and ref is not None:
-                from esrepro.essa.data import baseline_problems_needed
-
-                need = baseline_problems_needed(ref.sft_examples, ref.fitness_examples, ref.val_examples,
-                                                s.train_examples)
-                what = ("the reference run's sft_examples + the baseline's train_examples, past the held-out "
-                        "problems")
+                if ref is not None:
+                    need = baseline_problems_needed(ref.sft_examples, ref.fitness_examples, ref.val_examples,
+                                                    s.train_examples)
+                    what = ("the reference run's sft_examples + the baseline's train_examples, past the held-out "
+                            "problems")
             if n is not None and need > n:
                 out.append(f"{where}: method {method} (model {model}) reads {need} training problems ({what}), "
                            f"but data.{task} prepares {n}")

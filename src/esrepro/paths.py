@@ -89,9 +89,8 @@ class Workspace:
 
     def __init__(self, root: str | None = None) -> None:
         self.root = (root or "").strip("/")
-        prefix = f"{self.root}/" if self.root else ""
         for name, template in ROOTED.items():
-            setattr(self, name, prefix + template)
+            setattr(self, name, self.under(template))
 
     def __getattr__(self, name: str) -> str:  # the names a workspace does not move (e.g. MANIFEST) stay as they are
         value = globals().get(name)

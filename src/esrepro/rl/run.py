@@ -61,13 +61,8 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
         manifest["cpu_overrides"] = cpu_overrides(settings)
 
     def save(path: Path) -> None:
-        if ctx.adapter_dir is not None:
-            from esrepro.rl.grpo import save_policy
+        from esrepro.rl.grpo import save_policy
 
-            save_policy(model, tok, path)
-        else:
-            from esrepro.models.loading import save_checkpoint
-
-            save_checkpoint(model, tok, path)
+        save_policy(model, tok, path)  # a checkpoint, or a peft policy's trained adapter
 
     return TrainOutcome(log=rows, save=save, extra=manifest)
