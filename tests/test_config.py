@@ -130,7 +130,8 @@ def refused(tmp_path) -> Callable[..., list[str]]:
         if registry_edit:
             registry_edit(reg["models"])
         (root / "config" / "models.yaml").write_text(registry_text or yaml.safe_dump(reg, sort_keys=False))
-        for name in ("published.yaml", "tiny_methods.yaml"):  # the published numbers; what config.yaml extends
+        for name in ("published.yaml", "essa_tiny.yaml", "tiny_methods.yaml"):  # the published numbers; what
+            # config.yaml extends
             (root / "config" / name).write_text((REPO / "config" / name).read_text())
         path = root / "config" / "config.yaml"
         path.write_text(config_text or yaml.safe_dump(cfg, sort_keys=False))
@@ -171,9 +172,9 @@ MALFORMED = [
     ("registry-override-unknown-key", None, _set("tiny/methods/es", {"sigmma": 0.1}),
      REGISTRY + "models.tiny.methods.es.sigmma: not an option here; did you mean sigma?"),
     ("too-many-train-examples", _set("defaults/es/train_examples", 100000), None,
-     CONFIG + "defaults.es.train_examples: 100000 training examples, but data.countdown prepares 64"),
-    ("rl-train-examples-too-many", _set("methods/grpo30/train_examples", 65), None,
-     CONFIG + "methods.grpo30.train_examples: 65 training examples, but data.countdown prepares 64"),
+     CONFIG + "defaults.es.train_examples: 100000 training examples, but data.countdown prepares 192"),
+    ("rl-train-examples-too-many", _set("methods/grpo30/train_examples", 193), None,
+     CONFIG + "methods.grpo30.train_examples: 193 training examples, but data.countdown prepares 192"),
     ("unknown-algorithm", _set("methods/grpo8/algorithm", "reinforce"), None,
      CONFIG + "methods.grpo8.algorithm: 'reinforce' is not an algorithm"),
     ("unknown-method", _set("train/countdown/methods", ["es", "foo"]), None,
@@ -326,12 +327,14 @@ def test_workspaces_keep_configs_apart_and_are_not_inherited(tmp_path):
     from esrepro.plan import Plan
 
     spaces = {name: read_config(REPO / "config" / name, root=REPO).get("workspace")
-              for name in ("config.yaml", "paper.yaml", "essa_tiny.yaml", "stability_tiny.yaml", "tasks_tiny.yaml")}
-    assert spaces == {"config.yaml": None, "paper.yaml": None, "essa_tiny.yaml": "work/essa_tiny",
-                      "stability_tiny.yaml": "work/stability_tiny", "tasks_tiny.yaml": "work/tasks_tiny"}
+              for name in ("config.yaml", "paper.yaml", "essa_tiny.yaml")}
+    # the default extends the ESSA study's config, and writes into the repository's own data/ and results/
+    assert spaces == {"config.yaml": None, "paper.yaml": None, "essa_tiny.yaml": "work/essa_tiny"}
     child = tmp_path / "child.yaml"
     child.write_text("extends: config/essa_tiny.yaml\n")
     assert "workspace" not in read_config(child, root=REPO)
+    # nor when the file is read as it is and load_pipeline resolves its `extends`
+    assert load_pipeline(load_yaml(child), str(child), root=REPO).cfg.workspace is None
     plan = Plan(load_pipeline(read_config(REPO / "config" / "essa_tiny.yaml", root=REPO), "essa_tiny.yaml", root=REPO))
     assert plan.paths.RUN == "work/essa_tiny/results/runs/{task}/{model}/{method}/seed{seed}"
     assert plan.paths.PREPARED == "work/essa_tiny/data/prepared/{task}" and plan.paths.MANIFEST == "manifest.json"

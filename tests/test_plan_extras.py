@@ -24,7 +24,6 @@ from esrepro.plan import Plan
 from esrepro.plan import ExtrasPlan
 
 BIN = Path(sys.executable).parent
-W = "work/tasks_tiny/"  # config/tasks_tiny.yaml's workspace: its data and results
 
 
 def _plan(cfg: dict | str, root: Path = REPO) -> Plan:
@@ -44,64 +43,61 @@ def _stats(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", out, re.M)}
 
 
-# --- the tiny tasks config ------------------------------------------------------------------------------------------
-def test_tasks_tiny_plan_lists_every_extras_output():
-    plan = _plan("tasks_tiny.yaml")
+# --- the embedded default -------------------------------------------------------------------------------------------
+def test_default_plan_lists_every_extras_output():
+    plan = _plan("config.yaml")
     extras = ExtrasPlan(plan)
     targets = plan.table_targets()
-    for stem in (W + "results/figures/gains_countdown", W + "results/figures/sample_curves_countdown",
-                 W + "results/figures/sample_curves_math_train", W + "results/figures/param_shift_countdown",
-                 W + "results/figures/param_shift_arc", W + "results/figures/param_shift_conciseness",
+    for stem in ("results/figures/gains_countdown", "results/figures/sample_curves_countdown",
+                 "results/figures/sample_curves_math_train", "results/figures/param_shift_countdown",
+                 "results/figures/param_shift_arc", "results/figures/param_shift_conciseness",
                  plan.paths.LR_SWEEP, plan.paths.LR_DISTRIBUTIONS):
         assert f"{stem}.png" in targets and f"{stem}.pdf" in targets, stem
-    for stem in (plan.paths.MATH_TABLE, plan.paths.PUZZLE_TABLE, plan.paths.TRAIN_TASKS, plan.paths.TABLE1, plan.paths.TABLE3):
+    for stem in (plan.paths.MATH_TABLE, plan.paths.PUZZLE_TABLE, plan.paths.TRAIN_TASKS, plan.paths.TABLE1,
+                 plan.paths.TABLE3, plan.paths.STABILITY):
         assert f"{stem}.csv" in targets and f"{stem}.tex" in targets, stem
-    assert f"{plan.paths.STABILITY}.csv" not in targets  # not asked for here (config/stability_tiny.yaml)
     # MATH training's runs are evaluated on the five math sets (base and ES of the trained model)
-    assert W + "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
-    assert W + "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
+    assert "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
+    assert "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
     assert not any("/math_train/" in m for m in plan.eval_metrics())  # math_train itself: evaluated via the sets
-    # Figure 6: every Countdown run evaluates periodically, ES and the RL methods alike
-    assert extras.periodic_runs("countdown") == [W + f"results/runs/countdown/tiny-countdown/{m}/seed0"
-                                             for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
-    # Figures 3-4: the sweep's GRPO runs (beta x learning rate), its ES run and the base model
+    # Figure 6: every Countdown run evaluates periodically, ES and the RL methods alike, the stability seeds too
+    assert extras.periodic_runs("countdown") == COUNTDOWN_RUNS
+    # Figures 3-4: the sweep's GRPO runs (beta x learning rate), the base model and the conciseness study's ES runs
     kl = extras.lr_sweep_kl()
-    assert W + "results/kl/conciseness/tiny-countdown/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
-    assert W + "results/kl/conciseness/tiny-countdown/es_sigma0.005/seed0/kl.json" in kl and len(kl) == 1 + 1 + 4
-    # Figures 7-9: one histogram per ES run, the study's included
-    assert len(extras.es_runs()) == 5
+    assert "results/kl/conciseness/tiny/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
+    assert "results/kl/conciseness/tiny/es_sigma0.005/seed1/kl.json" in kl and len(kl) == 1 + 4 + 4
+    # Figures 7-9: one histogram per ES run: Countdown's three seeds, the study's four, math, Sudoku, ARC
+    assert len(extras.es_runs()) == 3 + 4 + 3
     # tiny-v2 is warm-started on the math and puzzle formats, their prepared rows excluded
-    assert plan.build_inputs("tiny-v2") == [W + f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
-    assert plan.build_inputs("tiny-countdown") == [W + "data/prepared/countdown"]
-    assert plan.p.all_models() == ["tiny-countdown", "tiny-v2"]
+    assert plan.build_inputs("tiny-v2") == [f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
+    assert plan.build_inputs("tiny") == ["data/prepared/countdown"]
+    assert plan.p.all_models() == ["tiny", "tiny-v2"]
 
 
-def test_default_config_asks_for_no_extras_output():
-    plan = _plan("config.yaml")
-    assert ExtrasPlan(plan).targets() == []
-    assert plan.all_selections() == plan.selections("countdown")
-    assert [t for t in plan.p.evaluated_tasks()] == list(plan.p.cfg.evaluate)
+#: Every Countdown run of the default: Table 1's methods at seed 0, then the stability seeds.
+COUNTDOWN_RUNS = ([f"results/runs/countdown/tiny/{m}/seed0" for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
+                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "drgrpo") for s in (1, 2)])
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
-    cfg = read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO)
+    cfg = read_config(REPO / "config" / "config.yaml", root=REPO)
     cfg["data"]["gsm8k"] = {"source": {"kind": "generated", "n_train": 32, "n_test": 20}}
     cfg["train"]["gsm8k"] = {"methods": ["es", "grpo8"]}  # no evaluate.gsm8k entry, no code change
     plan = _plan(cfg)
     runs = plan.train_runs("gsm8k")
-    assert ("tiny-countdown", "es", 0) in runs and ("tiny-countdown", "grpo8", 0) in runs
-    metrics = [W + f"results/eval/gsm8k/tiny-countdown/{m}/seed0/test/metrics.json" for m in ("base", "es", "grpo8")]
+    assert ("tiny", "es", 0) in runs and ("tiny", "grpo8", 0) in runs
+    metrics = [f"results/eval/gsm8k/tiny/{m}/seed0/test/metrics.json" for m in ("base", "es", "grpo8")]
     assert all(m in plan.eval_metrics() for m in metrics)
     assert all(m in ExtrasPlan(plan).train_task_metrics() for m in metrics)
     assert plan.p.eval_sets_of("gsm8k") == ["gsm8k"]
-    assert W + "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json" in plan.all_selections()  # Table 3
-    assert W + "results/figures/sample_curves_gsm8k.png" in plan.table_targets()
+    assert "results/runs/gsm8k/tiny/grpo8/seed0/selection.json" in plan.all_selections()  # Table 3
+    assert "results/figures/sample_curves_gsm8k.png" in plan.table_targets()
     # the DAG has them
     repo = copy_repo(tmp_path / "repo")
     (repo / "config" / "added.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = _dry_run(repo, "config/added.yaml")
-    for path in (W + "results/runs/gsm8k/tiny-countdown/es/seed0/checkpoint",
-                 W + "results/runs/gsm8k/tiny-countdown/grpo8/seed0/selection.json", *metrics, W + "results/param_shift/gsm8k/tiny-countdown/es/seed0/histogram.json"):
+    for path in ("results/runs/gsm8k/tiny/es/seed0/checkpoint",
+                 "results/runs/gsm8k/tiny/grpo8/seed0/selection.json", *metrics, "results/param_shift/gsm8k/tiny/es/seed0/histogram.json"):
         assert path in out, path
     table_job = next(block for block in out.split("\n\n") if "rule train_tasks_table:" in block)
     assert all(m in table_job for m in metrics)
@@ -112,35 +108,37 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     for i, (task, method, acc) in enumerate([("gsm8k", "base", 0.1), ("gsm8k", "es", 0.3), ("gsm8k", "grpo8", 0.2),
                                               ("countdown", "base", 0.05)]):
         files.append(tmp_path / f"m{i}.json")
-        write_json(files[-1], {"task": task, "split": "test", "model": "tiny-countdown", "method": method, "seed": 0,
+        write_json(files[-1], {"task": task, "split": "test", "model": "tiny", "method": method, "seed": 0,
                                "accuracy": acc, "n": 20})
     sets = {s: t for t in cfg["train"] for s in plan.p.eval_sets_of(t)}
-    df = build_train_tasks_table(files, REPO / "config/published.yaml", {"tiny-countdown": {"display": "tiny"}}, sets,
+    df = build_train_tasks_table(files, REPO / "config/published.yaml", {"tiny": {"display": "tiny"}}, sets,
                                  tmp_path / "train_tasks")
     row = df[df["Test set"] == "GSM8K"].iloc[0]
     assert (row["Original (ours)"], row["ES (ours)"], row["GRPO (8) (ours)"]) == pytest.approx((10.0, 30.0, 20.0))
     assert "GSM8K" in (tmp_path / "train_tasks.md").read_text()
 
 
-def test_tasks_tiny_dry_run(tmp_path):
-    out = _dry_run(copy_repo(tmp_path / "repo"), "config/tasks_tiny.yaml", "-p")
+def test_default_dry_run(tmp_path):
+    out = _dry_run(copy_repo(tmp_path / "repo"), "config/config.yaml", "-p")
     stats = _stats(out)
-    # the commands hand each verb every input: Figure 6 of Countdown reads all five runs' points
+    # the commands hand each verb every input: Figure 6 of Countdown reads every run's points
     from esrepro.cli import build_parser
 
     line = next(x.removeprefix("Shell command: ") for x in out.splitlines()
                 if "esrepro sample-curves" in x and "--task countdown" in x)
     parser, _ = build_parser("sample-curves")
     args = parser.parse_args(shlex.split(line.split(" > ")[0])[1:])
-    assert args.periodic == [W + f"results/runs/countdown/tiny-countdown/{m}/seed0/periodic_eval.jsonl"
-                             for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
-    assert stats["train"] == 4 + 1 + 4  # ES on 4 tasks, the sweep's ES run and its 4 GRPO runs
-    assert stats["train_cell"] == 4 and stats["select_rl"] == 4
-    assert stats["param_shift_histogram"] == 5 and stats["param_shift_figure"] == 5
-    assert stats["sample_curves"] == 4 and stats["gains"] == 1
-    for rule in ("math_table", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions"):
+    assert args.periodic == [f"{run}/periodic_eval.jsonl" for run in COUNTDOWN_RUNS]
+    # ES on Countdown (3 seeds), MATH, Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the
+    # learning-rate sweep's 4; the ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
+    assert stats["train"] == 3 + 3 + 4 + 8 + 4 + 7
+    assert stats["train_cell"] == 11 and stats["select_rl"] == 8  # Table 1's 5 (4 RL methods) and 6 stability seeds
+    assert stats["param_shift_histogram"] == 10 and stats["param_shift_figure"] == 5
+    assert stats["sample_curves"] == 4 and stats["gains"] == 1 and stats["essa_grpo"] == 2
+    for rule in ("math_table", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions", "stability_table",
+                 "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report"):
         assert stats[rule] == 1, rule
-    assert stats["build_tiny"] == 2  # tiny-countdown and tiny-v2
+    assert stats["build_tiny"] == 2  # tiny and tiny-v2
 
 
 # --- the paper's DAG ---------------------------------------------------------------------------------------------
@@ -177,10 +175,10 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
 
 # --- config errors --------------------------------------------------------------------------------------------------
 def _refused(edit) -> list[str]:
-    cfg = copy.deepcopy(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO))
+    cfg = copy.deepcopy(read_config(REPO / "config" / "config.yaml", root=REPO))
     edit(cfg)
     with pytest.raises(ConfigError) as err:
-        load_pipeline(cfg, "config/tasks_tiny.yaml", root=REPO)
+        load_pipeline(cfg, "config/config.yaml", root=REPO)
     return err.value.problems
 
 
@@ -190,11 +188,11 @@ def _refused(edit) -> list[str]:
                                    "seeds": [0, 1]}), "stability.methods: 'essa' is not in train.countdown.methods"),
     (lambda c: c.update(stability={"task": "sudoku", "models": ["tiny"], "methods": ["es"], "seeds": [0, 1]}),
      "stability.models: 'tiny' is not trained on sudoku"),
-    (lambda c: c["report"]["extras"].append("stability"), "report.extras: stability needs a stability block"),
+    (lambda c: c.update(stability=None), "report.extras: stability needs a stability block"),
     (lambda c: c["studies"].pop("conciseness_lr"), "report.extras: lr_sweep needs studies.conciseness_lr"),
     (lambda c: c["train"]["math_train"]["es"].update(prompts_per_iteration=100),
      "train.math_train.es.prompts_per_iteration: prompts_per_iteration \\(100\\) is more than train_examples"),
-    (lambda c: c["studies"].update(conciseness=copy.deepcopy(c["studies"]["conciseness_lr"])),
+    (lambda c: c["studies"]["conciseness_lr"].update(es=copy.deepcopy(c["studies"]["conciseness"]["es"])),
      "method es_sigma0.005 on conciseness is also a method of studies"),
 ])
 def test_tasks_config_errors_name_file_and_field(edit, message):
@@ -205,20 +203,20 @@ def test_tasks_config_errors_name_file_and_field(edit, message):
 
 def test_registry_cells_are_checked(tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
-    reg["models"]["tiny-countdown"]["methods"] = {"grpo8": {"cells": [{"learning_rate": 1e-3, "nope": 1}]}}
+    reg["models"]["tiny"]["methods"] = {"grpo8": {"cells": [{"learning_rate": 1e-3, "nope": 1}]}}
     root = tmp_path / "repo"
     (root / "config").mkdir(parents=True)
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
     with pytest.raises(ConfigError) as err:
-        load_pipeline(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO), "config/tasks_tiny.yaml", root=root)
-    assert any("models.tiny-countdown.methods.grpo8.cells.0.nope: not a setting of grpo8" in p
+        load_pipeline(read_config(REPO / "config" / "config.yaml", root=REPO), "config/config.yaml", root=root)
+    assert any("models.tiny.methods.grpo8.cells.0.nope: not a setting of grpo8" in p
                for p in err.value.problems)
-    reg["models"]["tiny-countdown"]["methods"] = {"grpo8": {"grid": {"learning_rate": [1e-3, 2e-3]},
+    reg["models"]["tiny"]["methods"] = {"grpo8": {"grid": {"learning_rate": [1e-3, 2e-3]},
                                                       "cells": [{"learning_rate": 2e-3}]}}
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     with pytest.raises(ConfigError) as err:
-        load_pipeline(read_config(REPO / "config" / "tasks_tiny.yaml", root=REPO), "config/tasks_tiny.yaml", root=root)
+        load_pipeline(read_config(REPO / "config" / "config.yaml", root=REPO), "config/config.yaml", root=root)
     assert any("grpo8.cells: a cell repeats another cell of the grid" in p for p in err.value.problems)
 
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from conftest import copy_repo
+from esrepro.config import read_config
 
 BIN = Path(sys.executable).parent
 RUN = "results/runs/countdown/tiny/es/seed0"
@@ -46,12 +47,21 @@ def write_small_settings(repo: Path, eval_limit: int = 20) -> str:
     which the schema rejects, and a registry entry is not config. The copy points its
     ``registry`` key at the reduced registry; resources stay the registry's.
     """
-    config = yaml.safe_load((repo / "config/config.yaml").read_text())
+    config = read_config(repo / "config/config.yaml", root=repo)  # what it extends resolved: the copy stands alone
     registry = yaml.safe_load((repo / config.get("registry", "config/models.yaml")).read_text())
     registry["models"]["tiny"]["build"]["sft"].update(SMALL_SFT)
     config["registry"] = SMALL_REGISTRY
     config["defaults"]["es"].update(SMALL_ES)
-    config["train"]["countdown"]["methods"] = ["es"]  # the RL baselines are not what these tests are about
+    # Countdown's ES run alone: the RL baselines, the other tasks and the studies are not what these tests are about
+    config["train"] = {"countdown": {"methods": ["es"]}}
+    config["evaluate"] = {"countdown": config["evaluate"]["countdown"]}
+    config["kl"] = {}
+    config["studies"] = {}
+    config["report"] = {"extras": []}
+    config.pop("stability")
+    config["data"] = {"countdown": config["data"]["countdown"]}
+    for key in ("eval_every", "eval_limit"):  # no periodic evaluation (Figure 6's)
+        config["defaults"]["es"].pop(key)
     config["evaluate"]["countdown"]["limit"] = eval_limit
     (repo / SMALL_REGISTRY).write_text(yaml.safe_dump(registry, sort_keys=False))
     (repo / SMALL_CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))

@@ -94,7 +94,8 @@ def load_pipeline(config: dict, source: str | Path, root: str | Path = "."):
     source = str(source)
     if isinstance(config, dict) and isinstance(config.get(EXTENDS), str):
         own = copy.deepcopy({k: v for k, v in config.items() if k != EXTENDS})
-        config = _deep_update(read_config(_base_file(source, config[EXTENDS], root), root), own)
+        base = read_config(_base_file(source, config[EXTENDS], root), root)
+        config = _deep_update({k: v for k, v in base.items() if k not in NOT_INHERITED}, own)
     cfg = validate_block(PipelineConfig, config, source)
     root = Path(root)
     registry = load_registry(root / cfg.registry, cfg.registry)

@@ -80,7 +80,7 @@ resources' `cpus_per_task` (or `cpus_per_gpu` x `gpu`).
 A `--configfile` replaces `config/config.yaml`. A config file may build on another with
 `extends: <path>` (relative to the working directory): the other file's options are read
 first, then this file's on top, mappings merged key by key and anything else (a list, a
-value, `null`) replaced; `config/tasks_tiny.yaml` extends `config/stability_tiny.yaml` so. Within
+value, `null`) replaced; `config/config.yaml` extends `config/essa_tiny.yaml` so. Within
 a file, a YAML anchor and merge key (`<<: *name`) share a block; a key written twice is an
 error.
 """
