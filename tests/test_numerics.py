@@ -169,3 +169,20 @@ def test_numerics_modes_and_environment():
     assert numerics.apply(env) and env["ATEN_CPU_CAPABILITY"] == "default" and env["MKL_CBWR"] == "COMPATIBLE"
     with pytest.raises(ValueError, match="ESREPRO_NUMERICS"):
         numerics.mode({numerics.MODE_ENV: "fast"})
+
+
+def test_a_tables_renderings_are_compared_through_its_csv(tmp_path):
+    """Measured wall times (the ESSA summary's training seconds) are left out of a table's comparison, and its
+    Markdown and LaTeX, which print them, follow the CSV beside them; a changed number still differs."""
+    from esrepro.provenance.golden import same_content
+
+    here, gold = tmp_path / "here", tmp_path / "gold"
+    for root, seconds, acc in ((here, 12.9, 0.5), (gold, 13.4, 0.5)):
+        root.mkdir()
+        (root / "t.csv").write_text(f"run,accuracy,train_seconds\nref,{acc},{seconds}\n")
+        (root / "t.md").write_text(f"| run | accuracy | train_seconds |\n| ref | {acc} | {seconds} |\n")
+    assert same_content(here / "t.csv", gold / "t.csv") and same_content(here / "t.md", gold / "t.md")
+    (here / "t.csv").write_text("run,accuracy,train_seconds\nref,0.6,12.9\n")
+    assert not same_content(here / "t.csv", gold / "t.csv") and not same_content(here / "t.md", gold / "t.md")
+    (here / "t.csv").unlink()  # no CSV beside it: the Markdown alone, which differs
+    assert not same_content(here / "t.md", gold / "t.md")

@@ -71,7 +71,9 @@ rule table3_rl_hyperparameters:
         selections=PLAN.all_selections(),
         registry=CFG.registry,
     output:
-        multiext(R.TABLE3, ".csv", ".md", ".tex", ".manifest.json"),
+        report(f"{R.TABLE3}.csv", caption="../report/table3_rl_hyperparameters.rst", category="Tables",
+               labels={"table": "Table 3", "format": "csv"}),
+        multiext(R.TABLE3, ".md", ".tex", ".manifest.json"),
     params:
         out=stem_of,
     conda:
@@ -88,7 +90,9 @@ rule table2_conciseness:
         kl=CONCISENESS_KL,
         registry=CFG.registry,
     output:
-        multiext(R.TABLE2, ".csv", ".md", ".tex", ".manifest.json"),
+        report(f"{R.TABLE2}.csv", caption="../report/table2_conciseness.rst", category="Tables",
+               labels={"table": "Table 2", "format": "csv"}),
+        multiext(R.TABLE2, ".md", ".tex", ".manifest.json"),
     params:
         cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
         notes=lambda w: note_args(table2_notes(PIPELINE)),
@@ -106,7 +110,9 @@ rule conciseness_pareto:
     input:
         CONCISENESS_KL,
     output:
-        multiext(R.PARETO, ".png", ".pdf", ".csv", ".manifest.json"),
+        report(f"{R.PARETO}.png", caption="../report/conciseness_pareto.rst", category="Figures",
+               labels={"figure": "Figure 1", "format": "png"}),
+        multiext(R.PARETO, ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:
@@ -122,7 +128,9 @@ rule conciseness_distribution:
         kl=CONCISENESS_KL,
         samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
     output:
-        multiext(R.DISTRIBUTION, ".png", ".pdf", ".csv", ".manifest.json"),
+        report(f"{R.DISTRIBUTION}.png", caption="../report/conciseness_distribution.rst", category="Figures",
+               labels={"figure": "conciseness reward distributions", "format": "png"}),
+        multiext(R.DISTRIBUTION, ".pdf", ".csv", ".manifest.json"),
     params:
         out=stem_of,
     conda:
@@ -144,8 +152,12 @@ if ESSA is not None:
             published=CFG.published,
             registry=CFG.registry,
         output:
-            [f"{R.ESSA_TABLE}.{e}" for e in ("csv", "md", "manifest.json")],
-            [f"{stem}.{e}" for stem in PLAN.essa_figures() for e in ("png", "pdf", "csv", "manifest.json")],
+            report(f"{R.ESSA_TABLE}.csv", caption="../report/essa_summary.rst", category="ESSA",
+                   labels={"table": "ESSA summary", "format": "csv"}),
+            [f"{R.ESSA_TABLE}.{e}" for e in ("md", "manifest.json")],
+            [report(f"{stem}.png", caption="../report/essa_figures.rst", category="ESSA",
+                    labels={"figure": os.path.basename(stem), "format": "png"}) for stem in PLAN.essa_figures()],
+            [f"{stem}.{e}" for stem in PLAN.essa_figures() for e in ("pdf", "csv", "manifest.json")],
         params:
             runs=ESSA_INPUTS["runs"],
             spec=specs.as_json(specs.essa_report_spec(PIPELINE)),

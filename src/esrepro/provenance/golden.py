@@ -37,10 +37,13 @@ STAGES: dict[str, str] = {
 ORDER = ["source", "data", "model build", "run", "evaluation", "kl", "report"]
 
 
-#: Fields (JSON keys, CSV columns) that hold wall time or throughput: left out of the comparison.
-VOLATILE = re.compile(r"seconds|per_second|runtime|wall|elapsed|_time$|^time_|^(started|ended)$")
+#: Fields (JSON keys, CSV columns) that hold wall time, throughput or a ratio of wall times: left out of the
+#: comparison.
+VOLATILE = re.compile(r"seconds|per_second|runtime|wall|elapsed|_time$|^time_|speedup|^(started|ended)$")
 #: Renderings, not compared.
 RENDERINGS = (".png", ".pdf", ".svg", ".html", ".ipynb")
+#: A table's other renderings: compared through the CSV beside them (which may hold volatile columns).
+TABLE_RENDERINGS = (".md", ".tex")
 
 
 def _strip(value: Any) -> Any:
@@ -65,9 +68,14 @@ def _rows(path: Path) -> list[list[str]]:
 
 def same_content(here: Path, gold: Path) -> bool:
     """Whether two files whose sha256 differ hold the same content once wall times are left out
-    (JSON, JSONL, CSV), or are renderings, which are not compared; other files differ."""
+    (JSON, JSONL, CSV; a table's Markdown and LaTeX through the CSV beside them), or are renderings, which are not
+    compared; other files differ."""
     if here.suffix in RENDERINGS and gold.suffix in RENDERINGS:
         return True
+    if here.suffix in TABLE_RENDERINGS and here.suffix == gold.suffix:  # a table's Markdown or LaTeX: its CSV decides
+        here_csv, gold_csv = here.with_suffix(".csv"), gold.with_suffix(".csv")
+        if here_csv.is_file() and gold_csv.is_file():
+            return same_content(here_csv, gold_csv)
     if not (here.is_file() and gold.is_file()) or here.suffix != gold.suffix:
         return False
     try:
@@ -343,6 +351,20 @@ def readme_results(golden: str | Path) -> str:
     for _, r in t2.iterrows():
         setting = "" if pd.isna(r["Setting"]) else r["Setting"]
         lines.append(f"| {r['Method']} | {setting} | {r['Seeds']} | {spread(r, 'Reward')} | {spread(r, 'KL exact')} |")
+    if (tables / "stability.csv").is_file():
+        st = pd.read_csv(tables / "stability.csv")
+        lines += ["", "| Method | Seeds | Mean | Std | Min | Max |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['Method']} | {r['Seeds']} | {r['Mean']:.1f} | {r['Std']:.1f} | {r['Min']:.1f} | {r['Max']:.1f} |"
+                  for _, r in st.iterrows()]
+    if (tables / "essa_summary.csv").is_file():
+        es = pd.read_csv(tables / "essa_summary.csv")
+
+        def pct(x: Any) -> str:
+            return "" if pd.isna(x) else f"{100 * x:.1f}"
+
+        lines += ["", "| ESSA run | Task | Held-out, SFT start | Held-out, best | Test |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['method']} | {r['task']} | {pct(r.get('val_reward_sft'))} | {pct(r.get('val_max'))} | "
+                  f"{pct(r.get('test_accuracy'))} |" for _, r in es.iterrows()]
     return "\n".join(lines) + "\n"
 
 
