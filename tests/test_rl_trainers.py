@@ -34,7 +34,7 @@ SHORT = [{"id": i, "prompt": f"Using the numbers [{a} {b}], make {a + b}."} for 
          enumerate([(3, 4), (5, 9), (12, 2), (7, 7)])]
 
 GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", beta=0.0, num_generations=2,
-            learning_rate=1e-3, temperature=1.0, top_p=1.0, top_k=0, max_completion_length=8,
+            learning_rate=1e-3, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
             per_device_train_batch_size=4, gradient_accumulation_steps=1, epsilon=0.2, num_iterations=1,
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, bf16=True,
             gradient_checkpointing=True, disable_dropout=True, mask_truncated_completions=False,
