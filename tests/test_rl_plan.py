@@ -90,7 +90,7 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
     [
         (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "dapo"), "methods.grpo8.loss_type"),
         (lambda c: c["methods"]["drgrpo"].__setitem__("scale_rewards", "group"), "scale_rewards"),
-        (lambda c: c["methods"].__setitem__("ppo", {"kl_coef": -1}), "methods.ppo.kl_coef"),
+        (lambda c: c["methods"].__setitem__("ppo", {"beta": -1}), "methods.ppo.beta"),
         (lambda c: c["methods"].__setitem__("ppo", {"budget_from": "ppo"}), "methods.ppo.budget_from"),
         (lambda c: c["methods"]["grpo8"].__setitem__("algorithm", "reinforce"), "methods.grpo8"),
     ],
@@ -134,10 +134,12 @@ def test_renamed_settings_keep_their_run_paths_and_table3_text(algorithm):
         assert cell_name({new: 0.001}, algorithm) == cell_name({old: 0.001})
 
 
-def test_grpo_cells_keep_len_and_table2_its_setting_names():
+def test_cells_keep_their_short_names_and_table2_its_setting_names():
     from esrepro.report.notes import table2_notes
 
     assert cell_name({"learning_rate": 1e-5, "max_new_tokens": 1024}, "grpo") == "lr1e-05_len1024"
+    assert cell_name({"actor_learning_rate": 1e-6, "beta": 0.001}, "ppo") == "alr1e-06_kl0.001"
+    assert cell_name({"learning_rate": 1e-6, "beta": 0.001}, "dr_grpo") == "lr1e-06_beta0.001"
     assert cell_name({"max_new_tokens": 1024}, "es") == "max_new_tokens1024"  # ES always called it so
     grpo = next(n for n in table2_notes(_plan("config.yaml").p) if n.startswith("GRPO: "))
     assert "mask_truncated_completions=False, max_completion_length=24, max_grad_norm=1.0" in grpo

@@ -395,6 +395,7 @@ def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping
             grid_text += ("; " if grid_text else "") + "plus " + "; ".join(
                 "{" + ", ".join(f"{k}={_fmt_value(v)}" for k, v in c.items()) + "}" for c in extra_cells)
         varied = set(grid) | {k for c in extra_cells for k in c}
+        # names as shown (_as_shown): PPO's KL coefficient is kl_coef here, GRPO's beta
         fixed = ", ".join(f"{k}={_fmt_value(settings[k])}" for k in ("learning_rate", "beta", "actor_learning_rate",
                                                                      "critic_learning_rate", "kl_coef")
                           if k in settings and k not in varied)

@@ -41,7 +41,7 @@ def _shown(value: Any) -> str:
 
 
 #: Options renamed so that one name means one thing across methods: old name -> current name.
-RENAMED: dict[str, str] = {"max_completion_length": "max_new_tokens"}
+RENAMED: dict[str, str] = {"max_completion_length": "max_new_tokens", "kl_coef": "beta"}
 
 
 def renamed(name: Any, known: Iterable[str]) -> str:

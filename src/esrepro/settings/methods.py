@@ -189,7 +189,7 @@ class PPOSettings(RLSettings):
     algorithm: Literal["ppo"] = Field("ppo", description="ppo")
     actor_learning_rate: float = Field(1e-6, gt=0, description="policy learning rate")
     critic_learning_rate: float = Field(1e-5, gt=0, description="critic learning rate")
-    kl_coef: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
+    beta: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
     batch_size: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
     mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step")
     micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass")
@@ -316,6 +316,7 @@ class ESSASettings(PopulationSettings):
 FORMER_NAMES: dict[str, dict[str, str]] = {
     "grpo": {"max_new_tokens": "max_completion_length"},
     "dr_grpo": {"max_new_tokens": "max_completion_length"},
+    "ppo": {"beta": "kl_coef"},
 }
 
 
