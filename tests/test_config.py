@@ -236,6 +236,35 @@ def test_malformed_configs_are_refused_with_file_and_field(refused, case):
     assert any(line.startswith(expected) for line in lines), lines
 
 
+def _renamed_cases() -> list[tuple[str, str, str]]:
+    """(old name, new name, defaults block) for every RENAMED entry and every method block that has the new name."""
+    from esrepro.settings.base import RENAMED
+    from esrepro.settings.methods import ALGORITHMS
+
+    blocks = {a.defaults: a.settings for a in ALGORITHMS.values()}
+    return [(old, new, block) for old, new in RENAMED.items() for block, cls in blocks.items()
+            if new in cls.model_fields]
+
+
+@pytest.mark.parametrize("old, new, block", _renamed_cases())
+def test_old_names_are_refused_with_their_new_name(refused, old, new, block):
+    lines = refused(_set(f"defaults/{block}/{old}", 1))
+    assert CONFIG + f"defaults.{block}.{old}: not an option here; renamed: use {new}" in lines, lines
+
+
+def test_an_old_name_is_pointed_at_its_new_name_only_where_that_is_an_option(refused, monkeypatch):
+    from esrepro.settings import base
+
+    monkeypatch.setitem(base.RENAMED, "noise_scale", "sigma")
+    monkeypatch.setitem(base.RENAMED, "lr", "learning_rate")
+    assert CONFIG + "defaults.es.noise_scale: not an option here; renamed: use sigma" in refused(
+        _set("defaults/es/noise_scale", 0.1))
+    assert CONFIG + "defaults.grpo.noise_scale: not an option here" in refused(  # GRPO has no sigma
+        _set("defaults/grpo/noise_scale", 0.1))
+    assert REGISTRY + "models.tiny.methods.grpo8.grid.lr: not a setting of grpo8; renamed: use learning_rate" in (
+        refused(None, _set("tiny/methods/grpo8/grid", {"lr": [1e-4]})))
+
+
 def test_at_least_twenty_distinct_malformed_inputs():
     assert len({c[0] for c in MALFORMED}) >= 20
 

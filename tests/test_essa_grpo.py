@@ -21,7 +21,7 @@ REF = {"algorithm": "essa", "sft_examples": 16, "fitness_examples": 6, "val_exam
        "batch_size": 8, "fitness": "reward", "population": 4, "generations": 1}
 # 3 steps of 8 completions (2 prompts x 4); 10 training problems > 6 fitness ones, so some come after the held-out
 GRPO = {"algorithm": "grpo", "beta": 0.0, "num_generations": 4, "learning_rate": 1e-2, "temperature": 1.0,
-        "top_p": 1.0, "top_k": 0, "max_completion_length": 16, "per_device_train_batch_size": 8,
+        "top_p": 1.0, "top_k": 0, "max_new_tokens": 16, "per_device_train_batch_size": 8,
         "gradient_accumulation_steps": 1, "epsilon": 0.2, "num_iterations": 1, "lr_scheduler_type": "constant",
         "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0, "bf16": False,
         "gradient_checkpointing": False, "disable_dropout": True, "mask_truncated_completions": False,

@@ -36,7 +36,7 @@ def test_rl_steps_never_exceed_the_budget():
 
 
 PINNED = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", beta=0.0, num_generations=2,
-              learning_rate=1e-4, temperature=1.0, top_p=1.0, top_k=0, max_completion_length=8,
+              learning_rate=1e-4, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
               per_device_train_batch_size=4, gradient_accumulation_steps=1, epsilon=0.2, num_iterations=1,
               lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, bf16=True,
               gradient_checkpointing=True, disable_dropout=True, mask_truncated_completions=False,
@@ -47,6 +47,7 @@ def test_grpo_settings_must_pin_drifting_defaults_and_match_the_algorithm():
     kw = grpo_config_kwargs(PINNED, steps=5, seed=1, output_dir="x", on_cpu=True)
     assert kw["max_steps"] == 5 and kw["loss_type"] == "grpo" and kw["scale_rewards"] == "group"
     assert kw["bf16"] is False and kw["gradient_checkpointing"] is False and kw["use_cpu"] is True
+    assert kw["max_completion_length"] == 8 and "max_new_tokens" not in kw  # TRL's name for it
     assert grpo_config_kwargs(PINNED, steps=5, seed=1, output_dir="x", on_cpu=False)["bf16"] is True
     with pytest.raises(ValueError, match="loss_type"):
         grpo_config_kwargs({k: v for k, v in PINNED.items() if k != "loss_type"}, steps=1, seed=0,

@@ -10,10 +10,12 @@ import pytest
 
 from esrepro import specs
 from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml, read_config
+from esrepro.pipeline import cell_name
 from esrepro.plan import Plan
-from esrepro.report.tables import build_table3
+from esrepro.report.tables import build_table3, table3
 from esrepro.rl.budget import rl_budget, samples_per_step
 from esrepro.rl.select import choose, final_train_reward, select_run
+from esrepro.settings.methods import FORMER_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +45,7 @@ def test_grid_cells_and_paths():
     # the 3 x 2 product, then the authors' GRPO-Zero cell (lr 1e-5, no KL, 120 completions per step, 1,024 tokens)
     assert len(cells) == 7 and "lr1e-06_beta0.001" in cells
     zero = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-05_beta0_pbs15_ga8_len1024")
-    assert (zero["learning_rate"], zero["beta"], zero["max_completion_length"]) == (1e-5, 0.0, 1024)
+    assert (zero["learning_rate"], zero["beta"], zero["max_new_tokens"]) == (1e-5, 0.0, 1024)
     assert zero["per_device_train_batch_size"] * zero["gradient_accumulation_steps"] == 120
     g30 = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo30", "lr1e-05_beta0_pbs15_ga4_len1024")
     assert g30["per_device_train_batch_size"] * g30["gradient_accumulation_steps"] == 60 and g30["num_generations"] == 30
@@ -88,7 +90,7 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
     [
         (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "dapo"), "methods.grpo8.loss_type"),
         (lambda c: c["methods"]["drgrpo"].__setitem__("scale_rewards", "group"), "scale_rewards"),
-        (lambda c: c["methods"].__setitem__("ppo", {"kl_coef": -1}), "methods.ppo.kl_coef"),
+        (lambda c: c["methods"].__setitem__("ppo", {"beta": -1}), "methods.ppo.beta"),
         (lambda c: c["methods"].__setitem__("ppo", {"budget_from": "ppo"}), "methods.ppo.budget_from"),
         (lambda c: c["methods"]["grpo8"].__setitem__("algorithm", "reinforce"), "methods.grpo8"),
     ],
@@ -110,3 +112,34 @@ def test_a_grid_key_must_be_a_setting_of_the_method(tmp_path):
     cfg["registry"], cfg["published"] = str(tmp_path / "models.yaml"), str(tmp_path / "published.yaml")
     with pytest.raises(ConfigError, match=r"models\.tiny\.methods\.grpo8\.grid\.learnig_rate: not a setting"):
         check_config(cfg, "config/config.yaml", root="/")
+
+
+def _selection(algorithm: str, names: list[str]) -> dict:
+    """A selection record of a grid over ``names`` (one value each, and one extra cell), its settings so named."""
+    grid = {"learning_rate": [1e-6], **{name: [0.001] for name in names}, "cells": [{name: 1024 for name in names}]}
+    settings = {"algorithm": algorithm, "learning_rate": 1e-6, **{name: 0.001 for name in names}}
+    return {"model": "tiny", "method": algorithm, "seed": 0, "grid": grid, "settings": settings,
+            "winner_settings": {name: 0.001 for name in names}, "train_reward": 0.5, "cells": ["c"],
+            "budget": {"steps": 4, "samples_per_step": 8}}
+
+
+@pytest.mark.parametrize("algorithm", sorted(FORMER_NAMES))
+def test_renamed_settings_keep_their_run_paths_and_table3_text(algorithm):
+    """Grid cells and Table 3 show a renamed setting under the name it had for that algorithm (FORMER_NAMES)."""
+    former = FORMER_NAMES[algorithm]
+    before, after = _selection(algorithm, list(former.values())), _selection(algorithm, list(former))
+    assert table3([after], {}).equals(table3([before], {}))
+    assert all(f"{old} in {{0.001}}" in table3([after], {}).loc[0, "Grid"] for old in former.values())
+    for new, old in former.items():
+        assert cell_name({new: 0.001}, algorithm) == cell_name({old: 0.001})
+
+
+def test_cells_keep_their_short_names_and_table2_its_setting_names():
+    from esrepro.report.notes import table2_notes
+
+    assert cell_name({"learning_rate": 1e-5, "max_new_tokens": 1024}, "grpo") == "lr1e-05_len1024"
+    assert cell_name({"actor_learning_rate": 1e-6, "beta": 0.001}, "ppo") == "alr1e-06_kl0.001"
+    assert cell_name({"learning_rate": 1e-6, "beta": 0.001}, "dr_grpo") == "lr1e-06_beta0.001"
+    assert cell_name({"max_new_tokens": 1024}, "es") == "max_new_tokens1024"  # ES always called it so
+    grpo = next(n for n in table2_notes(_plan("config.yaml").p) if n.startswith("GRPO: "))
+    assert "mask_truncated_completions=False, max_completion_length=24, max_grad_norm=1.0" in grpo

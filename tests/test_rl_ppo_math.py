@@ -62,10 +62,10 @@ def test_value_loss_is_clipped_around_the_old_values():
 def test_kl_penalty_only_with_positive_coefficient_and_score_on_the_last_token():
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     logp, ref = torch.tensor([[-1.0, -2.0, -0.5, -9.0]]), torch.tensor([[-1.5, -2.0, -1.0, -3.0]])
-    r, kl = token_rewards(torch.tensor([1.0]), logp, ref, mask, kl_coef=0.1)
+    r, kl = token_rewards(torch.tensor([1.0]), logp, ref, mask, beta=0.1)
     assert torch.allclose(kl, torch.tensor([[0.5, 0.0, 0.5, 0.0]]))
     assert torch.allclose(r, torch.tensor([[-0.05, 0.0, 1.0 - 0.05, 0.0]]))
-    r0, kl0 = token_rewards(torch.tensor([1.0]), logp, None, mask, kl_coef=0.0)
+    r0, kl0 = token_rewards(torch.tensor([1.0]), logp, None, mask, beta=0.0)
     assert kl0 is None and torch.allclose(r0, torch.tensor([[0.0, 0.0, 1.0, 0.0]]))
 
 

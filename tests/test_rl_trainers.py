@@ -34,13 +34,13 @@ SHORT = [{"id": i, "prompt": f"Using the numbers [{a} {b}], make {a + b}."} for 
          enumerate([(3, 4), (5, 9), (12, 2), (7, 7)])]
 
 GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", beta=0.0, num_generations=2,
-            learning_rate=1e-3, temperature=1.0, top_p=1.0, top_k=0, max_completion_length=8,
+            learning_rate=1e-3, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
             per_device_train_batch_size=4, gradient_accumulation_steps=1, epsilon=0.2, num_iterations=1,
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, bf16=True,
             gradient_checkpointing=True, disable_dropout=True, mask_truncated_completions=False,
             importance_sampling_level="token", train_examples=4)
 DR_GRPO = {**GRPO, "algorithm": "dr_grpo", "loss_type": "dr_grpo", "scale_rewards": "none"}
-PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, kl_coef=0.0, batch_size=4,
+PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, batch_size=4,
            mini_batch_size=2, micro_batch_size=2, ppo_epochs=1, clip_ratio=0.2, value_clip=0.5, gamma=1.0, lam=1.0,
            entropy_coef=0.001, max_grad_norm=1.0, weight_decay=0.0, max_new_tokens=8, temperature=1.0,
            train_examples=4)
@@ -71,14 +71,14 @@ def test_grpo_trains_and_logs_kl_iff_beta_positive(tiny_model_dir, data, setting
     assert _changed(model, tiny_model_dir)
 
 
-@pytest.mark.parametrize("kl_coef", [0.0, 0.01])
-def test_ppo_trains_and_logs_kl_iff_coefficient_positive(tiny_model_dir, data, kl_coef):
+@pytest.mark.parametrize("beta", [0.0, 0.01])
+def test_ppo_trains_and_logs_kl_iff_coefficient_positive(tiny_model_dir, data, beta):
     torch.set_num_threads(1)
     _, task, examples = data
-    model, _, rows = train_ppo(tiny_model_dir, task, examples, {**PPO, "kl_coef": kl_coef}, steps=2, seed=0,
+    model, _, rows = train_ppo(tiny_model_dir, task, examples, {**PPO, "beta": beta}, steps=2, seed=0,
                                progress=False)
     assert [r["step"] for r in rows] == [0, 1]
-    assert all(("kl" in r) == (kl_coef > 0) for r in rows)
+    assert all(("kl" in r) == (beta > 0) for r in rows)
     assert all(r["vf_loss"] >= 0 for r in rows)
     assert _changed(model, tiny_model_dir)
 
@@ -86,8 +86,8 @@ def test_ppo_trains_and_logs_kl_iff_coefficient_positive(tiny_model_dir, data, k
 def test_ppo_seed_reproduces_bit_for_bit(tiny_model_dir, data):
     torch.set_num_threads(1)
     _, task, examples = data
-    a, _, ra = train_ppo(tiny_model_dir, task, examples, {**PPO, "kl_coef": 0.01}, steps=2, seed=3, progress=False)
-    b, _, rb = train_ppo(tiny_model_dir, task, examples, {**PPO, "kl_coef": 0.01}, steps=2, seed=3, progress=False)
+    a, _, ra = train_ppo(tiny_model_dir, task, examples, {**PPO, "beta": 0.01}, steps=2, seed=3, progress=False)
+    b, _, rb = train_ppo(tiny_model_dir, task, examples, {**PPO, "beta": 0.01}, steps=2, seed=3, progress=False)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(ra) == strip(rb)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

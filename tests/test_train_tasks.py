@@ -95,10 +95,10 @@ def test_periodic_eval_leaves_the_es_trajectory_unchanged(tiny_model_dir, countd
     assert [r["iteration"] for r in read_jsonl(b / "periodic_eval.jsonl")] == [0, 3, 6]
 
 
-GRPO = dict(algorithm="grpo", beta=0.0, num_generations=2, learning_rate=1e-3, max_completion_length=8,
+GRPO = dict(algorithm="grpo", beta=0.0, num_generations=2, learning_rate=1e-3, max_new_tokens=8,
             per_device_train_batch_size=4, gradient_accumulation_steps=1, train_examples=4, sample_budget=12,
             eval_every=1, eval_limit=3)
-PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, kl_coef=0.0, batch_size=4,
+PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, batch_size=4,
            mini_batch_size=2, micro_batch_size=2, max_new_tokens=8, train_examples=4, sample_budget=8,
            eval_every=2, eval_limit=3)
 

@@ -10,6 +10,7 @@ import math
 from typing import Callable
 
 from esrepro.pipeline import BASE, Pipeline
+from esrepro.settings.base import renamed
 from esrepro.settings.layers import ConfigError, at
 
 
@@ -126,7 +127,7 @@ def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: b
     fields = p.algorithm_of(task, method).settings.model_fields
     for key, values in grid.items():
         if key not in fields:
-            out.append(f"{where}.{key}: not a setting of {method}")
+            out.append(f"{where}.{key}: not a setting of {method}{renamed(key, fields)}")
         elif not isinstance(values, list) or not values:
             out.append(f"{where}.{key}: expected a non-empty list of values")
     if cells is not None:  # v2: explicit cells beside the product
@@ -135,7 +136,8 @@ def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: b
             out.append(f"{cwhere}: expected a list of non-empty mappings of settings")
             return
         for i, cell in enumerate(cells):
-            out.extend(f"{cwhere}.{i}.{k}: not a setting of {method}" for k in cell if k not in fields)
+            out.extend(f"{cwhere}.{i}.{k}: not a setting of {method}{renamed(k, fields)}"
+                       for k in cell if k not in fields)
         product = math.prod(len(v) for v in grid.values() if isinstance(v, list)) if grid else 0
         distinct = len(p.grid_cells(model, method))  # keyed by cell name: a repeated cell collapses
         if distinct != product + len(cells):

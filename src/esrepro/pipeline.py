@@ -15,13 +15,13 @@ from typing import Any
 
 from esrepro.rl.budget import es_sample_budget
 from esrepro.settings.layers import ConfigError, Layer, at, resolve
-from esrepro.settings.methods import Algorithm, MethodSettings, algorithm
+from esrepro.settings.methods import FORMER_NAMES, Algorithm, MethodSettings, algorithm
 from esrepro.settings.pipeline import ESSAStudy, EvalSettings, KLSettings, PipelineConfig, Study
 from esrepro.settings.registry import ModelEntry, Resources
 
 BASE = "base"  # the untrained model, evaluated as a method of its own
 CODE = "esrepro.settings"  # where the code's defaults come from, in messages
-#: Short names of grid keys in cell directory names.
+#: Short names of grid keys in cell directory names, by a setting's former name (FORMER_NAMES), so they stay.
 CELL_KEY_NAMES = {"learning_rate": "lr", "actor_learning_rate": "alr", "critic_learning_rate": "clr",
                   "kl_coef": "kl", "beta": "beta",
                   # v2: explicit cells (registry methods.<m>.cells), e.g. the authors' GRPO-Zero settings
@@ -43,12 +43,18 @@ ESSA_REF = "essa_ref"  # the ESSA study's reference run
 ESSA_GRPO = "essa_grpo"  # its GRPO baseline from the reference run's SFT start
 
 
-def cell_name(cell: dict) -> str:
+def cell_key_name(key: str, algorithm: str) -> str:
+    """A grid key's short name in ``algorithm``'s cell directory names (as before any rename)."""
+    former = FORMER_NAMES.get(algorithm, {}).get(key, key)
+    return CELL_KEY_NAMES.get(former, former)
+
+
+def cell_name(cell: dict, algorithm: str = "") -> str:
     """A grid cell's directory name, e.g. ``lr0.0001_beta0`` (``default`` for the empty cell)."""
     if not cell:
         return DEFAULT_CELL
-    return "_".join(f"{CELL_KEY_NAMES.get(k, k)}{v:g}" if isinstance(v, float) else f"{CELL_KEY_NAMES.get(k, k)}{v}"
-                    for k, v in cell.items())
+    return "_".join(f"{cell_key_name(k, algorithm)}{v:g}" if isinstance(v, float) else
+                    f"{cell_key_name(k, algorithm)}{v}" for k, v in cell.items())
 
 
 def format_value(x: float) -> str:
@@ -173,7 +179,8 @@ class Pipeline:
         keys = list(grid)
         cells = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
         cells += self.extra_cells(model, method)
-        return {cell_name(c): c for c in cells}
+        algo = self.cfg.methods.get(method, {}).get("algorithm", method)  # grids are trained methods', not studies'
+        return {cell_name(c, algo): c for c in cells}
 
     def grid_record(self, model: str, method: str) -> dict:
         """The grid as the selection step records it: the value lists, plus ``cells`` when there are explicit ones."""

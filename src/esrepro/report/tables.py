@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 
 from esrepro.io import read_json, write_json, write_text
+from esrepro.settings.methods import FORMER_NAMES
 
 #: Method key -> column label, in table order.
 METHOD_COLUMNS: dict[str, str] = {
@@ -358,6 +359,19 @@ def _fmt_value(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _as_shown(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A selection record with its settings under the names Table 3 has always shown (FORMER_NAMES)."""
+    names = FORMER_NAMES.get((r.get("settings") or {}).get("algorithm", r["method"]), {})
+
+    def shown(values: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {names.get(k, k): v for k, v in (values or {}).items()}
+
+    grid = shown(r.get("grid"))
+    if grid.get("cells"):
+        grid["cells"] = [shown(c) for c in grid["cells"]]
+    return {**r, "grid": grid, "settings": shown(r.get("settings")), "winner_settings": shown(r.get("winner_settings"))}
+
+
 def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """One row per (model, method, seed): the grid searched, the selected cell, its training reward.
 
@@ -371,7 +385,7 @@ def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping
                                               order.index(r["method"]) if r["method"] in order else len(order),
                                               r["method"], r["seed"]))
     rows = []
-    for r in keyed:
+    for r in map(_as_shown, keyed):
         grid = dict(r.get("grid") or {})
         extra_cells = grid.pop("cells", None) or []
         settings = r.get("settings") or {}
@@ -381,6 +395,7 @@ def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping
             grid_text += ("; " if grid_text else "") + "plus " + "; ".join(
                 "{" + ", ".join(f"{k}={_fmt_value(v)}" for k, v in c.items()) + "}" for c in extra_cells)
         varied = set(grid) | {k for c in extra_cells for k in c}
+        # names as shown (_as_shown): PPO's KL coefficient is kl_coef here, GRPO's beta
         fixed = ", ".join(f"{k}={_fmt_value(settings[k])}" for k in ("learning_rate", "beta", "actor_learning_rate",
                                                                      "critic_learning_rate", "kl_coef")
                           if k in settings and k not in varied)

@@ -34,18 +34,20 @@ from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
 
-#: GRPOConfig keys: every GRPOSettings field that is not one of our own run options.
+#: GRPOConfig keys (in our names, TRL_NAMES): every GRPOSettings field that is not one of our own run options.
 TRL_KEYS: tuple[str, ...] = tuple(k for k in GRPOSettings.model_fields if k not in RLSettings.model_fields)
 #: Keys that may be left out (TRL's default is ours); every other TRL key must be given explicitly,
 #: since TRL's defaults moved between releases.
 OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "use_vllm")
 PINNED_KEYS: tuple[str, ...] = tuple(k for k in TRL_KEYS if k not in OPTIONAL_KEYS)
+#: Our names of GRPOConfig keys that TRL calls otherwise (ours -> TRL's): one name per meaning across methods.
+TRL_NAMES: dict[str, str] = {"max_new_tokens": "max_completion_length"}
 #: The algorithm each name stands for (checked, so a config cannot call dapo "grpo").
 ALGORITHM_LOSS = GRPO_VARIANTS
 
 
 def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool) -> dict[str, Any]:
-    """The ``GRPOConfig`` arguments of one run, from our settings block (TRL key names)."""
+    """The ``GRPOConfig`` arguments of one run, from our settings block (in TRL's key names: TRL_NAMES)."""
     missing = [k for k in PINNED_KEYS if k not in settings]
     if missing:
         raise ValueError(f"GRPO settings must pin {', '.join(missing)} (TRL defaults differ between releases)")
@@ -56,7 +58,7 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
     if (settings["loss_type"], settings["scale_rewards"]) != want:
         raise ValueError(f"algorithm {algorithm}: loss_type/scale_rewards must be {want[0]}/{want[1]}, got "
                          f"{settings['loss_type']}/{settings['scale_rewards']}")
-    kw = {k: settings[k] for k in TRL_KEYS if k in settings}
+    kw = {TRL_NAMES.get(k, k): settings[k] for k in TRL_KEYS if k in settings}
     if on_cpu:
         kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
     kw.update(

@@ -6,8 +6,8 @@ PPOTrainer of 0.26-1.12 expects a reward model and cannot share an environment w
 the TRL that GRPO uses). So this module is a small, hand-written, tested PPO:
 
 - rollout: one sampled response per prompt (``batch_size`` prompts per step);
-- reward: ``Task.score`` on the final response token, minus ``kl_coef x (log pi - log pi_ref)``
-  on every token (verl's ``kl_ctrl`` in-reward penalty; no reference model when ``kl_coef == 0``);
+- reward: ``Task.score`` on the final response token, minus ``beta x (log pi - log pi_ref)``
+  on every token (verl's ``kl_ctrl`` in-reward penalty; no reference model when ``beta == 0``);
 - advantages: GAE (``gamma``, ``lam``; verl: 1, 1), whitened over the batch's tokens;
 - actor loss: clipped ratio (``clip_ratio``) with an entropy bonus (``entropy_coef``);
 - critic: a copy of the base LM with a scalar head, clipped value loss (``value_clip``);
@@ -49,18 +49,18 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 
 def token_rewards(scores: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor | None, mask: torch.Tensor,
-                  kl_coef: float) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token rewards: ``-kl_coef x (logp - ref_logp)`` on every response token, plus the score on the last.
+                  beta: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token rewards: ``-beta x (logp - ref_logp)`` on every response token, plus the score on the last.
 
-    Returns (rewards, per-token KL or None when ``kl_coef == 0``).
+    Returns (rewards, per-token KL or None when ``beta == 0``).
     """
     rewards = torch.zeros_like(logp)
     kl = None
-    if kl_coef > 0:
+    if beta > 0:
         if ref_logp is None:
-            raise ValueError("kl_coef > 0 needs the reference log-probabilities")
+            raise ValueError("beta > 0 needs the reference log-probabilities")
         kl = (logp - ref_logp) * mask
-        rewards = rewards - kl_coef * kl
+        rewards = rewards - beta * kl
     last = (mask.cumsum(-1) * mask).argmax(-1)  # index of the last response token
     rewards[torch.arange(len(scores)), last] += scores
     return rewards * mask, kl
@@ -154,7 +154,7 @@ def train_ppo(
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
-    ``entropy``, ``completion_length``, ``seconds`` and, only when ``kl_coef > 0``, ``kl``.
+    ``entropy``, ``completion_length``, ``seconds`` and, only when ``beta > 0``, ``kl``.
     """
     from transformers import AutoModelForCausalLM
 
@@ -168,7 +168,7 @@ def train_ppo(
     actor.generation_config.pad_token_id = tok.pad_token_id
     critic = Critic(load()).to(device)
     ref = None
-    if cfg.kl_coef > 0:
+    if cfg.beta > 0:
         ref = load().eval().requires_grad_(False)
     for m in (actor, critic):
         for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
@@ -230,7 +230,7 @@ def train_ppo(
                     ref_logp.append(_response_logp(ref, s, a, n_prompt, cfg.temperature)[0])
             old_logp_t, old_v_t = torch.cat(old_logp), torch.cat(old_v)
             ref_logp_t = torch.cat(ref_logp) if ref is not None else None
-            rewards, kl = token_rewards(scores, old_logp_t, ref_logp_t, mask, cfg.kl_coef)
+            rewards, kl = token_rewards(scores, old_logp_t, ref_logp_t, mask, cfg.beta)
             adv, returns = gae(rewards, old_v_t, mask, cfg.gamma, cfg.lam)
             adv = masked_whiten(adv, mask)
 

@@ -40,11 +40,26 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _suggestion(name: Any, known: Iterable[str]) -> str:
+#: Options renamed so that one name means one thing across methods: old name -> current name.
+RENAMED: dict[str, str] = {"max_completion_length": "max_new_tokens", "kl_coef": "beta"}
+
+
+def renamed(name: Any, known: Iterable[str]) -> str:
+    """``"; renamed: use <new>"`` when ``name`` is the old name of one of ``known``, else ``""``."""
+    new = RENAMED.get(str(name))
+    return f"; renamed: use {new}" if new is not None and new in known else ""
+
+
+def unknown_key(name: Any, known: Iterable[str]) -> str:
+    """Why ``name`` is refused where ``known`` are the options: renamed (to one of them), else a did-you-mean."""
     import difflib
 
-    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    known = list(known)
+    hint = renamed(name, known)
+    if not hint:
+        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    return "not an option here" + hint
 
 
 def _model_in(ann: Any) -> Any:
@@ -81,7 +96,7 @@ def error_lines(exc: ValidationError, where: Callable[[tuple], str], cls: type[B
     """One line per validation error: ``<where(loc)>: <value>: <message>``.
 
     ``where`` turns an error location into ``file: field.path``; a missing field is
-    reported without a value, an unknown one as "not an option".
+    reported without a value, an unknown one as "not an option" (with its new name if it was renamed).
     """
     lines = []
     for err in exc.errors(include_url=False):
@@ -93,7 +108,7 @@ def error_lines(exc: ValidationError, where: Callable[[tuple], str], cls: type[B
             lines.append(f"{where(loc)}: {msg}")
             continue
         if err["type"] == "extra_forbidden":
-            msg = "not an option here" + (_suggestion(loc[-1], _fields_at(cls, loc)) if loc else "")
+            msg = unknown_key(loc[-1], _fields_at(cls, loc)) if loc else "not an option here"
         elif err["type"] == "missing":
             msg = "required"
         elif err["type"] in ("value_error", "assertion_error"):

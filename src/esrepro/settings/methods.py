@@ -126,7 +126,7 @@ GRPO_VARIANTS: dict[str, tuple[str, str]] = {"grpo": ("grpo", "group"), "dr_grpo
 
 
 class GRPOSettings(RLSettings):
-    """GRPO and Dr.GRPO through TRL's GRPOTrainer; field names are GRPOConfig's."""
+    """GRPO and Dr.GRPO through TRL's GRPOTrainer; field names are GRPOConfig's but one (esrepro.rl.grpo.TRL_NAMES)."""
 
     algorithm: Literal["grpo", "dr_grpo"] = Field(description="grpo (std-scaled group advantages, length-normalised "
                                                   "loss) or dr_grpo (no std scaling, constant normaliser)")
@@ -138,7 +138,7 @@ class GRPOSettings(RLSettings):
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling (1: off)")
     top_k: int = Field(0, ge=0, description="top-k sampling (0: off)")
-    max_completion_length: int = Field(1024, ge=1, description="completion tokens")
+    max_new_tokens: int = Field(1024, ge=1, description="completion tokens")
     per_device_train_batch_size: int = Field(
         32, ge=1, description="completions per device and micro-step; samples per step = this x "
         "gradient_accumulation_steps")
@@ -189,7 +189,7 @@ class PPOSettings(RLSettings):
     algorithm: Literal["ppo"] = Field("ppo", description="ppo")
     actor_learning_rate: float = Field(1e-6, gt=0, description="policy learning rate")
     critic_learning_rate: float = Field(1e-5, gt=0, description="critic learning rate")
-    kl_coef: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
+    beta: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
     batch_size: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
     mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step")
     micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass")
@@ -309,6 +309,15 @@ class ESSASettings(PopulationSettings):
             raise FieldProblem("precision", f"precision {self.precision} runs on the hf backend only (bitsandbytes); "
                                "the vllm backend scores candidates on the registry-dtype base: use precision: native")
         return self
+
+
+#: Per algorithm, its settings' names before settings.base.RENAMED (current name -> former name): grid-cell
+#: directory names and Table 3 are written with these, so run paths and the table stay as they were.
+FORMER_NAMES: dict[str, dict[str, str]] = {
+    "grpo": {"max_new_tokens": "max_completion_length"},
+    "dr_grpo": {"max_new_tokens": "max_completion_length"},
+    "ppo": {"beta": "kl_coef"},
+}
 
 
 @dataclass(frozen=True)

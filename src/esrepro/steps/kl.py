@@ -7,6 +7,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.io import read_json, read_jsonl, write_json, write_jsonl
+from esrepro.settings.methods import FORMER_NAMES
 from esrepro.steps import load_examples, set_threads
 
 KEPT = ("reward", "accuracy", "reward_sampled", "mean_tokens")
@@ -42,6 +43,8 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     base = load_model(base_dir, dtype=dtype, device=device)
     run_settings = read_json(run / P.MANIFEST)["settings"] if run else {}
     algorithm = run_settings.get("algorithm", method) if run else "base"
+    former = FORMER_NAMES.get(algorithm, {})  # hyper as recorded before any rename: PPO's beta is not GRPO's
+    shown = {former.get(k, k): v for k, v in run_settings.items()}
 
     keep = (*KEPT, *ESTIMATORS, *(f"{k}_se" for k in ESTIMATORS), *(f"{k}_per_token" for k in ESTIMATORS))
     checkpoints, final = [], None
@@ -56,7 +59,7 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     write_jsonl(root / "samples.jsonl", final["responses"])
     write_json(root / "kl.json", {
         **labels, "algorithm": algorithm, "iteration": final_iteration,
-        "hyper": {k: run_settings[k] for k in HYPER if run_settings.get(k) is not None},
+        "hyper": {k: shown[k] for k in HYPER if shown.get(k) is not None},
         **{k: v for k, v in final["summary"].items() if k != "settings"},
         "settings": final["summary"]["settings"],
         "estimator_note": "per-sequence sums over response tokens (EOS included), mean over responses, "

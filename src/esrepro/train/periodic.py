@@ -27,8 +27,7 @@ SPLIT = "test"
 
 def generation_length(settings: Any) -> int:
     """Tokens a periodic evaluation generates: ``eval_max_new_tokens``, else the method's own generation length."""
-    own = getattr(settings, "max_new_tokens", None) or getattr(settings, "max_completion_length", None)
-    return int(settings.eval_max_new_tokens or own)
+    return int(settings.eval_max_new_tokens or settings.max_new_tokens)
 
 
 @dataclass
