@@ -188,6 +188,9 @@ def _pipeline(mutate):
      "config/essa_tiny.yaml: studies.essa.models.0: 'nope' is not in the registry"),
     (lambda c: c["studies"]["essa"]["grpo"].pop("keep_every"),
      "config/essa_tiny.yaml: studies.essa.grpo.keep_every: required"),
+    (lambda c: c.setdefault("defaults", {}).setdefault("grpo", {}).update(eval_every=2),  # Figure 6's setting
+     "config/essa_tiny.yaml: studies.essa: method essa_grpo (model tiny): eval_every: 2: the baseline scores its "
+     "held-out curve every keep_every steps"),
     (lambda c: c["studies"]["essa"].update(ranks=[4, 4]),
      "config/essa_tiny.yaml: studies.essa.ranks: values must be distinct and positive"),
     (lambda c: c["studies"]["essa"].update(resample=[32]),

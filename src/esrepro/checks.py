@@ -260,6 +260,9 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
                     check_problem_count(s.as_dict(), s.train_examples)
                 except ValueError as exc:
                     out.append(f"{where}: method {method} (model {model}): {exc}")
+                if s.eval_every is not None:  # e.g. inherited from defaults.grpo
+                    out.append(f"{where}: method {method} (model {model}): eval_every: {s.eval_every}: the baseline "
+                               "scores its held-out curve every keep_every steps; set grpo: {eval_every: null}")
                 if ref is not None:
                     need = baseline_problems_needed(ref.sft_examples, ref.fitness_examples, ref.val_examples,
                                                     s.train_examples)

@@ -11,7 +11,6 @@ a prompt/completion dataset); TRL appends the EOS token to every completion.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
+from esrepro.models.loading import save_adapter
 
 #: ESSA adapts the attention query, key, value and output projections.
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -31,6 +31,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 SUMMARY = "sft_summary.json"
 LOG = "sft_log.jsonl"
+#: Keys of TRL's log rows that hold wall time or throughput: left out of the log kept beside the adapter, which
+#: is part of its recorded sha256 (the adapter of one seed is then the same bytes on every run).
+WALL_TIME = re.compile(r"runtime|per_second|preparation_time")
 #: peft's prefix on adapter keys: ``base_model.model.<module>.lora_A.weight``.
 PEFT_PREFIX = "base_model.model."
 
@@ -165,11 +168,8 @@ def sft_lora(
             "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         }
         with atomic_path(out_dir, is_dir=True) as tmp:
-            trainer.model.save_pretrained(tmp)
-            config = json.loads((tmp / ADAPTER_CONFIG).read_text())
-            config["base_model_name_or_path"] = str(model_dir)
-            write_json(tmp / ADAPTER_CONFIG, config)
-            write_jsonl(tmp / LOG, log)
+            save_adapter(trainer.model, tmp, base_model=model_dir)
+            write_jsonl(tmp / LOG, [{k: v for k, v in row.items() if not WALL_TIME.search(k)} for row in log])
             write_json(tmp / SUMMARY, summary)
     return summary
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -53,3 +54,19 @@ def save_checkpoint(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, 
     """Save weights (safetensors) and tokenizer into ``path``: every trainer's checkpoint goes through here."""
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+def save_adapter(model: torch.nn.Module, path: str | Path, base_model: str | Path | None = None, **kwargs: Any) -> None:
+    """Save a peft model's adapter into ``path`` with a reproducible ``adapter_config.json``: peft writes
+    ``target_modules`` from a set, in an order that changes with Python's hash seed, so it is sorted here (and
+    ``base_model_name_or_path`` set to ``base_model`` when given). ``kwargs`` go to ``save_pretrained``."""
+    import json
+
+    model.save_pretrained(str(path), **kwargs)
+    config_file = Path(path) / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    if base_model is not None:
+        config["base_model_name_or_path"] = str(base_model)
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_checkpoint
+from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adapter, save_checkpoint
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
@@ -95,7 +95,7 @@ def is_peft(model: torch.nn.Module) -> bool:
 def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> None:
     """Save a GRPO policy: a peft policy as its trained adapter (not TRL's frozen ``ref`` copy), else a checkpoint."""
     if is_peft(model):
-        model.save_pretrained(str(path), selected_adapters=["default"])
+        save_adapter(model, path, selected_adapters=["default"])
     else:
         save_checkpoint(model, tokenizer, path)
 
