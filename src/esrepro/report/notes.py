@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from esrepro.pipeline import Pipeline
 from esrepro.rl.budget import es_sample_budget, rl_budget, samples_per_step
-from esrepro.settings.methods import FORMER_NAMES
+from esrepro.settings.methods import with_former_names
 
 
 def table1_notes(p: Pipeline) -> list[str]:
@@ -52,9 +52,8 @@ def table2_notes(p: Pipeline) -> list[str]:
                      f"{es['max_new_tokens']} new tokens, greedy.")
     if first["grpo"]:
         g = p.method_settings(study.model, study.task, first["grpo"]).as_dict()
-        former = FORMER_NAMES.get(g["algorithm"], {})  # the names this note has always shown
-        shown = {former.get(k, k): v for k, v in g.items() if k not in ("beta", "keep_every", "algorithm")
-                 and v is not None and not isinstance(v, (dict, list))}
+        shown = {k: v for k, v in with_former_names(g["algorithm"], g).items()  # the names this note has shown
+                 if k not in ("beta", "keep_every", "algorithm") and v is not None and not isinstance(v, (dict, list))}
         notes.append("GRPO: " + ", ".join(f"{k}={shown[k]}" for k in sorted(shown)) + ".")
     notes.append(f"KL(fine-tuned || base): {kl.n_samples} responses sampled per {kl.split} prompt (temperature "
                  f"{kl.temperature}, up to {kl.max_new_tokens} tokens), per-sequence sums of per-token estimates, "

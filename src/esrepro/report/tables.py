@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from esrepro.io import read_json, write_json, write_text
-from esrepro.settings.methods import FORMER_NAMES
+from esrepro.settings.methods import with_former_names
 
 #: Method key -> column label, in table order.
 METHOD_COLUMNS: dict[str, str] = {
@@ -361,15 +361,12 @@ def _fmt_value(v: Any) -> str:
 
 def _as_shown(r: Mapping[str, Any]) -> dict[str, Any]:
     """A selection record with its settings under the names Table 3 has always shown (FORMER_NAMES)."""
-    names = FORMER_NAMES.get((r.get("settings") or {}).get("algorithm", r["method"]), {})
-
-    def shown(values: Mapping[str, Any] | None) -> dict[str, Any]:
-        return {names.get(k, k): v for k, v in (values or {}).items()}
-
-    grid = shown(r.get("grid"))
+    algorithm = (r.get("settings") or {}).get("algorithm", r["method"])
+    grid = with_former_names(algorithm, r.get("grid"))
     if grid.get("cells"):
-        grid["cells"] = [shown(c) for c in grid["cells"]]
-    return {**r, "grid": grid, "settings": shown(r.get("settings")), "winner_settings": shown(r.get("winner_settings"))}
+        grid["cells"] = [with_former_names(algorithm, c) for c in grid["cells"]]
+    return {**r, "grid": grid, "settings": with_former_names(algorithm, r.get("settings")),
+            "winner_settings": with_former_names(algorithm, r.get("winner_settings"))}
 
 
 def table3(selections: Sequence[Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

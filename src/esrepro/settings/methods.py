@@ -320,6 +320,12 @@ FORMER_NAMES: dict[str, dict[str, str]] = {
 }
 
 
+def with_former_names(algorithm: str, values: dict | None) -> dict:
+    """``values`` (settings or grid keys of ``algorithm``) keyed by their names before any rename (FORMER_NAMES)."""
+    former = FORMER_NAMES.get(algorithm, {})
+    return {former.get(k, k): v for k, v in (values or {}).items()}
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """A trainer the ``train`` rule can run: its settings class and how the plan treats its runs."""

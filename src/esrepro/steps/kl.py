@@ -7,7 +7,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.io import read_json, read_jsonl, write_json, write_jsonl
-from esrepro.settings.methods import FORMER_NAMES
+from esrepro.settings.methods import with_former_names
 from esrepro.steps import load_examples, set_threads
 
 KEPT = ("reward", "accuracy", "reward_sampled", "mean_tokens")
@@ -43,8 +43,7 @@ def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_d
     base = load_model(base_dir, dtype=dtype, device=device)
     run_settings = read_json(run / P.MANIFEST)["settings"] if run else {}
     algorithm = run_settings.get("algorithm", method) if run else "base"
-    former = FORMER_NAMES.get(algorithm, {})  # hyper as recorded before any rename: PPO's beta is not GRPO's
-    shown = {former.get(k, k): v for k, v in run_settings.items()}
+    shown = with_former_names(algorithm, run_settings)  # hyper as recorded before any rename: PPO's beta is not GRPO's
 
     keep = (*KEPT, *ESTIMATORS, *(f"{k}_se" for k in ESTIMATORS), *(f"{k}_per_token" for k in ESTIMATORS))
     checkpoints, final = [], None
