@@ -1,0 +1,69 @@
+"""The run plan's tasks: which models and seeds are trained on which task, which tasks are evaluated (and on
+whose runs), and each task's options, evaluation and KL settings."""
+
+from __future__ import annotations
+
+from esrepro.settings.layers import Layer, resolve
+from esrepro.settings.pipeline import EvalSettings, KLSettings
+
+
+class TasksMixin:
+    """:class:`~esrepro.pipeline.Pipeline`'s training and evaluation plan (``self.cfg``, ``self.models``)."""
+
+    def train_methods(self, task: str) -> list[str]:
+        """Methods trained on ``task`` (``train.<task>.methods``), in table order."""
+        block = self.cfg.train.get(task)
+        return list(block.methods) if block else []
+
+    # --- v2: per-task models, extra seeds, every model a run touches --------------------
+    def train_models(self, task: str) -> list[str]:
+        """Models trained on ``task``: ``train.<task>.models``, else the config's models."""
+        block = self.cfg.train.get(task)
+        return list(block.models) if block is not None and block.models else list(self.models)
+
+    def stability_seeds(self, task: str, model: str, method: str) -> list[int]:
+        """Extra seeds the ``stability`` block asks for this run (empty when none)."""
+        st = self.cfg.stability
+        if st is None or st.task != task or model not in st.models or method not in st.methods:
+            return []
+        return list(st.seeds)
+
+    def all_models(self) -> list[str]:
+        """Every model a job of this config touches: the config's, each training task's and each study's."""
+        out = list(self.models)
+        out += [m for task in self.cfg.train for m in self.train_models(task)]
+        out += [s.model for s in self.studies().values()]
+        if self.cfg.stability is not None:
+            out += list(self.cfg.stability.models)
+        out += [m for task in self.essa_tasks() for m in self.essa_models(task)]
+        return list(dict.fromkeys(m for m in out if m in self.registry))
+
+    def evaluated_tasks(self) -> list[str]:
+        """Tasks evaluated: every ``evaluate`` entry, then every training task that no entry evaluates through
+        ``train_task`` (on its own test split, with ``defaults.evaluate``)."""
+        out = list(self.cfg.evaluate)
+        covered = {self.train_task_of(t) for t in out}
+        return out + [t for t in self.cfg.train if t not in covered and t not in out]
+
+    def eval_sets_of(self, train_task: str) -> list[str]:
+        """The evaluated tasks whose runs are ``train_task``'s (its test sets)."""
+        return [t for t in self.evaluated_tasks() if self.train_task_of(t) == train_task]
+
+    # --- evaluation, KL, task options -------------------------------------------------
+    def task_options(self, task: str) -> dict:
+        """A task's options (``task_options.<task>``), for training and evaluation alike."""
+        return dict(self.cfg.task_options.get(task, {}))
+
+    def eval_settings(self, task: str) -> EvalSettings:
+        """``evaluate.<task>`` over ``defaults.evaluate`` (a training task without an entry: the defaults alone)."""
+        return resolve(EvalSettings, [Layer(self.source, "defaults.evaluate", dict(self.cfg.defaults.evaluate)),
+                                      Layer(self.source, f"evaluate.{task}", dict(self.cfg.evaluate.get(task) or {}))])
+
+    def kl_settings(self, task: str) -> KLSettings:
+        """``kl.<task>`` over ``defaults.kl``."""
+        return resolve(KLSettings, [Layer(self.source, "defaults.kl", dict(self.cfg.defaults.kl)),
+                                    Layer(self.source, f"kl.{task}", dict(self.cfg.kl[task] or {}))])
+
+    def train_task_of(self, task: str) -> str:
+        """The training task whose runs are evaluated on ``task`` (itself unless ``evaluate.<task>.train_task``)."""
+        return (self.cfg.evaluate.get(task) or {}).get("train_task") or task
