@@ -123,7 +123,7 @@ class Pipeline:
         """Every model a job of this config touches: the config's, each training task's and each study's."""
         out = list(self.models)
         out += [m for task in self.cfg.train for m in self.train_models(task)]
-        out += [s.model for s in self.studies().values()]
+        out += [m for s in self.studies().values() for m in s.models]
         if self.cfg.stability is not None:
             out += list(self.cfg.stability.models)
         out += [m for task in self.essa_tasks() for m in self.essa_models(task)]
@@ -288,7 +288,7 @@ class Pipeline:
         study = self.studies().get(name)
         if study is None:
             return []
-        return [(study.model, m, s) for m in self.study_methods(name) for s in study.seeds]
+        return [(model, m, s) for model in study.models for m in self.study_methods(name) for s in study.seeds]
 
     # --- evaluation, KL, task options -------------------------------------------------
     def task_options(self, task: str) -> dict:
