@@ -5,7 +5,7 @@ Prints seconds per CMA-ES generation split into ask/tell (the strategy), adapter
 (greedy decoding and scoring), with the tiny ESSA study's reference settings
 (config/essa_tiny.yaml, method essa_ref), one engine, one thread.
 
-    python benchmarks/essa_generation.py [--model-dir results/models/tiny/base] [--generations 4]
+    python benchmarks/essa_generation.py [--model-dir results/models/tiny/base] [--iterations 4]
         [--backend hf|vllm|both] [--population 32]
 
 ``--backend vllm`` (or ``both``, one after the other on the same SFT adapter and space) times the
@@ -65,7 +65,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", default=str(REPO / "results/models/tiny/base"))
-    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=4, help="CMA-ES generations")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--backend", choices=("hf", "vllm", "both"), default="hf")
     parser.add_argument("--population", type=int, default=None, help="CMA-ES population (default: the config's)")
@@ -77,7 +77,7 @@ def main() -> None:
     config = REPO / "config" / "essa_tiny.yaml"
     pipeline = load_pipeline(load_yaml(config) or {}, str(config), root=REPO)
     settings = pipeline.method_settings("tiny", "countdown", "essa_ref")
-    update = {"generations": args.generations, "resume_every": 10**9, "engines": 1}
+    update = {"iterations": args.iterations, "resume_every": 10**9, "engines": 1}
     if args.population is not None:
         update["population"] = args.population
     if args.max_loras is not None:

@@ -192,7 +192,8 @@ MALFORMED = [
     ("dr-grpo-wrong-loss", _set("methods/drgrpo/loss_type", "grpo"), None,
      CONFIG + "methods.drgrpo.loss_type: algorithm dr_grpo means loss_type dr_grpo"),
     ("ppo-batches", _set("defaults/ppo/mini_batch_size", 100), None,
-     CONFIG + "defaults.ppo.mini_batch_size: batch_size (256) must be a multiple of mini_batch_size (100)"),
+     CONFIG + "defaults.ppo.mini_batch_size: prompts_per_step (256) must be a multiple of mini_batch_size "
+     "(100)"),
     ("eval-tokens", _set("evaluate/countdown/max_new_tokens", 0), None, CONFIG + "evaluate.countdown.max_new_tokens: 0"),
     ("kl-samples", _set("kl/conciseness/n_samples", 0), None, CONFIG + "kl.conciseness.n_samples: 0"),
     ("eval-train-task", _set("evaluate/gsm8k/train_task", "chess"), None,
@@ -201,8 +202,10 @@ MALFORMED = [
     ("sudoku-size", _set("data/sudoku/source/size", 5), None, CONFIG + "data.sudoku.source.size: 5"),
     ("duplicate-models", _set("models", ["tiny", "tiny"]), None, CONFIG + "models: entries must be distinct"),
     ("scale", _set("scale", "huge"), None, CONFIG + "scale: 'huge'"),
-    ("study-model", _set("studies/conciseness/model", "gpt-7"), None,
-     CONFIG + "studies.conciseness.model: 'gpt-7' is not in the registry"),
+    ("study-model", _set("studies/conciseness/models", ["gpt-7"]), None,
+     CONFIG + "studies.conciseness.models.0: 'gpt-7' is not in the registry"),
+    ("study-two-models", _set("studies/conciseness/models", ["tiny", "tiny-v2"]), None,
+     CONFIG + "studies.conciseness.models: one model per study (2 given)"),
     ("study-two-sweeps", _set("studies/conciseness/grpo/betas_logspace", {"start": -4, "stop": 0, "num": 10}), None,
      CONFIG + "studies.conciseness.grpo: give exactly one of betas and betas_logspace"),
     ("study-without-kl", _drop("kl/conciseness"), None,
@@ -250,6 +253,31 @@ def _renamed_cases() -> list[tuple[str, str, str]]:
 def test_old_names_are_refused_with_their_new_name(refused, old, new, block):
     lines = refused(_set(f"defaults/{block}/{old}", 1))
     assert CONFIG + f"defaults.{block}.{old}: not an option here; renamed: use {new}" in lines, lines
+
+
+def test_renames_outside_the_method_blocks_are_refused_with_their_new_name(refused):
+    """A sweep study's model (now models, a list) and the warm start's batch_size (now prompts_per_step)."""
+    def old_study_model(cfg: dict) -> None:
+        study = cfg["studies"]["conciseness"]
+        study["model"] = study.pop("models")[0]
+
+    assert CONFIG + "studies.conciseness.model: not an option here; renamed: use models" in refused(old_study_model)
+
+    def old_warm_start(reg: dict) -> None:
+        sft = reg["tiny"]["build"]["sft"]
+        sft["batch_size"] = sft.pop("prompts_per_step")
+
+    assert REGISTRY + "models.tiny.build.sft.batch_size: not an option here; renamed: use prompts_per_step" in (
+        refused(None, old_warm_start))
+
+
+def test_renamed_is_derived_from_the_former_names():
+    from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED
+
+    assert RENAMED == {"max_completion_length": "max_new_tokens", "kl_coef": "beta", "batch_size": "prompts_per_step",
+                       "generations": "iterations", "model": "models"}
+    assert all(RENAMED[old] == new for names in (*FORMER_NAMES.values(), *FORMER_BLOCK_NAMES.values())
+               for new, old in names.items())
 
 
 def test_an_old_name_is_pointed_at_its_new_name_only_where_that_is_an_option(refused, monkeypatch):

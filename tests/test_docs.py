@@ -45,6 +45,19 @@ def test_every_cli_option_of_every_verb_has_help():
     assert not set(OPTIONS) - used, f"options no verb takes: {sorted(set(OPTIONS) - used)}"
 
 
+def test_each_cli_spelling_has_one_meaning():
+    """No flag is spelled as another option (the positional config files of validate are not the RO-crate's
+    --config-files)."""
+    from collections import Counter
+
+    spellings = Counter(flag.lstrip("-").replace("-", "_") for flag, _ in OPTIONS.values())
+    assert not [s for s, n in spellings.items() if n > 1], spellings
+    parser, _ = build_parser("ro-crate")
+    args = parser.parse_args(["ro-crate", "--out", "c", "--workflow", "Snakefile",
+                              "--config-files", "a.yaml", "b.yaml"])
+    assert args.config_files == ["a.yaml", "b.yaml"]
+
+
 def test_readme_tiny_results_are_written_from_the_golden_tables():
     from esrepro.provenance.golden import README_BEGIN, README_END, readme_results
 

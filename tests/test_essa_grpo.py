@@ -18,7 +18,7 @@ from test_essa_train import GENERATOR, countdown_model  # noqa: F401 - the warm-
 
 REF = {"algorithm": "essa", "sft_examples": 16, "fitness_examples": 6, "val_examples": 4, "rank": 4,
        "lora_alpha": 8, "sft_epochs": 1, "sft_learning_rate": 0.01, "sft_batch_size": 8, "max_new_tokens": 24,
-       "batch_size": 8, "fitness": "reward", "population": 4, "generations": 1}
+       "batch_size": 8, "fitness": "reward", "population": 4, "iterations": 1}
 # 3 steps of 8 completions (2 prompts x 4); 10 training problems > 6 fitness ones, so some come after the held-out
 GRPO = {"algorithm": "grpo", "beta": 0.0, "num_generations": 4, "learning_rate": 1e-2, "temperature": 1.0,
         "top_p": 1.0, "top_k": 0, "max_new_tokens": 16, "per_device_train_batch_size": 8,

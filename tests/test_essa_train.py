@@ -24,7 +24,7 @@ E = "work/essa_tiny/"  # config/essa_tiny.yaml's workspace: its data and results
 SPEC = {
     "algorithm": "essa", "sft_examples": 32, "fitness_examples": 16, "val_examples": 8, "resample_per_step": 8,
     "rank": 4, "lora_alpha": 8, "sft_epochs": 2, "sft_learning_rate": 0.01, "sft_batch_size": 8,
-    "population": 6, "generations": 3, "sigma0": 0.32, "max_new_tokens": 40, "batch_size": 16,
+    "population": 6, "iterations": 3, "sigma0": 0.32, "max_new_tokens": 40, "batch_size": 16,
     "resume_every": 1, "fitness": "reward", "engines": 1,
 }
 GENERATOR = {"min_numbers": 3, "max_numbers": 3, "max_number": 20, "max_target": 100}
@@ -109,7 +109,7 @@ def test_three_generations_hold_fitness(straight_run, countdown_model):
 def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
     killed = tmp_path / "killed"
     done = kill_once_resumable(_train_cmd(countdown_model, data_dir, killed), ENV, killed, "completed_generations")
-    assert 1 <= done < SPEC["generations"]
+    assert 1 <= done < SPEC["iterations"]
     assert not (killed / "checkpoint").exists()
     sft_before = (killed / "sft" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns
 
@@ -231,7 +231,7 @@ def test_study_methods_and_layers():
     assert p.method_settings("tiny", "countdown", "essa_eng2").engines == 2
     grpo = p.method_settings("tiny", "countdown", "essa_grpo")
     assert grpo.algorithm == "grpo" and grpo.train_examples == ref.fitness_examples
-    assert grpo.sample_budget == ref.generations * ref.population * ref.fitness_examples
+    assert grpo.sample_budget == ref.iterations * ref.population * ref.fitness_examples
     plan = Plan(p)
     assert "essa_grpo" not in plan.methods_regex(rl=False) and plan.essa_grpo_regex() == "essa_grpo"
     assert plan.essa_figures() == [E + "results/figures/essa_population", E + "results/figures/essa_rank",

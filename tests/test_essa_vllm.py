@@ -182,7 +182,7 @@ def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, 
     killed = tmp_path / "killed"
     cmd = _train_cmd(countdown_model, data_dir, killed, VLLM_SPEC)
     done = kill_once_resumable(cmd, ENV, killed, "completed_generations", timeout=600)
-    assert 1 <= done < SPEC["generations"]
+    assert 1 <= done < SPEC["iterations"]
     _run(cmd)
     assert [[r.get(f) for f in FIELDS] for r in _log(vllm_run)] == [[r.get(f) for f in FIELDS] for r in _log(killed)]
     sa = CMAStrategy.from_state((vllm_run / "cma_state.npz").read_bytes()).state_dict()

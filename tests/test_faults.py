@@ -251,7 +251,7 @@ def test_essa_kills_at_random_points_and_a_corrupted_sft_cache(countdown_model, 
     proc = subprocess.Popen(_train_cmd(countdown_model, data_dir, run), env=ENV, stderr=subprocess.DEVNULL)
     seen = _wait_for(lambda: _generations(run) >= 1, proc)
     kill_and_check(proc, seen=seen)
-    assert 1 <= _generations(run) < SPEC["generations"]
+    assert 1 <= _generations(run) < SPEC["iterations"]
 
     adapter = run / "sft" / "adapter" / "adapter_model.safetensors"
     space = run / "sft" / "space.safetensors"

@@ -80,12 +80,12 @@ def test_plan_wires_study_runs_kl_and_reports(cfg):
 
 def test_study_errors_are_named(cfg):
     bad = copy.deepcopy(cfg)
-    bad["studies"]["conciseness"]["model"] = "nope"
+    bad["studies"]["conciseness"]["models"] = ["nope"]
     del bad["kl"]["conciseness"]
     with pytest.raises(ConfigError) as err:
         check_config(bad, "config/config.yaml", root=REPO)
     msg = str(err.value)
-    assert "studies.conciseness.model: 'nope' is not in the registry" in msg
+    assert "studies.conciseness.models.0: 'nope' is not in the registry" in msg
     assert "no kl.conciseness entry" in msg
     bad = copy.deepcopy(cfg)
     bad["studies"]["conciseness"]["es"]["sigmas"] = [0.00123, 0.001234]  # same name at 3 significant digits

@@ -36,7 +36,7 @@ MODEL = {"display": "tiny", "dtype": "float32", "build": {
     "seed": 0, "tokenizer": {"vocab_size": 1024, "corpus_problems": 300},
     "architecture": {"hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 5, "num_attention_heads": 4,
                      "num_key_value_heads": 2, "max_position_embeddings": 512},
-    "sft": {"task": "countdown", "problems": 96, "epochs": 1, "learning_rate": 0.003, "batch_size": 32}}}
+    "sft": {"task": "countdown", "problems": 96, "epochs": 1, "learning_rate": 0.003, "prompts_per_step": 32}}}
 ES = {"algorithm": "es", "iterations": 2, "population": 4, "sigma": 0.005, "alpha": 0.005, "train_examples": 8,
       "batch_size": 8, "max_new_tokens": 24, "task_options": {"reward": "authors"}}
 EVAL_SPEC = {"split": "test", "limit": 20, "max_new_tokens": 24, "batch_size": 20, "task_options": {"reward": "authors"}}

@@ -18,7 +18,7 @@ def test_samples_per_step_per_algorithm():
     assert samples_per_step(grpo) == 256
     assert samples_per_step({"algorithm": "dr_grpo", "per_device_train_batch_size": 60,
                              "gradient_accumulation_steps": 1}) == 60
-    assert samples_per_step({"algorithm": "ppo", "batch_size": 256}) == 256
+    assert samples_per_step({"algorithm": "ppo", "prompts_per_step": 256}) == 256
     with pytest.raises(ValueError, match="samples-per-step"):
         samples_per_step({"algorithm": "es"})
 
@@ -62,7 +62,7 @@ def test_a_grpo_step_needs_as_many_problems_as_it_draws():
 
     grpo = {"algorithm": "grpo", "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
             "num_generations": 4}
-    assert prompts_per_step(grpo) == 16 and prompts_per_step({"algorithm": "ppo", "batch_size": 8}) == 8
+    assert prompts_per_step(grpo) == 16 and prompts_per_step({"algorithm": "ppo", "prompts_per_step": 8}) == 8
     check_problem_count(grpo, 16)
     with pytest.raises(ValueError, match="train_examples: 15 training problems, but one grpo step draws 16"):
         check_problem_count(grpo, 15)

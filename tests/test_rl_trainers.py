@@ -40,7 +40,7 @@ GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", beta=0.0,
             gradient_checkpointing=True, disable_dropout=True, mask_truncated_completions=False,
             importance_sampling_level="token", train_examples=4)
 DR_GRPO = {**GRPO, "algorithm": "dr_grpo", "loss_type": "dr_grpo", "scale_rewards": "none"}
-PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, batch_size=4,
+PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, prompts_per_step=4,
            mini_batch_size=2, micro_batch_size=2, ppo_epochs=1, clip_ratio=0.2, value_clip=0.5, gamma=1.0, lam=1.0,
            entropy_coef=0.001, max_grad_norm=1.0, weight_decay=0.0, max_new_tokens=8, temperature=1.0,
            train_examples=4)

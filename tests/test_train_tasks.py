@@ -98,7 +98,7 @@ def test_periodic_eval_leaves_the_es_trajectory_unchanged(tiny_model_dir, countd
 GRPO = dict(algorithm="grpo", beta=0.0, num_generations=2, learning_rate=1e-3, max_new_tokens=8,
             per_device_train_batch_size=4, gradient_accumulation_steps=1, train_examples=4, sample_budget=12,
             eval_every=1, eval_limit=3)
-PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, batch_size=4,
+PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.0, prompts_per_step=4,
            mini_batch_size=2, micro_batch_size=2, max_new_tokens=8, train_examples=4, sample_budget=8,
            eval_every=2, eval_limit=3)
 
@@ -219,11 +219,13 @@ def test_multi_format_tiny_build_is_seeded(tmp_path):
              "architecture": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                               "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512},
              "sft": {"tasks": {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}, "epochs": 1,
-                     "learning_rate": 0.003, "batch_size": 8}}
+                     "learning_rate": 0.003, "prompts_per_step": 8}}
     a = build_tiny_tasks(build, {}, tmp_path / "a", {"sudoku": {"size": 4}})
     build_tiny_tasks(build, {}, tmp_path / "b", {"sudoku": {"size": 4}})
     assert a["sft_tasks"] == {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}
     assert a["sft_steps"] == 2 + 2 + 1 + 1  # one task per batch
+    recorded = json.loads((tmp_path / "a" / "build.json").read_text())["build"]["sft"]  # as golden/tiny records it
+    assert recorded["batch_size"] == 8 and "prompts_per_step" not in recorded
     wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
     assert all(np.array_equal(wa[k].numpy(), wb[k].numpy()) for k in wa)
 

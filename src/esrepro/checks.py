@@ -160,9 +160,7 @@ def _evaluation(p: Pipeline, out: list[str]) -> None:
 def _studies(p: Pipeline, out: list[str]) -> None:
     for name, study in p.studies().items():
         where = at(p.source, "studies", name)
-        known_model = study.model in p.registry
-        if not known_model:
-            out.append(f"{where}.model: {study.model!r} is not in the registry {p.registry_source}")
+        models = _registry_keys(p, out, study.models, "studies", name, "models")
         if study.task not in p.cfg.data:
             out.append(f"{where}.task: no data.{study.task} entry to train on")
         if study.task not in p.cfg.kl:
@@ -171,8 +169,9 @@ def _studies(p: Pipeline, out: list[str]) -> None:
         clash = set(methods) & set(p.train_methods(study.task))
         if clash:
             out.append(f"{where}: method names {sorted(clash)} also in train.{study.task}.methods")
-        for method in methods if known_model else ():
-            _collect(out, lambda: p.method_settings(study.model, study.task, method))
+        for model in models:
+            for method in methods:
+                _collect(out, lambda: p.method_settings(model, study.task, method))
 
 
 def _sizes(p: Pipeline, out: list[str]) -> None:
@@ -188,7 +187,7 @@ def _sizes(p: Pipeline, out: list[str]) -> None:
 
     runs = [(task, m, meth) for task in p.cfg.train for m in p.train_models(task) if m in p.registry
             for meth in p.train_methods(task)]
-    runs += [(s.task, s.model, meth) for name, s in p.studies().items() if s.model in p.registry
+    runs += [(s.task, m, meth) for name, s in p.studies().items() for m in s.models if m in p.registry
              for meth in (_collect([], lambda: p.study_methods(name)) or {})]
     sizes = {task: known(task) for task in {t for t, _, _ in runs} if task in p.cfg.data}
     for task, model, method in runs:

@@ -78,7 +78,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "timeout": ("--timeout", dict(type=int, default=600, help="seconds per notebook cell")),
     "show_code": ("--show-code", dict(action="store_true", help="keep the code cells in the HTML")),
     "workflow": ("--workflow", dict(nargs="+", required=True, help="the main Snakefile first, then the files it reads")),
-    "config_files": ("--configs", dict(nargs="*", default=[], help="config files of the run")),
+    "config_files": ("--config-files", dict(nargs="*", default=[], help="config files of the run")),
     "inputs": ("--inputs", dict(nargs="*", default=[], help="datasets and base models (the run's objects)")),
     "outputs": ("--outputs", dict(nargs="*", default=[], help="checkpoints, metrics, tables, figures, reports")),
     "manifests": ("--manifests", dict(nargs="*", default=[], help="step manifests of the run")),

@@ -162,7 +162,7 @@ class Plan:
                 out += [(task, m, BASE, 0) for m in self.p.train_models(task)]
             out += [(task, m, meth, s) for m, meth, s in self.train_runs(task)]
         for name, study in self.p.studies().items():
-            out += [(study.task, study.model, BASE, 0)]
+            out += [(study.task, m, BASE, 0) for m in study.models]
             out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)]
         return list(dict.fromkeys(out))
 
@@ -186,7 +186,7 @@ class Plan:
         study = self.p.studies().get("conciseness")
         if study is None:
             return []
-        runs = [(study.model, BASE, 0), *self.p.study_runs("conciseness")]
+        runs = [*((m, BASE, 0) for m in study.models), *self.p.study_runs("conciseness")]
         return [f"{P.fill(self.paths.KL, task=study.task, model=m, method=meth, seed=s)}/kl.json"
                 for m, meth, s in runs]
 
@@ -337,7 +337,7 @@ class ExtrasPlan:
         if "lr_sweep" not in self.extras or "conciseness_lr" not in self.p.studies():
             return []
         sweep = self.p.studies()["conciseness_lr"]
-        runs = [(sweep.task, sweep.model, BASE, 0)]
+        runs = [(sweep.task, m, BASE, 0) for m in sweep.models]
         runs += [(sweep.task, m, meth, s) for m, meth, s in self.p.study_runs("conciseness_lr")]  # its own ES too
         main = self.p.studies().get("conciseness")
         if main is not None and main.task == sweep.task:

@@ -70,7 +70,7 @@ rule report_notebook:
 rule ro_crate:
     input:
         workflow=WORKFLOW_FILES,
-        configs=CONFIG_FILES,
+        config_files=CONFIG_FILES,
         datasets=PLAN.datasets(),
         models=PLAN.model_dirs(),
         runs=RUN_FILES,
@@ -90,7 +90,7 @@ rule ro_crate:
     log:
         f"{R.LOGS}/provenance/ro_crate.log",
     shell:
-        "esrepro ro-crate --out {params.out} --workflow {input.workflow:q} --configs {input.configs:q} "
+        "esrepro ro-crate --out {params.out} --workflow {input.workflow:q} --config-files {input.config_files:q} "
         "--inputs {input.datasets:q} {input.models:q} --outputs {input.runs:q} {input.results:q} "
         "--manifests {params.manifests:q} > {log} 2>&1"
 

@@ -79,9 +79,10 @@ def sft_pairs(task, examples: Sequence[dict]) -> list[tuple[str, str]]:
 
 
 def essa_sample_budget(settings: dict) -> int:
-    """Scored training samples of an ESSA run: generations x population x problems per generation."""
+    """Scored training samples of an ESSA run: iterations (CMA-ES generations) x population x problems per
+    generation."""
     per_step = settings.get("resample_per_step") or settings["fitness_examples"]
-    return int(settings["generations"]) * int(settings["population"]) * int(per_step)
+    return int(settings["iterations"]) * int(settings["population"]) * int(per_step)
 
 
 

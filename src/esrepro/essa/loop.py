@@ -72,7 +72,7 @@ def run_essa(
     on_generation: Callable[[dict, CMAStrategy], None] | None = None,
     progress: bool = True,
 ) -> tuple[list[dict], CMAStrategy, dict]:
-    """Run CMA-ES from ``x0`` for ``cfg.generations``; returns (log, strategy, metadata).
+    """Run CMA-ES from ``x0`` for ``cfg.iterations``; returns (log, strategy, metadata).
 
     The metadata holds ``val_reward_sft``, the held-out score of ``x0`` (None without
     held-out problems). If ``state_dir`` holds a resume state the run continues from it.
@@ -87,8 +87,8 @@ def run_essa(
         log = []
         meta = {"val_reward_sft": _mean_reward(evaluator, x0, problems.val)[0] if problems.val else None}
     elapsed = log[-1]["elapsed_seconds"] if log else 0.0
-    bar = tqdm(total=cfg.generations, initial=strategy.generation, desc="ESSA", unit="gen", disable=not progress)
-    for g in range(strategy.generation, cfg.generations):
+    bar = tqdm(total=cfg.iterations, initial=strategy.generation, desc="ESSA", unit="gen", disable=not progress)
+    for g in range(strategy.generation, cfg.iterations):
         t_start = time.perf_counter()
         xs = strategy.ask()
         t_asked = time.perf_counter()
@@ -121,14 +121,14 @@ def run_essa(
             "elapsed_seconds": elapsed,
         }
         done = g + 1
-        if problems.val and (done % cfg.val_every == 0 or done == cfg.generations):
+        if problems.val and (done % cfg.val_every == 0 or done == cfg.iterations):
             row["val_reward"], row["seconds_eval"] = _mean_reward(evaluator, strategy.mean, problems.val)
         log.append(row)
         if on_generation:
             on_generation(row, strategy)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
         bar.update()
-        if done % cfg.resume_every == 0 or done == cfg.generations:
+        if done % cfg.resume_every == 0 or done == cfg.iterations:
             _save_state(state_dir, key, strategy, log, meta)
     bar.close()
     return log, strategy, meta

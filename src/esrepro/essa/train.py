@@ -188,7 +188,7 @@ def train_essa(ctx: TrainContext) -> TrainOutcome:
 
     def keep_snapshot(row: dict, strategy) -> None:
         done = row["generation"] + 1
-        if cfg.keep_every and done % cfg.keep_every == 0 and done < cfg.generations:
+        if cfg.keep_every and done % cfg.keep_every == 0 and done < cfg.iterations:
             evaluator.save_candidate(strategy.mean, run / P.SNAPSHOTS / P.snapshot_name(done))
 
     log, strategy, meta = run_essa(evaluator, cfg, space.x0, problems, resume, seed=ctx.seed,

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from esrepro.io import atomic_path, write_json, write_jsonl
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
+from esrepro.settings.base import as_recorded
 
 EOS = "<|endoftext|>"
 
@@ -206,15 +207,16 @@ def _warm_start(build: dict, corpus: list[str], pairs: list[tuple[str, str]], ou
     model = build_model(build["architecture"], len(tokenizer), tokenizer.eos_token_id, seed)
     sft_log: list[dict] = []
     s = build["sft"]
-    losses = sft(model, tokenizer, pairs, s["epochs"], s["learning_rate"], s["batch_size"], seed, sft_log.append,
-                 **sft_options)
+    losses = sft(model, tokenizer, pairs, s["epochs"], s["learning_rate"], s["prompts_per_step"], seed,
+                 sft_log.append, **sft_options)
     summary = {"parameters": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer), **facts,
                "sft_steps": len(losses), "sft_final_loss": losses[-1]}
     with atomic_path(out_dir, is_dir=True) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_jsonl(tmp / "sft_log.jsonl", sft_log)
-        write_json(tmp / "build.json", {"build": build, "summary": summary})
+        # the build block as this file has recorded it (a renamed option under its former name: as_recorded)
+        write_json(tmp / "build.json", {"build": {**build, "sft": as_recorded("sft", s)}, "summary": summary})
     return summary
 
 

@@ -41,17 +41,18 @@ def table1_notes(p: Pipeline) -> list[str]:
 def table2_notes(p: Pipeline) -> list[str]:
     """Table 2's notes: scale, model, seeds, the sweeps' settings and how KL was measured."""
     study = p.studies()["conciseness"]
+    model = study.models[0]  # a study has one model (settings.pipeline.Study)
     kl = p.kl_settings(study.task)
-    notes = [f"Scale: {p.cfg.scale}; model: {p.model(study.model).display}; seeds: {study.seeds}; weights kept "
+    notes = [f"Scale: {p.cfg.scale}; model: {p.model(model).display}; seeds: {study.seeds}; weights kept "
              f"every {study.keep_every} iterations."]
     methods = p.study_methods("conciseness")
     first = {algo: next((m for m, s in methods.items() if s.algorithm == algo), None) for algo in ("es", "grpo")}
     if first["es"]:
-        es = p.method_settings(study.model, study.task, first["es"]).as_dict()
+        es = p.method_settings(model, study.task, first["es"]).as_dict()
         notes.append(f"ES: N={es['population']}, alpha={es['alpha']}, {es['iterations']} iterations, "
                      f"{es['max_new_tokens']} new tokens, greedy.")
     if first["grpo"]:
-        g = p.method_settings(study.model, study.task, first["grpo"]).as_dict()
+        g = p.method_settings(model, study.task, first["grpo"]).as_dict()
         shown = {k: v for k, v in with_former_names(g["algorithm"], g).items()  # the names this note has shown
                  if k not in ("beta", "keep_every", "algorithm") and v is not None and not isinstance(v, (dict, list))}
         notes.append("GRPO: " + ", ".join(f"{k}={shown[k]}" for k in sorted(shown)) + ".")

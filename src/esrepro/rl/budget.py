@@ -23,14 +23,14 @@ def samples_per_step(settings: dict) -> int:
     """Completions scored per optimiser step of an RL method's settings.
 
     GRPO (TRL): ``per_device_train_batch_size x gradient_accumulation_steps`` completions
-    (one process), i.e. ``prompts x num_generations``; PPO (ours): ``batch_size`` prompts,
+    (one process), i.e. ``prompts x num_generations``; PPO (ours): ``prompts_per_step`` prompts,
     one response each.
     """
     algorithm = settings.get("algorithm")
     if algorithm in ("grpo", "dr_grpo"):
         return int(settings["per_device_train_batch_size"]) * int(settings.get("gradient_accumulation_steps", 1))
     if algorithm == "ppo":
-        return int(settings["batch_size"])
+        return int(settings["prompts_per_step"])
     raise ValueError(f"algorithm {algorithm!r} has no samples-per-step rule")
 
 

@@ -5,7 +5,7 @@ OpenRLHF needs DeepSpeed and GPUs, and TRL dropped PPO in 1.13 (its experimental
 PPOTrainer of 0.26-1.12 expects a reward model and cannot share an environment with
 the TRL that GRPO uses). So this module is a small, hand-written, tested PPO:
 
-- rollout: one sampled response per prompt (``batch_size`` prompts per step);
+- rollout: one sampled response per prompt (``prompts_per_step`` prompts per step);
 - reward: ``Task.score`` on the final response token, minus ``beta x (log pi - log pi_ref)``
   on every token (verl's ``kl_ctrl`` in-reward penalty; no reference model when ``beta == 0``);
 - advantages: GAE (``gamma``, ``lam``; verl: 1, 1), whitened over the batch's tokens;
@@ -201,9 +201,9 @@ def train_ppo(
 
     for step in tqdm(range(steps), desc="PPO", disable=not progress):
         t0 = time.perf_counter()
-        while len(order) < cfg.batch_size:  # epochs over the training set, reshuffled each time
+        while len(order) < cfg.prompts_per_step:  # epochs over the training set, reshuffled each time
             order += rng.permutation(len(examples)).tolist()
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        idx, order = order[: cfg.prompts_per_step], order[cfg.prompts_per_step :]
         batch = [examples[i] for i in idx]
         texts = [fmt(e) for e in batch]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=adds_special_tokens(tok, texts)).to(device)
@@ -222,7 +222,7 @@ def train_ppo(
 
         with torch.no_grad():
             old_logp, old_v, ref_logp = [], [], []
-            for i in range(0, cfg.batch_size, cfg.micro_batch_size):
+            for i in range(0, cfg.prompts_per_step, cfg.micro_batch_size):
                 s, a = seq[i:i + cfg.micro_batch_size], attn[i:i + cfg.micro_batch_size]
                 old_logp.append(_response_logp(actor, s, a, n_prompt, cfg.temperature)[0])
                 old_v.append(critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float())
@@ -240,8 +240,8 @@ def train_ppo(
         stats: dict[str, list[float]] = {"pg_loss": [], "vf_loss": [], "clipfrac": [], "entropy": []}
         n_micro = cfg.mini_batch_size // cfg.micro_batch_size
         for _ in range(cfg.ppo_epochs):
-            perm = torch.from_numpy(rng.permutation(cfg.batch_size)).to(device)
-            for m0 in range(0, cfg.batch_size, cfg.mini_batch_size):
+            perm = torch.from_numpy(rng.permutation(cfg.prompts_per_step)).to(device)
+            for m0 in range(0, cfg.prompts_per_step, cfg.mini_batch_size):
                 opt_a.zero_grad(set_to_none=True)
                 opt_c.zero_grad(set_to_none=True)
                 for u0 in range(m0, m0 + cfg.mini_batch_size, cfg.micro_batch_size):
@@ -280,7 +280,7 @@ def train_ppo(
 def _generate_padded(actor: nn.Module, enc: dict, cfg: PPOSettings, tok: Any) -> torch.Tensor:
     """Generate in micro-batches and right-pad the sequences to one length."""
     outs = []
-    for i in range(0, cfg.batch_size, cfg.micro_batch_size):
+    for i in range(0, cfg.prompts_per_step, cfg.micro_batch_size):
         outs.append(actor.generate(
             input_ids=enc["input_ids"][i:i + cfg.micro_batch_size],
             attention_mask=enc["attention_mask"][i:i + cfg.micro_batch_size],

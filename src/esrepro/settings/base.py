@@ -40,8 +40,48 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-#: Options renamed so that one name means one thing across methods: old name -> current name.
-RENAMED: dict[str, str] = {"max_completion_length": "max_new_tokens", "kl_coef": "beta"}
+#: Per algorithm, its settings' names before a rename (current name -> former name): grid-cell directory names,
+#: Table 3 and kl.json's hyper are written with these (settings.methods.with_former_names), so run paths and those
+#: outputs stay as they were.
+FORMER_NAMES: dict[str, dict[str, str]] = {
+    "grpo": {"max_new_tokens": "max_completion_length"},
+    "dr_grpo": {"max_new_tokens": "max_completion_length"},
+    "ppo": {"beta": "kl_coef", "prompts_per_step": "batch_size"},
+    "essa": {"iterations": "generations"},
+}
+#: The same for options outside the method blocks, per block (as ``esrepro options`` names them): the tiny model's
+#: warm start (``sft``: models.<key>.build.sft) and a sweep study (``study``: studies.<name>, whose one model became
+#: a list).
+FORMER_BLOCK_NAMES: dict[str, dict[str, str]] = {
+    "sft": {"prompts_per_step": "batch_size"},
+    "study": {"models": "model"},
+}
+#: Renames made after golden/tiny was recorded, per FORMER_NAMES / FORMER_BLOCK_NAMES key: the copies of settings
+#: inside outputs (an RL run's selection.json, a tiny model's build.json) keep these options' former names, so
+#: those outputs stay byte-identical (as_recorded).
+RECORDED_UNDER_FORMER_NAMES: dict[str, tuple[str, ...]] = {"ppo": ("prompts_per_step",), "sft": ("prompts_per_step",)}
+
+
+def _renamed(*maps: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Old name -> current name from per-block (current -> former) maps; an old name has one current name."""
+    out: dict[str, str] = {}
+    for names in (n for m in maps for n in m.values()):
+        for new, old in names.items():
+            if out.setdefault(old, new) != new:
+                raise AssertionError(f"{old} was renamed to both {out[old]} and {new}: one name per meaning")
+    return out
+
+
+#: Options renamed so that one name means one thing across the config: old name -> current name.
+RENAMED: dict[str, str] = _renamed(FORMER_NAMES, FORMER_BLOCK_NAMES)
+
+
+def as_recorded(block: str, values: dict) -> dict:
+    """``values`` (settings of ``block``: an algorithm or a FORMER_BLOCK_NAMES key) with the options renamed after
+    golden/tiny was recorded under their former names (RECORDED_UNDER_FORMER_NAMES), as outputs record them."""
+    former = {**FORMER_NAMES, **FORMER_BLOCK_NAMES}.get(block, {})
+    kept = RECORDED_UNDER_FORMER_NAMES.get(block, ())
+    return {former[k] if k in kept else k: v for k, v in values.items()}
 
 
 def renamed(name: Any, known: Iterable[str]) -> str:

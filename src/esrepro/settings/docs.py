@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from esrepro.settings.base import fields_help
+from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED, fields_help
 from esrepro.settings.methods import ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
     DataSource, Dataset, Defaults, ESSAStudy, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report,
@@ -104,9 +104,20 @@ def block_markdown(name: str, cls: type[BaseModel], where: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def renamed_markdown() -> str:
+    """The renamed options (settings.base.RENAMED) as a Markdown table: old name, current name, blocks."""
+    rows = ["## Renamed options", "",
+            "So that one name means one thing across the config, these options were renamed; an old name is refused "
+            "with `renamed: use <new>`.", "", "| old name | current name | in |", "|---|---|---|"]
+    for old, new in RENAMED.items():
+        blocks = [b for b, names in {**FORMER_NAMES, **FORMER_BLOCK_NAMES}.items() if names.get(new) == old]
+        rows.append(f"| `{old}` | `{new}` | {', '.join(f'`{b}`' for b in blocks)} |")
+    return "\n".join(rows) + "\n"
+
+
 def markdown() -> str:
-    """config/README.md: every block's options."""
-    return INTRO + "\n" + "\n".join(block_markdown(*b) for b in BLOCKS)
+    """config/README.md: the renamed options, then every block's options."""
+    return INTRO + "\n" + renamed_markdown() + "\n" + "\n".join(block_markdown(*b) for b in BLOCKS)
 
 
 def block_text(name: str) -> str:

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from esrepro.settings.base import FieldProblem, Settings
+# FORMER_NAMES is defined in settings.base (below this module), so that base.RENAMED is derived from it
+from esrepro.settings.base import FORMER_NAMES, FieldProblem, Settings
 
 #: The transformers backend's generation paths (esrepro.backends.hf).
 Generation = Literal["default", "static", "continuous"]
@@ -190,7 +191,7 @@ class PPOSettings(RLSettings):
     actor_learning_rate: float = Field(1e-6, gt=0, description="policy learning rate")
     critic_learning_rate: float = Field(1e-5, gt=0, description="critic learning rate")
     beta: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
-    batch_size: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
+    prompts_per_step: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
     mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step")
     micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
@@ -206,10 +207,11 @@ class PPOSettings(RLSettings):
 
     @model_validator(mode="after")
     def _batches(self) -> "PPOSettings":
-        if self.batch_size % self.mini_batch_size or self.mini_batch_size % self.micro_batch_size:
-            field = "mini_batch_size" if self.batch_size % self.mini_batch_size else "micro_batch_size"
-            raise FieldProblem(field, f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
-                               f"({self.mini_batch_size}), and that of micro_batch_size ({self.micro_batch_size})")
+        if self.prompts_per_step % self.mini_batch_size or self.mini_batch_size % self.micro_batch_size:
+            field = "mini_batch_size" if self.prompts_per_step % self.mini_batch_size else "micro_batch_size"
+            raise FieldProblem(field, f"prompts_per_step ({self.prompts_per_step}) must be a multiple of "
+                               f"mini_batch_size ({self.mini_batch_size}), and that of micro_batch_size "
+                               f"({self.micro_batch_size})")
         return self
 
 
@@ -263,7 +265,7 @@ class ESSASettings(PopulationSettings):
         "separable", description="CMA-ES covariance: separable (cmaes.SepCMA, diagonal; memory and time linear in "
         "the number of singular values) or full (cmaes.CMA, d x d; for small search spaces). The paper describes "
         "mean and covariance and cites sep-CMA-ES; docs/essa.md")
-    generations: int = Field(100, ge=1, description="CMA-ES generations (not checked)")
+    iterations: int = Field(100, ge=1, description="CMA-ES generations, as ES calls its iterations (not checked)")
     max_new_tokens: int = Field(1024, ge=1, description="greedy generation length when scoring a candidate")
     batch_size: int = Field(200, ge=1, description="prompts per generation batch")
     precision: Literal["native", "int8", "int4"] = Field(
@@ -309,15 +311,6 @@ class ESSASettings(PopulationSettings):
             raise FieldProblem("precision", f"precision {self.precision} runs on the hf backend only (bitsandbytes); "
                                "the vllm backend scores candidates on the registry-dtype base: use precision: native")
         return self
-
-
-#: Per algorithm, its settings' names before settings.base.RENAMED (current name -> former name): grid-cell
-#: directory names and Table 3 are written with these, so run paths and the table stay as they were.
-FORMER_NAMES: dict[str, dict[str, str]] = {
-    "grpo": {"max_new_tokens": "max_completion_length"},
-    "dr_grpo": {"max_new_tokens": "max_completion_length"},
-    "ppo": {"beta": "kl_coef"},
-}
 
 
 def with_former_names(algorithm: str, values: dict | None) -> dict:

@@ -176,13 +176,22 @@ class Study(Settings):
     """A hyperparameter study: its runs, their KL to the base model, a table and figures."""
 
     task: str = Field(description="task trained on (needs data.<task> and kl.<task>)")
-    model: str = Field(description="registry key of the model fine-tuned")
+    models: list[str] = Field(min_length=1, description="registry keys of the models fine-tuned: one for now (its "
+                              "table, figures and notes pool a configuration's runs over seeds, not over models)")
     seeds: list[int] = Field(min_length=1, description="seeds of every run")
     keep_every: int = Field(ge=1, description="keep the weights every K iterations/steps (the Pareto figure's points)")
     reward_cutoff: float | None = Field(None, description="Table 2 keeps a configuration whose mean reward over seeds "
                                         "is at least this (null keeps all)")
     es: ESSweep | None = Field(None, description="the ES runs: one per sigma (es-sweep block)")
     grpo: GRPOSweep | None = Field(None, description="the GRPO runs: one per beta (grpo-sweep block)")
+
+    @field_validator("models")
+    @classmethod
+    def _one_model(cls, v: list[str]) -> list[str]:
+        if len(v) != 1:
+            raise ValueError(f"one model per study ({len(v)} given): the study's table, figures and notes pool a "
+                             "configuration's runs over seeds, not over models; give one registry key")
+        return v
 
 
 # --- the ESSA study (Korotyshova et al., arXiv 2507.04453) ---------------------------------------

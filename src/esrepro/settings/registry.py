@@ -65,7 +65,7 @@ class WarmStart(Settings):
         "{countdown: 2000, math_train: 1500, sudoku: 800, arc: 400}); the tokenizer is trained on every format")
     epochs: int = Field(ge=1, description="passes over them")
     learning_rate: float = Field(gt=0, description="AdamW learning rate (cosine schedule)")
-    batch_size: int = Field(ge=1, description="problems per step")
+    prompts_per_step: int = Field(ge=1, description="problems (prompt and target) per optimiser step")
     max_prompt_tokens: int | None = Field(None, ge=1, description="with tasks: keep only the last N prompt tokens "
                                           "(as ES and evaluation do for long ARC prompts); null: whole prompts")
 
