@@ -22,7 +22,6 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from esrepro.io import atomic_path, write_json, write_jsonl
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
-from esrepro.settings.base import as_recorded
 
 EOS = "<|endoftext|>"
 
@@ -215,8 +214,7 @@ def _warm_start(build: dict, corpus: list[str], pairs: list[tuple[str, str]], ou
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_jsonl(tmp / "sft_log.jsonl", sft_log)
-        # the build block as this file has recorded it (a renamed option under its former name: as_recorded)
-        write_json(tmp / "build.json", {"build": {**build, "sft": as_recorded("sft", s)}, "summary": summary})
+        write_json(tmp / "build.json", {"build": build, "summary": summary})
     return summary
 
 

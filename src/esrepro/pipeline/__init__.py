@@ -6,7 +6,7 @@
 - :mod:`~esrepro.pipeline.models`: the registry's models, their jobs' resources, grids and cells;
 - :mod:`~esrepro.pipeline.tasks`: which models and seeds train on which task, what is evaluated, task options,
   evaluation and KL settings;
-- :mod:`~esrepro.pipeline.settings`: method settings through their layers, algorithms, sample budgets;
+- :mod:`~esrepro.pipeline.method_settings`: method settings through their layers, algorithms, sample budgets;
 - :mod:`~esrepro.pipeline.studies`: the sweep studies;
 - :mod:`~esrepro.pipeline.essa_study`: the ESSA study.
 """
@@ -14,17 +14,17 @@
 from __future__ import annotations
 
 from esrepro.pipeline.essa_study import ESSAStudyMixin
+from esrepro.pipeline.method_settings import SettingsMixin
 from esrepro.pipeline.models import CPU_ONLY_RULES, FETCH_MEM_MB, ModelsMixin
-from esrepro.pipeline.names import (BASE, CELL_KEY_NAMES, CODE, DEFAULT_CELL, ESSA_GRPO, ESSA_REF, ESSA_STUDY,
+from esrepro.pipeline.names import (BASE, CELL_KEY_NAMES, DEFAULT_CELL, ESSA_GRPO, ESSA_REF, ESSA_STUDY,
                                     ESSA_SWEEPS, GRID_KEYS, SWEEPS, StudyMethod, cell_key_name, cell_name,
                                     format_value)
-from esrepro.pipeline.settings import SettingsMixin
 from esrepro.pipeline.studies import StudiesMixin
 from esrepro.pipeline.tasks import TasksMixin
 from esrepro.settings.pipeline import PipelineConfig
 from esrepro.settings.registry import ModelEntry
 
-__all__ = ["BASE", "CELL_KEY_NAMES", "CODE", "CPU_ONLY_RULES", "DEFAULT_CELL", "ESSA_GRPO", "ESSA_REF", "ESSA_STUDY",
+__all__ = ["BASE", "CELL_KEY_NAMES", "CPU_ONLY_RULES", "DEFAULT_CELL", "ESSA_GRPO", "ESSA_REF", "ESSA_STUDY",
            "ESSA_SWEEPS", "FETCH_MEM_MB", "GRID_KEYS", "SWEEPS", "Pipeline", "StudyMethod", "cell_key_name",
            "cell_name", "format_value"]
 

@@ -12,7 +12,6 @@ from typing import Any
 from esrepro.settings.methods import FORMER_NAMES
 
 BASE = "base"  # the untrained model, evaluated as a method of its own
-CODE = "esrepro.settings"  # where the code's defaults come from, in messages
 #: Short names of grid keys in cell directory names, by a setting's former name (FORMER_NAMES), so they stay.
 CELL_KEY_NAMES = {"learning_rate": "lr", "actor_learning_rate": "alr", "critic_learning_rate": "clr",
                   "kl_coef": "kl", "beta": "beta",

@@ -47,7 +47,7 @@ class StudiesMixin:
         study = self.studies().get(name)
         if study is None:
             return []
-        return [(study.model, m, s) for m in self.study_methods(name) for s in study.seeds]
+        return [(model, m, s) for model in study.models for m in self.study_methods(name) for s in study.seeds]
 
     def _study_layers(self, model: str, method: str, found: StudyMethod) -> list[Layer]:
         study = self.studies()[found.study]

@@ -32,7 +32,7 @@ class TasksMixin:
         """Every model a job of this config touches: the config's, each training task's and each study's."""
         out = list(self.models)
         out += [m for task in self.cfg.train for m in self.train_models(task)]
-        out += [s.model for s in self.studies().values()]
+        out += [m for s in self.studies().values() for m in s.models]
         if self.cfg.stability is not None:
             out += list(self.cfg.stability.models)
         out += [m for task in self.essa_tasks() for m in self.essa_models(task)]

@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 from esrepro.io import atomic_path, read_json, read_jsonl, write_json
-from esrepro.settings.base import as_recorded
 
 
 def final_train_reward(log: list[dict]) -> float:
@@ -70,8 +69,7 @@ def select_run(cells: dict[str, str | Path], grid: dict, out: str | Path) -> dic
         "cells": [{"cell": c, "run": str(cells[c]), "train_reward": scores[c], "steps": len(logs[c])}
                   for c in cells],
         "budget": win_manifest.get("budget"),
-        # the winner's settings, a renamed one under the name this file has recorded (settings.base.as_recorded)
-        "settings": as_recorded(win_manifest["settings"].get("algorithm", ""), win_manifest["settings"]),
+        "settings": win_manifest["settings"],
     }
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "checkpoint", is_dir=True) as tmp:

@@ -56,10 +56,6 @@ FORMER_BLOCK_NAMES: dict[str, dict[str, str]] = {
     "sft": {"prompts_per_step": "batch_size"},
     "study": {"models": "model"},
 }
-#: Renames made after golden/tiny was recorded, per FORMER_NAMES / FORMER_BLOCK_NAMES key: the copies of settings
-#: inside outputs (an RL run's selection.json, a tiny model's build.json) keep these options' former names, so
-#: those outputs stay byte-identical (as_recorded).
-RECORDED_UNDER_FORMER_NAMES: dict[str, tuple[str, ...]] = {"ppo": ("prompts_per_step",), "sft": ("prompts_per_step",)}
 
 
 def _renamed(*maps: dict[str, dict[str, str]]) -> dict[str, str]:
@@ -74,14 +70,6 @@ def _renamed(*maps: dict[str, dict[str, str]]) -> dict[str, str]:
 
 #: Options renamed so that one name means one thing across the config: old name -> current name.
 RENAMED: dict[str, str] = _renamed(FORMER_NAMES, FORMER_BLOCK_NAMES)
-
-
-def as_recorded(block: str, values: dict) -> dict:
-    """``values`` (settings of ``block``: an algorithm or a FORMER_BLOCK_NAMES key) with the options renamed after
-    golden/tiny was recorded under their former names (RECORDED_UNDER_FORMER_NAMES), as outputs record them."""
-    former = {**FORMER_NAMES, **FORMER_BLOCK_NAMES}.get(block, {})
-    kept = RECORDED_UNDER_FORMER_NAMES.get(block, ())
-    return {former[k] if k in kept else k: v for k, v in values.items()}
 
 
 def renamed(name: Any, known: Iterable[str]) -> str:
