@@ -176,7 +176,7 @@ class Study(Settings):
     """A hyperparameter study: its runs, their KL to the base model, a table and figures."""
 
     task: str = Field(description="task trained on (needs data.<task> and kl.<task>)")
-    models: list[str] = Field(min_length=1, description="registry keys of the models fine-tuned: one for now (its "
+    models: list[str] = Field(min_length=1, description="registry key of the model fine-tuned, as a one-item list (its "
                               "table, figures and notes pool a configuration's runs over seeds, not over models)")
     seeds: list[int] = Field(min_length=1, description="seeds of every run")
     keep_every: int = Field(ge=1, description="keep the weights every K iterations/steps (the Pareto figure's points)")
