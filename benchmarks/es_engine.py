@@ -296,8 +296,8 @@ def _backends(text: str) -> list[str]:
 def drift(model_dir: Path, cycles: int, sigma: float) -> list[dict]:
     """Section [2]: parameter drift after ``cycles`` perturb/restore cycles, per dtype and restore mode."""
     from esrepro.backends.hf import HFBackend
-    from esrepro.es.noise import member_seed
-    from esrepro.es.ops import perturb_, restore_exact_, restore_subtract_, snapshot
+    from esrepro.perturb.noise import member_seed
+    from esrepro.perturb.ops import perturb_, restore_exact_, restore_subtract_, snapshot
 
     print(f"\n[2] parameter drift after {cycles} perturb/restore cycles, sigma={sigma}")
     print(f"    {'dtype':<9} {'restore':<9} {'max |d|':>10} {'mean |d|':>10} {'changed':>9} {'seconds':>8}")

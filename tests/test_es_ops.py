@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from esrepro.es.noise import member_seed, tensor_noise, tensor_seed
-from esrepro.es.ops import perturb_, restore_exact_, restore_subtract_, snapshot, update_, zscore
+from esrepro.perturb.noise import member_seed, tensor_noise, tensor_seed
+from esrepro.perturb.ops import perturb_, restore_exact_, restore_subtract_, snapshot, update_, zscore
 from esrepro.models.loading import load_model
 
 

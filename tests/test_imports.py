@@ -52,3 +52,42 @@ def test_the_library_has_no_import_circles():
         TopologicalSorter(graph).prepare()
     except CycleError as exc:
         raise AssertionError(f"import circle: {' -> '.join(exc.args[1])}") from None
+
+
+#: The library's layers by stage, lowest first: a module may import its own layer and the layers below it.
+#: ``provenance.manifest`` (every step's manifest and the hashes it records) is shared by all stages; the rest of
+#: ``provenance`` (audit, RO-Crate, DVC, golden outputs) comes after the report, its package ``__init__`` (the
+#: repository path manifests record) with the manifests (PACKAGE_LAYERS).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("esrepro", "esrepro.io", "esrepro.numerics", "esrepro.paths", "esrepro.devices",
+                    "esrepro.lifeline", "esrepro.settings", "esrepro.provenance.manifest")),
+    ("data", ("esrepro.data", "esrepro.tasks")),
+    ("models", ("esrepro.models", "esrepro.perturb", "esrepro.backends", "esrepro.population")),
+    ("train", ("esrepro.train", "esrepro.es", "esrepro.essa", "esrepro.rl")),
+    ("evaluate", ("esrepro.evaluate",)),
+    ("kl", ("esrepro.kl",)),
+    ("report", ("esrepro.report",)),
+    ("provenance", ("esrepro.provenance",)),
+    ("wiring", ("esrepro.pipeline", "esrepro.config", "esrepro.checks", "esrepro.plan", "esrepro.specs",
+                "esrepro.cluster", "esrepro.steps", "esrepro.cli")),
+]
+
+PACKAGE_LAYERS = {"esrepro.provenance": "foundation"}
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of ``module``'s layer (PACKAGE_LAYERS, else its longest matching prefix)."""
+    if module in PACKAGE_LAYERS:
+        return [name for name, _ in LAYERS].index(PACKAGE_LAYERS[module])
+    found = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+             if module == p or module.startswith(p + ".")]
+    assert found, f"{module} is in no layer of LAYERS"
+    return max(found)[1]
+
+
+def test_no_module_imports_from_a_higher_layer():
+    modules = _modules()
+    upward = [f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+              for name, path in modules.items() for target in sorted(_imports(name, path, modules))
+              if _layer(target) > _layer(name)]
+    assert not upward, "\n".join(upward)

@@ -291,8 +291,8 @@ def test_walk_scale_formulas() -> None:
 def _es_walk_on_tensors(base: dict[str, torch.Tensor], steps: int, population: int, alpha: float,
                         seed: int) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """Apply the trainer's update ``steps`` times with rewards unrelated to the noise."""
-    from esrepro.es.noise import member_seed
-    from esrepro.es.ops import update_, zscore
+    from esrepro.perturb.noise import member_seed
+    from esrepro.perturb.ops import update_, zscore
 
     params = [base[k].clone() for k in sorted(base)]
     rng = np.random.default_rng(seed)
@@ -306,7 +306,7 @@ def _es_walk_on_tensors(base: dict[str, torch.Tensor], steps: int, population: i
 
 
 def test_es_update_on_unrelated_rewards_matches_the_closed_form(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """T real ES updates (esrepro.es.ops.update_) with rewards unrelated to the noise: the histogram of
+    """T real ES updates (esrepro.perturb.ops.update_) with rewards unrelated to the noise: the histogram of
     |final - base| over the toy model's parameters is the half-normal of scale alpha * sqrt(T / N)."""
     steps, population, alpha = 20, 8, 0.01
     base = _tiny_tensors(tiny_model_dir)

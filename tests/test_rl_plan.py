@@ -148,7 +148,7 @@ def test_renamed_settings_keep_their_run_paths_and_table3_text(algorithm):
 
 
 def test_cells_keep_their_short_names_and_table2_its_setting_names():
-    from esrepro.report.notes import table2_notes
+    from esrepro.pipeline.notes import table2_notes
 
     assert cell_name({"learning_rate": 1e-5, "max_new_tokens": 1024}, "grpo") == "lr1e-05_len1024"
     assert cell_name({"actor_learning_rate": 1e-6, "beta": 0.001}, "ppo") == "alr1e-06_kl0.001"

@@ -23,9 +23,9 @@ from esrepro.backends.vllm_layout import (
     to_vllm,
     update_shards_,
 )
-from esrepro.es.noise import noise_like, tensor_noise, tensor_seed
-from esrepro.es.ops import perturb_, restore_subtract_, update_
-from esrepro.es.weights import ESWeights, hf_checksum
+from esrepro.perturb.noise import noise_like, tensor_noise, tensor_seed
+from esrepro.perturb.ops import perturb_, restore_subtract_, update_
+from esrepro.perturb.weights import ESWeights, hf_checksum
 
 torch.set_num_threads(1)
 

@@ -3,7 +3,7 @@
 # tables; the runs they read are listed by esrepro.plan.ExtrasPlan).
 
 from esrepro.plan import ExtrasPlan, keys_regex
-from esrepro.report.notes import table1_notes, table2_notes, task_table_notes
+from esrepro.pipeline.notes import table1_notes, table2_notes, task_table_notes
 
 T1 = CFG.report.table1
 CONCISENESS_KL = PLAN.conciseness_kl()

@@ -36,8 +36,8 @@ from typing import Literal, Sequence, get_args
 import torch
 
 from esrepro.devices import noise_device, synchronize
-from esrepro.es.noise import NoiseVariant
-from esrepro.es.weights import ESWeights, RestoreMode, hf_checksum
+from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.models.decoding import greedy_rule
 from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
 from esrepro.models.responses import eos_token_ids, response_mask

@@ -42,8 +42,8 @@ from esrepro.backends.vllm_layout import (
     perturb_shards_,
     update_shards_,
 )
-from esrepro.es.noise import NoiseVariant
-from esrepro.es.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
+from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 from esrepro.io import atomic_path
 from esrepro.models.decoding import model_greedy_rule
 from esrepro.models.tokens import prompt_ids
@@ -55,7 +55,7 @@ Gather = Callable[[torch.Tensor], "list[torch.Tensor] | None"]
 
 
 class ShardedWeights(ESWeights):
-    """The ES state of one tensor-parallel rank: :class:`~esrepro.es.weights.ESWeights` over its vLLM parameters,
+    """The ES state of one tensor-parallel rank: :class:`~esrepro.perturb.weights.ESWeights` over its vLLM parameters,
     with each shard's noise mapped from the HF tensors it holds.
 
     ``params`` maps vLLM parameter names to the tensors changed in place; it must hold exactly
@@ -112,7 +112,7 @@ class ShardedWeights(ESWeights):
                 yield from param_to_hf(spec.name, per_rank, self.layout).items()
 
     def checksum(self, gather: Gather) -> str | None:
-        """HF-layout weights checksum (:func:`~esrepro.es.weights.hf_checksum`), on the gathering rank."""
+        """HF-layout weights checksum (:func:`~esrepro.perturb.weights.hf_checksum`), on the gathering rank."""
         digests = {n: (t.dtype, tuple(t.shape), tensor_digest(t)) for n, t in self.hf_tensors(gather)}
         if not digests:
             return None

@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from esrepro.es.noise import NoiseVariant, noise_like
+from esrepro.perturb.noise import NoiseVariant, noise_like
 
 #: ``DEFAULT_VOCAB_PADDING_SIZE`` in vLLM 0.32.0.
 VOCAB_PADDING = 64
@@ -299,7 +299,7 @@ def shard_noise(
 def perturb_shards_(
     params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seed: int, sigma: float, variant: NoiseVariant
 ) -> None:
-    """theta += sigma * eps(seed) on one rank's vLLM parameters, in place (``es.ops.perturb_`` on shards)."""
+    """theta += sigma * eps(seed) on one rank's vLLM parameters, in place (``perturb.ops.perturb_`` on shards)."""
     gen = None
     for spec, p in zip(specs, params, strict=True):
         gen = gen if gen is not None and gen.device == p.device else torch.Generator(device=p.device)
@@ -316,7 +316,7 @@ def update_shards_(
     variant: NoiseVariant,
     masters: Sequence[torch.Tensor] | None = None,
 ) -> None:
-    """theta += alpha / N * sum_n w_n * eps(seed_n) on one rank's shards (``es.ops.update_`` on shards).
+    """theta += alpha / N * sum_n w_n * eps(seed_n) on one rank's shards (``perturb.ops.update_`` on shards).
 
     Accumulates in float32 seed by seed; with ``masters`` (float32 copies of the shards) the
     step goes to the masters and the parameters are set from them.

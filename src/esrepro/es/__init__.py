@@ -1,2 +1,2 @@
-"""Evolution strategies on full parameters: seed-based noise, in-place perturbation,
-decomposed update, resumable loop."""
+"""Evolution strategies on full parameters: the ES strategy (rewards to update weights), the resumable loop and
+the training step; the seeded noise and in-place operations it applies are :mod:`esrepro.perturb`'s."""

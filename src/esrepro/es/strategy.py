@@ -7,19 +7,8 @@ engine applies (z-scores as weights, the paper's alpha).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from esrepro.es.noise import member_seed
-from esrepro.es.ops import zscore
-
-
-@dataclass(frozen=True)
-class Update:
-    """theta += alpha / N * sum_n weights_n * eps(seeds_n): all an engine needs to follow the run."""
-
-    seeds: tuple[int, ...]
-    weights: tuple[float, ...]
-    alpha: float
+from esrepro.perturb.noise import member_seed
+from esrepro.perturb.ops import Update, zscore
 
 
 class ESStrategy:

@@ -102,7 +102,7 @@ class ESSAEngine(HFBackend):
 
     def checksum(self) -> str:
         """sha256 of every tensor of the model as it stands (the SFT weights between candidates)."""
-        from esrepro.es.weights import hf_checksum
+        from esrepro.perturb.weights import hf_checksum
 
         return hf_checksum(list(self.model.state_dict().items()))
 

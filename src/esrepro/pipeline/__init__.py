@@ -8,7 +8,9 @@
   evaluation and KL settings;
 - :mod:`~esrepro.pipeline.method_settings`: method settings through their layers, algorithms, sample budgets;
 - :mod:`~esrepro.pipeline.studies`: the sweep studies;
-- :mod:`~esrepro.pipeline.essa_study`: the ESSA study.
+- :mod:`~esrepro.pipeline.essa_study`: the ESSA study;
+- :mod:`~esrepro.pipeline.notes`: the notes under the tables, from the settings of their runs (imported by the
+  Snakefile, not here).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from esrepro.es.strategy import Update
+from esrepro.perturb.ops import Update
 from esrepro.population.ray_session import job_env
 from esrepro.population.spec import EngineRecipe, Scoring
 from esrepro.population.worker import PopulationWorker

@@ -15,7 +15,7 @@ has moved by N(0, s^2) with
     s = alpha / N * sqrt(sum_t sum_n z_{t,n}^2),
 
 and |Delta| is half-normal with scale s. The authors z-score with the population std
-(numpy's default; ``esrepro.es.ops.zscore``), so sum_n z_n^2 = N exactly (0 in an
+(numpy's default; ``esrepro.perturb.ops.zscore``), so sum_n z_n^2 = N exactly (0 in an
 iteration whose rewards are all equal) and s = alpha * sqrt(T / N): 2.04e-3 for the paper's
 alpha = 5e-4, T = 500, N = 30. With the sample std it would be N - 1 per iteration. The
 paper's "learning rate digestion" (alpha absorbs 1/sigma) does not change this: alpha is the
@@ -93,7 +93,7 @@ class RandomWalk:
     @classmethod
     def es_from_log(cls, log_rows: Sequence[Mapping], alpha: float, population: int) -> "RandomWalk":
         """ES's walk with the exact sum of z^2 of a run: each log row's ``rewards`` z-scored as the trainer does."""
-        from esrepro.es.ops import zscore
+        from esrepro.perturb.ops import zscore
 
         total = 0.0
         for i, row in enumerate(log_rows):
@@ -334,11 +334,11 @@ def simulate_walk(n_coords: int, walk: RandomWalk, seed: int, chunk: int = 1 << 
     """Displacements of ``n_coords`` coordinates after ``walk.steps`` real ES updates on unrelated rewards.
 
     Each step draws N rewards independent of everything (standard normal), z-scores them as
-    the trainer does (:func:`esrepro.es.ops.zscore`; z = 1 when N = 1) and adds
+    the trainer does (:func:`esrepro.perturb.ops.zscore`; z = 1 when N = 1) and adds
     ``alpha / N * sum_n z_n eps_n`` with fresh eps. Cost: steps x N x n_coords normal draws,
     so this is for checking the closed form on small counts. Seeded: bit-identical per seed.
     """
-    from esrepro.es.ops import zscore
+    from esrepro.perturb.ops import zscore
 
     zrng = np.random.default_rng(np.random.SeedSequence([int(seed), 1]))
     n = walk.population

@@ -1,4 +1,5 @@
-"""The notes printed under tables: data provenance, settings and sample budgets, in words."""
+"""The notes printed under tables: what the config says of their runs (data provenance, settings, sample budgets),
+in words."""
 
 from __future__ import annotations
 

@@ -7,12 +7,22 @@ full-model noise buffer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from esrepro.es.noise import NoiseVariant, tensor_noise
+from esrepro.perturb.noise import NoiseVariant, tensor_noise
+
+
+@dataclass(frozen=True)
+class Update:
+    """theta += alpha / N * sum_n weights_n * eps(seeds_n): all an engine needs to follow the run."""
+
+    seeds: tuple[int, ...]
+    weights: tuple[float, ...]
+    alpha: float
 
 
 def perturb_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant) -> None:

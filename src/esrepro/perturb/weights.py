@@ -1,7 +1,7 @@
 """ES operations on one copy of a model's weights: perturb, restore, update, checksum, resume state.
 
 Every engine (transformers in-process, a Ray actor, a vLLM worker's tensor-parallel shard)
-holds one :class:`ESWeights`; the noise is regenerated from seeds (:mod:`esrepro.es.ops`),
+holds one :class:`ESWeights`; the noise is regenerated from seeds (:mod:`esrepro.perturb.ops`),
 so an engine only ever receives seeds and scalars, and engines that apply the same
 operations in the same order hold bit-identical weights, which :func:`checksum` proves.
 """
@@ -13,8 +13,8 @@ from typing import Callable, Iterable, Literal, Sequence
 
 import torch
 
-from esrepro.es.noise import NoiseVariant
-from esrepro.es.ops import perturb_, update_
+from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.ops import perturb_, update_
 
 RestoreMode = Literal["exact", "subtract"]
 PerturbFn = Callable[[Sequence[torch.Tensor], int, float, NoiseVariant], None]
@@ -71,7 +71,7 @@ class ESWeights:
     """The ES state of one copy of the weights: the tensors changed in place, noise variant, restore mode, masters.
 
     ``perturb_fn``/``update_fn`` generate the noise for these tensors (default: one HF
-    tensor per parameter, :mod:`esrepro.es.ops`; a vLLM shard passes its own). Exact
+    tensor per parameter, :mod:`esrepro.perturb.ops`; a vLLM shard passes its own). Exact
     restore copies back from the fp32 masters, or from a snapshot refreshed after every
     update (one copy of the weights, not one per member).
     """
