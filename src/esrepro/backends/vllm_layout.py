@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 import torch
 
 from esrepro.perturb.noise import NoiseVariant, noise_like
+from esrepro.perturb.ops import NoiseFn, perturb_, update_
 
 #: ``DEFAULT_VOCAB_PADDING_SIZE`` in vLLM 0.32.0.
 VOCAB_PADDING = 64
@@ -296,15 +297,18 @@ def shard_noise(
     return out
 
 
+def _shard_noise_of(specs: Sequence[ShardSpec], params: Sequence[torch.Tensor], variant: NoiseVariant) -> NoiseFn:
+    """The :data:`~esrepro.perturb.ops.NoiseFn` of one rank's shards: parameter k's part of its whole tensor's noise."""
+    if len(specs) != len(params):
+        raise ValueError(f"{len(params)} parameters but {len(specs)} shard specs")
+    return lambda k, p, seed, gen: shard_noise(specs[k], seed, variant, p.device, gen)
+
+
 def perturb_shards_(
     params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seed: int, sigma: float, variant: NoiseVariant
 ) -> None:
     """theta += sigma * eps(seed) on one rank's vLLM parameters, in place (``perturb.ops.perturb_`` on shards)."""
-    gen = None
-    for spec, p in zip(specs, params, strict=True):
-        gen = gen if gen is not None and gen.device == p.device else torch.Generator(device=p.device)
-        eps = shard_noise(spec, seed, variant, p.device, gen)
-        p.add_(eps.to(p.dtype), alpha=sigma)
+    perturb_(params, seed, sigma, variant, noise=_shard_noise_of(specs, params, variant))
 
 
 def update_shards_(
@@ -321,18 +325,4 @@ def update_shards_(
     Accumulates in float32 seed by seed; with ``masters`` (float32 copies of the shards) the
     step goes to the masters and the parameters are set from them.
     """
-    n = len(seeds)
-    if n != len(weights):
-        raise ValueError(f"{n} seeds but {len(weights)} weights")
-    scale = alpha / n
-    for k, (spec, p) in enumerate(zip(specs, params, strict=True)):
-        gen = torch.Generator(device=p.device)
-        acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-        for seed, w in zip(seeds, weights):
-            acc.add_(shard_noise(spec, seed, variant, p.device, gen), alpha=float(w))
-        acc.mul_(scale)
-        if masters is not None:
-            masters[k].add_(acc)
-            p.copy_(masters[k])
-        else:
-            p.add_(acc.to(p.dtype))
+    update_(params, seeds, weights, alpha, variant, masters, noise=_shard_noise_of(specs, params, variant))

@@ -8,7 +8,7 @@ full-model noise buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,13 +25,24 @@ class Update:
     alpha: float
 
 
-def perturb_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant) -> None:
-    """theta_k += sigma * eps_k(seed) for every tensor k, in place."""
+#: The float32 noise eps_k(seed) of parameter ``k`` (the tensor ``p``), drawn with ``gen``: ``noise(k, p, seed, gen)``.
+#: By default the whole tensor's (:func:`~esrepro.perturb.noise.tensor_noise`); a tensor-parallel shard passes its
+#: part of the whole tensor's noise (:func:`esrepro.backends.vllm_layout.shard_noise`).
+NoiseFn = Callable[[int, torch.Tensor, int, torch.Generator], torch.Tensor]
+
+
+def _whole_tensor_noise(variant: NoiseVariant) -> NoiseFn:
+    return lambda k, p, seed, gen: tensor_noise(p, seed, k, variant, gen)
+
+
+def perturb_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant,
+             noise: NoiseFn | None = None) -> None:
+    """theta_k += sigma * eps_k(seed) for every tensor k, in place (``noise``: eps_k, see :data:`NoiseFn`)."""
+    noise = noise or _whole_tensor_noise(variant)
     gen = None
     for k, p in enumerate(params):
         gen = gen if gen is not None and gen.device == p.device else torch.Generator(device=p.device)
-        eps = tensor_noise(p, seed, k, variant, gen)
-        p.add_(eps.to(p.dtype), alpha=sigma)
+        p.add_(noise(k, p, seed, gen).to(p.dtype), alpha=sigma)
 
 
 def restore_subtract_(params: Sequence[torch.Tensor], seed: int, sigma: float, variant: NoiseVariant) -> None:
@@ -63,13 +74,15 @@ def update_(
     alpha: float,
     variant: NoiseVariant,
     masters: Sequence[torch.Tensor] | None = None,
+    noise: NoiseFn | None = None,
 ) -> None:
     """theta_k += alpha / N * sum_n w_n * eps_k(seed_n), tensor by tensor, seed by seed.
 
     The sum is accumulated in float32. With ``masters`` (float32 copies of low-precision
     parameters) the step is applied to the masters and the parameters are set from them,
-    so steps smaller than a bf16 ulp are not rounded away.
+    so steps smaller than a bf16 ulp are not rounded away. ``noise``: eps_k (:data:`NoiseFn`).
     """
+    noise = noise or _whole_tensor_noise(variant)
     n = len(seeds)
     if n != len(weights):
         raise ValueError(f"{n} seeds but {len(weights)} weights")
@@ -78,7 +91,7 @@ def update_(
         gen = torch.Generator(device=p.device)
         acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
         for seed, w in zip(seeds, weights):
-            acc.add_(tensor_noise(p, seed, k, variant, gen), alpha=float(w))
+            acc.add_(noise(k, p, seed, gen), alpha=float(w))
         acc.mul_(scale)
         if masters is not None:
             masters[k].add_(acc)
