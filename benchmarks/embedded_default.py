@@ -6,8 +6,13 @@ prints the wall time, the number of jobs, and the job-seconds per rule (from Sna
 log), so a change to the default can be weighed against the 12-minute goal.
 
     python benchmarks/embedded_default.py [--repo .] [--keep] [--goal-minutes 12]
+        [--reference REV --reference-seconds S]
 
-Run it on an idle machine: the 2-core goal is for an idle machine.
+Run it on an idle machine: the 2-core goal is for an idle machine. Two-core machines differ
+(the earlier 77-job default has taken from 7 to 17 minutes on different ones), so ``--reference`` first
+runs an earlier commit's default here, whose wall time on the machine the goal was set on is
+``--reference-seconds``, and prints this run's time scaled by the ratio as well. Each run uses
+its own clone's source (``PYTHONPATH``) with this environment's packages.
 """
 
 from __future__ import annotations
@@ -46,38 +51,82 @@ def job_seconds(log: str) -> dict[str, tuple[int, float]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def clone_at(repo: Path, rev: str | None, dest: Path) -> str:
+    """Clone ``repo`` into ``dest`` (at ``rev`` when given); returns the short commit."""
+    subprocess.run(["git", "clone", "--quiet", str(repo), str(dest)], check=True)
+    if rev:
+        subprocess.run(["git", "checkout", "--quiet", rev], cwd=dest, check=True)
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=dest, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def run_default(clone: Path, bin_dir: Path) -> tuple[float, dict[str, tuple[int, float]] | None, str]:
+    """Run the embedded default in ``clone`` with this environment's tools and the clone's own source
+    (``PYTHONPATH``, ahead of any editable install); returns (wall seconds, job-seconds per rule or None
+    when it failed, the end of its output)."""
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(clone / "src")}
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(bin_dir / "snakemake"), "--profile", "workflow/profiles/default"], cwd=clone,
+                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    output = proc.stdout + proc.stderr
+    return wall, (job_seconds(output) if proc.returncode == 0 else None), output[-6000:]
+
+
+def minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="repository to clone")
     ap.add_argument("--keep", action="store_true", help="keep the clone (printed) for inspection")
     ap.add_argument("--goal-minutes", type=float, default=12.0, help="the goal the wall time is compared with")
+    ap.add_argument("--reference", metavar="REV",
+                    help="first run the default of this commit on this machine, to set the wall time beside the "
+                         "one it had on the machine the goal was set on (--reference-seconds)")
+    ap.add_argument("--reference-seconds", type=float, metavar="S",
+                    help="the reference commit's wall time on the machine the goal was set on")
     args = ap.parse_args()
+    if (args.reference is None) != (args.reference_seconds is None):
+        ap.error("--reference and --reference-seconds go together")
     bin_dir = Path(sys.executable).parent
     work = Path(tempfile.mkdtemp(prefix="esrepro-default-"))
+    factor = None
+    if args.reference:
+        ref = work / "reference"
+        commit = clone_at(args.repo, args.reference, ref)
+        print(f"reference: {ref} (commit {commit})", flush=True)
+        ref_wall, ref_rules, tail = run_default(ref, bin_dir)
+        if ref_rules is None:
+            print(tail, f"reference FAILED after {ref_wall:.0f} s", sep="\n")
+            return 1
+        factor = ref_wall / args.reference_seconds
+        print(f"reference {commit}: {minutes(ref_wall)} wall, {sum(n for n, _ in ref_rules.values())} jobs here; "
+              f"{minutes(args.reference_seconds)} on the machine the goal was set on: this machine takes "
+              f"{factor:.2f}x as long", flush=True)
     clone = work / "repo"
-    subprocess.run(["git", "clone", "--quiet", str(args.repo), str(clone)], check=True)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("PYTHONPATH", None)
-    print(f"clone: {clone} (commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=clone, capture_output=True, text=True).stdout.strip()})", flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run([str(bin_dir / "snakemake"), "--profile", "workflow/profiles/default"], cwd=clone,
-                          env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
-        print(f"FAILED after {wall:.0f} s")
+    commit = clone_at(args.repo, None, clone)
+    print(f"clone: {clone} (commit {commit})", flush=True)
+    wall, rules, tail = run_default(clone, bin_dir)
+    if rules is None:
+        print(tail, f"FAILED after {wall:.0f} s", sep="\n")
         return 1
-    rules = job_seconds(proc.stdout + proc.stderr)
     jobs = sum(n for n, _ in rules.values())
     print(f"\n{'rule':<28} {'jobs':>5} {'job-seconds':>12}")
     for rule, (n, secs) in sorted(rules.items(), key=lambda kv: -kv[1][1]):
         print(f"{rule:<28} {n:>5} {secs:>12.0f}")
     total = sum(s for _, s in rules.values())
     print(f"{'all jobs':<28} {jobs:>5} {total:>12.0f}")
-    minutes, seconds = divmod(wall, 60)
-    verdict = "under" if wall < args.goal_minutes * 60 else "OVER"
-    print(f"\nembedded default: {int(minutes)} min {seconds:.0f} s wall, {jobs} jobs on {os.cpu_count()} cores "
-          f"({verdict} the {args.goal_minutes:g}-minute goal)")
+    goal = args.goal_minutes * 60
+    print(f"\nembedded default: {minutes(wall)} wall, {jobs} jobs on {os.cpu_count()} cores "
+          f"({'under' if wall < goal else 'OVER'} the {args.goal_minutes:g}-minute goal on this machine)")
+    if factor is not None:
+        scaled = wall / factor
+        print(f"at the speed of the machine the goal was set on (/{factor:.2f}): {minutes(scaled)} "
+              f"({'under' if scaled < goal else 'OVER'} the {args.goal_minutes:g}-minute goal)")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -275,7 +275,7 @@ def test_renamed_is_derived_from_the_former_names():
     from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED
 
     assert RENAMED == {"max_completion_length": "max_new_tokens", "kl_coef": "beta", "batch_size": "prompts_per_step",
-                       "generations": "iterations", "model": "models"}
+                       "generations": "iterations", "sft_batch_size": "sft_prompts_per_step", "model": "models"}
     assert all(RENAMED[old] == new for names in (*FORMER_NAMES.values(), *FORMER_BLOCK_NAMES.values())
                for new, old in names.items())
 

@@ -17,7 +17,7 @@ from esrepro.steps.essa import essa_grpo
 from test_essa_train import GENERATOR, countdown_model  # noqa: F401 - the warm-started model fixture
 
 REF = {"algorithm": "essa", "sft_examples": 16, "fitness_examples": 6, "val_examples": 4, "rank": 4,
-       "lora_alpha": 8, "sft_epochs": 1, "sft_learning_rate": 0.01, "sft_batch_size": 8, "max_new_tokens": 24,
+       "lora_alpha": 8, "sft_epochs": 1, "sft_learning_rate": 0.01, "sft_prompts_per_step": 8, "max_new_tokens": 24,
        "batch_size": 8, "fitness": "reward", "population": 4, "iterations": 1}
 # 3 steps of 8 completions (2 prompts x 4); 10 training problems > 6 fitness ones, so some come after the held-out
 GRPO = {"algorithm": "grpo", "beta": 0.0, "num_generations": 4, "learning_rate": 1e-2, "temperature": 1.0,

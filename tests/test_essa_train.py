@@ -23,7 +23,7 @@ E = "work/essa_tiny/"  # config/essa_tiny.yaml's workspace: its data and results
 
 SPEC = {
     "algorithm": "essa", "sft_examples": 32, "fitness_examples": 16, "val_examples": 8, "resample_per_step": 8,
-    "rank": 4, "lora_alpha": 8, "sft_epochs": 2, "sft_learning_rate": 0.01, "sft_batch_size": 8,
+    "rank": 4, "lora_alpha": 8, "sft_epochs": 2, "sft_learning_rate": 0.01, "sft_prompts_per_step": 8,
     "population": 6, "iterations": 3, "sigma0": 0.32, "max_new_tokens": 40, "batch_size": 16,
     "resume_every": 1, "fitness": "reward", "engines": 1,
 }

@@ -139,6 +139,16 @@ def test_default_dry_run(tmp_path):
                  "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report"):
         assert stats[rule] == 1, rule
     assert stats["build_tiny"] == 2  # tiny and tiny-v2
+    # the ESSA reference runs, whose SFT start the GRPO baselines wait for, are scheduled before the short jobs
+    ref_jobs = [b for b in out.split("\n\n") if "rule train:" in b and "method=essa_ref," in b]
+    assert len(ref_jobs) == 2 and all("priority: 1" in b for b in ref_jobs)
+
+
+def test_the_essa_reference_runs_start_first():
+    """The GRPO baseline waits for its reference run's SFT start: that chain is scheduled before the short jobs."""
+    plan = _plan("config.yaml")
+    assert plan.train_priority("essa_ref") == 1
+    assert {plan.train_priority(m) for m in ("es", "essa_pop16", "essa_eng2", "es_sigma0.005", "grpo_beta0")} == {0}
 
 
 # --- the paper's DAG ---------------------------------------------------------------------------------------------

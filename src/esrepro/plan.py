@@ -68,6 +68,13 @@ class Plan:
                    if m != ESSA_GRPO}  # the baseline has its own rule
         return keys_regex(sorted(direct))
 
+    def train_priority(self, method: str) -> int:
+        """Snakemake's priority of a training job: 1 for a reference ESSA run, else 0.
+
+        The ESSA study's GRPO baseline starts from the reference run's SFT adapter, so the two run one after the
+        other; started first, this chain overlaps the many short jobs instead of ending the run alone."""
+        return 1 if method == ESSA_REF else 0
+
     def cell_runs(self, task: str, model: str, method: str, seed: int | str) -> list[str]:
         """Run directories of every grid cell of an RL method."""
         return [P.fill(self.paths.CELL_RUN, task=task, model=model, method=method, cell=c, seed=seed)

@@ -42,6 +42,7 @@ rule train:
         run=folder_of_manifest,
         launcher=lambda w: cluster.launcher(PIPELINE, w.task, w.model, w.method, RAY_SLURM),
     threads: lambda w: cluster.train_job(PIPELINE, w.task, w.model, w.method).threads()
+    priority: lambda w: PLAN.train_priority(w.method)
     resources:
         **TRAIN_RESOURCES,
     conda:
@@ -125,6 +126,7 @@ rule essa_grpo:
         chat=chat_flag,
         run=folder_of_manifest,
     threads: threads_of("train")
+    priority: 1  # the second half of the chain its reference run starts (PLAN.train_priority)
     resources:
         **resources_of("train"),
     conda:

@@ -35,7 +35,7 @@ SPACE = "space.safetensors"
 SFT_RECORD = "sft.json"
 ADAPTER = "adapter"  # the final solution as a peft adapter, beside checkpoint/
 #: ESSASettings fields the SFT adapter and the space depend on.
-SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_batch_size",
+SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_prompts_per_step",
               "fraction", "selection")
 
 
@@ -66,7 +66,7 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
     summary = sft_lora(ctx.model_dir, pairs, rank=cfg.rank, alpha=cfg.lora_alpha, epochs=cfg.sft_epochs,
-                       learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size, seed=ctx.seed,
+                       learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step, seed=ctx.seed,
                        out_dir=root / SFT_ADAPTER)
     t1 = time.perf_counter()
     space = SingularValueSpace.build(load_lora(ctx.model_dir, root / SFT_ADAPTER), cfg.fraction, cfg.selection)

@@ -47,7 +47,7 @@ FORMER_NAMES: dict[str, dict[str, str]] = {
     "grpo": {"max_new_tokens": "max_completion_length"},
     "dr_grpo": {"max_new_tokens": "max_completion_length"},
     "ppo": {"beta": "kl_coef", "prompts_per_step": "batch_size"},
-    "essa": {"iterations": "generations"},
+    "essa": {"iterations": "generations", "sft_prompts_per_step": "sft_batch_size"},
 }
 #: The same for options outside the method blocks, per block (as ``esrepro options`` names them): the tiny model's
 #: warm start (``sft``: models.<key>.build.sft) and a sweep study (``study``: studies.<name>, whose one model became

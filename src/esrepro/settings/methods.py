@@ -252,7 +252,7 @@ class ESSASettings(PopulationSettings):
     lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling alpha / r; not checked)")
     sft_epochs: int = Field(2, ge=1, description="LoRA SFT epochs (not checked)")
     sft_learning_rate: float = Field(1e-4, gt=0, description="LoRA SFT learning rate, linear decay (not checked)")
-    sft_batch_size: int = Field(16, ge=1, description="LoRA SFT batch size (not checked)")
+    sft_prompts_per_step: int = Field(16, ge=1, description="LoRA SFT examples per optimizer step (not checked)")
     fraction: float = Field(0.4, gt=0, le=1, description="p: the fraction of singular values optimised (the top "
                             "ceil(p r) of each adapter)")
     selection: Literal["per_adapter", "global"] = Field(
