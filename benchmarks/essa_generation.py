@@ -94,7 +94,8 @@ def main() -> None:
         tmp = Path(tmp)
         t0 = time.perf_counter()
         sft_lora(model_dir, sft_pairs(task, splits.sft), rank=cfg.rank, alpha=cfg.lora_alpha, epochs=cfg.sft_epochs,
-                 learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step, seed=0, out_dir=tmp / "adapter")
+                 learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step, seed=0,
+                 out_dir=tmp / "adapter")
         t1 = time.perf_counter()
         space = SingularValueSpace.build(load_lora(model_dir, tmp / "adapter"), cfg.fraction, cfg.selection)
         space.save(tmp / "space.safetensors")
