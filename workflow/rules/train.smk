@@ -126,7 +126,7 @@ rule essa_grpo:
         chat=chat_flag,
         run=folder_of_manifest,
     threads: threads_of("train")
-    priority: 1  # the second half of the chain its reference run starts (PLAN.train_priority)
+    priority: PLAN.train_priority(ESSA_REF)  # the second half of the chain its reference run starts
     resources:
         **resources_of("train"),
     conda:
