@@ -229,6 +229,12 @@ def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``esrepro`` console script."""
+    if argv is None:  # a local Snakemake job: run in the preloaded interpreter when there is one
+        from esrepro import forkserver
+
+        status = forkserver.delegate(sys.argv[1:])
+        if status is not None:
+            return status
     from esrepro import numerics
     from esrepro.settings.layers import ConfigError
 

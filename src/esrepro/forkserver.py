@@ -1,0 +1,465 @@
+"""A preloaded interpreter for local runs: each ``esrepro`` job is forked from a process that has torch loaded.
+
+A tiny-scale job spends about 5 s of CPU importing torch, transformers, TRL and PEFT and a few seconds
+working; the embedded default runs some 170 of them on two cores. Under a local Snakemake run the
+Snakefile starts one server (:func:`start`, from its ``onstart`` hook) that imports those libraries
+once and listens on a Unix socket named by ``$ESREPRO_FORKSERVER``. The ``esrepro`` command a job
+runs (:func:`delegate`, first thing in ``esrepro.cli.main``) hands the server its arguments, working
+folder, environment and standard streams; the server forks a child that runs the verb exactly as the
+command would, and the command exits with the child's status. Snakemake still starts, orders and
+tracks every job; only the interpreter's start-up is shared, as in ``multiprocessing``'s forkserver
+(whose preload serves one program's workers, not separate commands, so it cannot be used here).
+
+What keeps a forked job equal to a fresh one, or else runs it fresh:
+
+* the server refuses a job whose interpreter (``sys.prefix``, version) or environment differs from its
+  own, apart from the variables a shell or Snakemake sets per job (:data:`PER_JOB`): the numerics and
+  thread variables are read when torch loads (esrepro.numerics), so a job with other values must load
+  its own; the command then runs in its own process, as it would without a server, and says why;
+* the server never runs a torch operation and refuses to serve if loading started a thread (a forked
+  OpenMP pool would hang the child);
+* the child takes the job's environment, folder, streams and ``sys.argv``, the default signal handlers
+  and a process group of its own, and exits through the interpreter's exit handlers.
+
+Nothing outlives its owner: a command that is killed (Snakemake cancelling the job) closes its
+connection and the server stops the child's process group (SIGTERM, then SIGKILL after
+:data:`GRACE_S`); the server ends when the Snakemake process that started it is gone (:func:`stop`
+from the ``onsuccess``/``onerror`` hooks, or its parent's death otherwise), stopping any child left.
+If the server goes away mid-job, the command fails with a message rather than reporting success.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+#: The socket of the server a job may use (set by :func:`start` for the jobs Snakemake starts).
+SOCKET_ENV = "ESREPRO_FORKSERVER"
+#: Environment variables that may differ between the server and a job it runs (shell and Snakemake
+#: bookkeeping, temporary folders): nothing loaded at start-up reads them.
+PER_JOB = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "TMPDIR", "TMP", "TEMP", "TEMPDIR"})
+#: The variables Snakemake sets to a job's thread count; the server is started with them at 1, the
+#: thread count of every tiny-scale job (a job with more threads differs, and runs fresh).
+THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+#: What the server loads before it serves: the libraries whose import dominates a tiny job, then every
+#: esrepro module but those under :data:`NOT_PRELOADED`. pandas (the report modules) is left out: it loads
+#: pyarrow, whose allocator starts a thread; TRL too (it loads pyarrow through datasets). Jobs import them.
+PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "peft", "math_verify")
+NOT_PRELOADED = ("esrepro.report", "esrepro.forkserver")
+#: Seconds between SIGTERM and SIGKILL for a child whose command went away, and between the server's looks.
+GRACE_S = 5.0
+POLL_S = 0.25
+_HEADER = struct.Struct("!I")
+_STATUS = struct.Struct("!i")
+
+_server: subprocess.Popen | None = None
+
+
+def fingerprint(prefix: str, version: str, environ: dict[str, str]) -> dict[str, Any]:
+    """What must be equal between the server and a job: interpreter and environment (less :data:`PER_JOB`)."""
+    return {"prefix": prefix, "version": version,
+            "env": {k: v for k, v in sorted(environ.items()) if k not in PER_JOB and k != SOCKET_ENV}}
+
+
+def difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    """A short reason why a job with fingerprint ``theirs`` cannot run in a server of ``mine``; None if it can."""
+    for key in ("prefix", "version"):
+        if mine[key] != theirs[key]:
+            return f"another interpreter ({key} {theirs[key]!r}, server {mine[key]!r})"
+    names = sorted(k for k in set(mine["env"]) | set(theirs["env"]) if mine["env"].get(k) != theirs["env"].get(k))
+    if names:
+        shown = ", ".join(f"{k}={theirs['env'].get(k, '(unset)')!r}" for k in names[:3])
+        return f"another environment ({shown}{', ...' if len(names) > 3 else ''})"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- the command
+
+
+def delegate(argv: Sequence[str]) -> int | None:
+    """Run ``esrepro argv`` in the server named by ``$ESREPRO_FORKSERVER``; its exit status, or None to run here.
+
+    None when no server is named, when it cannot be reached, or when it declines the job (a note on
+    stderr says why). SIGTERM or SIGINT to this command ends the child too (the server sees the
+    connection close).
+    """
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [b"J"], [0, 1, 2])
+        payload = json.dumps({"argv": list(argv), "cwd": os.getcwd(), "prefix": sys.prefix, "version": sys.version,
+                              "environ": dict(os.environ)}).encode()
+        conn.sendall(_HEADER.pack(len(payload)) + payload)
+        reply = _read(conn, 1)
+    except OSError as exc:
+        conn.close()
+        print(f"esrepro: the preloaded interpreter at {path} is not available ({exc}); starting fresh",
+              file=sys.stderr)
+        return None
+    if reply != b"S":
+        reason = _read_message(conn).decode() if reply == b"R" else "it closed the connection"
+        conn.close()
+        print(f"esrepro: the preloaded interpreter declined this job: {reason}; starting fresh", file=sys.stderr)
+        return None
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # end here; the closed connection ends the child
+        signal.signal(sig, lambda *_: os._exit(128 + 15))
+    try:
+        status = _read(conn, _STATUS.size)
+    except OSError:
+        status = b""
+    if len(status) != _STATUS.size:
+        print(f"esrepro: the preloaded interpreter at {path} ended before this job did", file=sys.stderr)
+        return 1
+    return _STATUS.unpack(status)[0]
+
+
+def _read(conn: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes, or fewer if the peer closed the connection."""
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _read_message(conn: socket.socket) -> bytes:
+    size = _read(conn, _HEADER.size)
+    if len(size) != _HEADER.size:
+        raise ConnectionError("connection closed before the message")
+    body = _read(conn, _HEADER.unpack(size)[0])
+    if len(body) != _HEADER.unpack(size)[0]:
+        raise ConnectionError("connection closed inside the message")
+    return body
+
+
+def _send_message(conn: socket.socket, kind: bytes, body: bytes) -> None:
+    conn.sendall(kind + _HEADER.pack(len(body)) + body)
+
+
+# -------------------------------------------------------------------------------------------- the Snakefile
+
+
+def start(log: str | Path, threads: int = 1) -> Path | None:
+    """Start the server for this Snakemake process's local jobs and name it in ``$ESREPRO_FORKSERVER``.
+
+    Its own output goes to ``log``. The server environment is this process's, with Snakemake's thread
+    variables at ``threads`` (what a job of that many threads sees). Returns the socket path, or None on a
+    system without ``fork`` or Unix sockets.
+    """
+    global _server
+    if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX"):
+        return None
+    stop()
+    folder = Path(tempfile.mkdtemp(prefix="esrepro-fs-"))
+    path = folder / "jobs.sock"
+    env = {**os.environ, **{k: str(threads) for k in THREAD_VARS}}
+    env.pop(SOCKET_ENV, None)
+    env[SOCKET_ENV] = str(path)  # the children keep it: an `esrepro` a job starts is forked too
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        _server = subprocess.Popen(
+            [sys.executable, "-m", "esrepro.forkserver", str(path), str(os.getpid())],
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    os.environ[SOCKET_ENV] = str(path)
+    return path
+
+
+def stop(timeout_s: float = 30.0) -> None:
+    """Stop the server :func:`start` started (it stops its children first) and forget its socket."""
+    global _server
+    path = os.environ.pop(SOCKET_ENV, None)
+    if _server is not None:
+        if _server.poll() is None:
+            _server.terminate()
+            try:
+                _server.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                _server.kill()
+                _server.wait()
+        _server = None
+    if path:
+        Path(path).unlink(missing_ok=True)
+        try:
+            Path(path).parent.rmdir()
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------- the server
+
+
+class _Job:
+    """A child the server forked, and the connection of the command waiting for it."""
+
+    def __init__(self, pid: int, conn: socket.socket):
+        self.pid, self.conn = pid, conn
+        self.kill_at: float | None = None
+
+
+def preload(modules: Sequence[str] = PRELOAD, package: str | None = "esrepro") -> int:
+    """Import ``modules`` and ``package``'s modules (less :data:`NOT_PRELOADED`); returns how many were loaded.
+
+    Raises RuntimeError if loading started a thread: a forked child would lack it (an OpenMP pool would hang).
+    """
+    import importlib
+    import pkgutil
+
+    for name in modules:
+        importlib.import_module(name)
+    loaded = len(modules)
+    if package:
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+            if info.name.startswith(NOT_PRELOADED) or info.name.endswith("__main__"):
+                continue
+            importlib.import_module(info.name)
+            loaded += 1
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads != 1:
+        raise RuntimeError(f"loading the modules started {threads - 1} thread(s); forking would be unsafe")
+    return loaded
+
+
+def serve(path: str | Path, parent: int | None = None, modules: Sequence[str] = PRELOAD,
+          package: str | None = "esrepro") -> int:
+    """Preload (:func:`preload`), then fork one child per job that connects to ``path`` until told to stop.
+
+    Stops on SIGTERM or SIGINT, or once ``parent`` (a pid) is gone; children still running are stopped.
+    """
+    stopping = False
+
+    def request_stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    before = dict(os.environ)  # what a job's environment must equal; loading may add to it (transformers does)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))  # jobs that connect while the modules load wait for them instead of loading their own
+    listener.listen(64)
+    try:
+        started = time.time()
+        loaded = preload(modules, package)
+    except BaseException:
+        listener.close()
+        Path(path).unlink(missing_ok=True)
+        raise
+    print(f"esrepro forkserver: loaded {loaded} modules in {time.time() - started:.1f} s; serving {path}", flush=True)
+    mine = fingerprint(sys.prefix, sys.version, before)
+    loading = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    listener.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    jobs: dict[int, _Job] = {}
+    served = declined = 0
+    try:
+        while not stopping and (parent is None or os.getppid() == parent):
+            for key, _ in selector.select(POLL_S):
+                if key.fileobj is listener:
+                    job = _accept(listener, mine, loading, selector, jobs)
+                    served, declined = served + (job is True), declined + (job is False)
+                else:  # the command's end of a running job: it closed, so the job is cancelled
+                    _cancel(jobs, key.fileobj, selector)
+            _reap(jobs, selector)
+            _escalate(jobs)
+    finally:
+        selector.close()
+        listener.close()
+        Path(path).unlink(missing_ok=True)
+        _stop_all(jobs)
+        print(f"esrepro forkserver: stopped after {served} jobs ({declined} declined)", flush=True)
+    return 0
+
+
+def _accept(listener: socket.socket, mine: dict, loading: dict[str, str | None], selector: selectors.BaseSelector,
+            jobs: dict[int, _Job]) -> bool | None:
+    """Take one connection: fork its job (True), decline it (False), or drop a broken one (None).
+
+    ``loading``: the variables that loading the modules set (None: removed), applied over the job's environment
+    as a fresh command's imports would.
+    """
+    try:
+        conn, _ = listener.accept()
+    except BlockingIOError:
+        return None
+    conn.setblocking(True)
+    conn.settimeout(10.0)
+    fds: list[int] = []
+    try:
+        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+        request = json.loads(_read_message(conn))
+        if len(fds) != 3:
+            raise ConnectionError(f"{len(fds)} file descriptors instead of 3")
+        reason = difference(mine, fingerprint(request["prefix"], request["version"], request["environ"]))
+        if reason:
+            _send_message(conn, b"R", reason.encode())
+            conn.close()
+            return False
+        conn.sendall(b"S")
+    except (OSError, ValueError) as exc:
+        print(f"esrepro forkserver: dropped a connection: {exc}", flush=True)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        _run_child(request, loading, fds, conn, listener, selector, jobs)
+    for fd in fds:
+        os.close(fd)
+    conn.settimeout(None)
+    jobs[pid] = _Job(pid, conn)
+    selector.register(conn, selectors.EVENT_READ)
+    return True
+
+
+def _run_child(request: dict, loading: dict[str, str | None], fds: list[int], conn: socket.socket,
+               listener: socket.socket, selector: selectors.BaseSelector, jobs: dict[int, _Job]) -> None:
+    """Become the job: its streams, folder, environment and arguments; run the verb; exit with its status."""
+    status = 1
+    try:
+        selector.close()
+        listener.close()
+        conn.close()
+        for job in jobs.values():
+            job.conn.close()
+        os.setpgid(0, 0)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["environ"])
+        for k, v in loading.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        sys.argv = ["esrepro", *request["argv"]]
+        from esrepro import cli
+
+        status = cli.main(request["argv"])
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the job's traceback goes to its log, as a fresh command's would
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+
+def _cancel(jobs: dict[int, _Job], conn: Any, selector: selectors.BaseSelector) -> None:
+    """The command of a job went away (or wrote, which it never does): stop the job's process group."""
+    job = next((j for j in jobs.values() if j.conn is conn), None)
+    selector.unregister(conn)
+    if job is None:
+        conn.close()
+        return
+    _signal_group(job.pid, signal.SIGTERM)
+    job.kill_at = time.monotonic() + GRACE_S
+
+
+def _reap(jobs: dict[int, _Job], selector: selectors.BaseSelector) -> None:
+    """Collect finished children and send each command its job's exit status."""
+    while jobs:
+        try:
+            pid, raw = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        job = jobs.pop(pid, None)
+        if job is None:
+            continue
+        status = os.waitstatus_to_exitcode(raw)
+        if status < 0:  # killed by a signal: report it as a shell does
+            status = 128 - status
+        try:
+            selector.unregister(job.conn)
+        except (KeyError, ValueError):
+            pass
+        try:
+            job.conn.sendall(_STATUS.pack(status))
+        except OSError:
+            pass
+        job.conn.close()
+        _signal_group(pid, signal.SIGKILL)  # whatever the job left behind in its group
+
+
+def _escalate(jobs: dict[int, _Job]) -> None:
+    now = time.monotonic()
+    for job in jobs.values():
+        if job.kill_at is not None and now >= job.kill_at:
+            _signal_group(job.pid, signal.SIGKILL)
+            job.kill_at = None
+
+
+def _stop_all(jobs: dict[int, _Job]) -> None:
+    """SIGTERM every running job's group, SIGKILL what is left after :data:`GRACE_S`, and collect them."""
+    for job in jobs.values():
+        _signal_group(job.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while jobs and time.monotonic() < deadline:
+        _reap_quietly(jobs)
+        time.sleep(0.05)
+    for job in jobs.values():
+        _signal_group(job.pid, signal.SIGKILL)
+    while jobs:
+        _reap_quietly(jobs, block=True)
+
+
+def _reap_quietly(jobs: dict[int, _Job], block: bool = False) -> None:
+    try:
+        pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        jobs.clear()
+        return
+    job = jobs.pop(pid, None)
+    if job is not None:
+        job.conn.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))
