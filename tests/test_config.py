@@ -192,7 +192,7 @@ MALFORMED = [
     ("dr-grpo-wrong-loss", _set("methods/drgrpo/loss_type", "grpo"), None,
      CONFIG + "methods.drgrpo.loss_type: algorithm dr_grpo means loss_type dr_grpo"),
     ("ppo-batches", _set("defaults/ppo/mini_batch_size", 100), None,
-     CONFIG + "defaults.ppo.mini_batch_size: prompts_per_step (256) must be a multiple of mini_batch_size "
+     CONFIG + "defaults.ppo.mini_batch_size: prompts_per_step (128) must be a multiple of mini_batch_size "
      "(100)"),
     ("eval-tokens", _set("evaluate/countdown/max_new_tokens", 0), None, CONFIG + "evaluate.countdown.max_new_tokens: 0"),
     ("kl-samples", _set("kl/conciseness/n_samples", 0), None, CONFIG + "kl.conciseness.n_samples: 0"),

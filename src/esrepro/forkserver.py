@@ -1,6 +1,6 @@
 """A preloaded interpreter for local runs: each ``esrepro`` job is forked from a process that has torch loaded.
 
-A tiny-scale job spends about 5 s of CPU importing torch, transformers, TRL and PEFT and a few seconds
+A tiny-scale job spends about 5 s of CPU importing torch, transformers and PEFT and a few seconds
 working; the embedded default runs some 170 of them on two cores. Under a local Snakemake run the
 Snakefile starts one server (:func:`start`, from its ``onstart`` hook) that imports those libraries
 once and listens on a Unix socket named by ``$ESREPRO_FORKSERVER``. The ``esrepro`` command a job
@@ -19,11 +19,12 @@ What keeps a forked job equal to a fresh one, or else runs it fresh:
 * the server never runs a torch operation and refuses to serve if loading started a thread (a forked
   OpenMP pool would hang the child);
 * the child takes the job's environment, folder, streams and ``sys.argv``, the default signal handlers
-  and a process group of its own, and exits through the interpreter's exit handlers.
+  and the command's process group, and exits through the interpreter's exit handlers.
 
-Nothing outlives its owner: a command that is killed (Snakemake cancelling the job) closes its
-connection and the server stops the child's process group (SIGTERM, then SIGKILL after
-:data:`GRACE_S`); the server ends when the Snakemake process that started it is gone (:func:`stop`
+Nothing outlives its owner: the server and its children are in Snakemake's process group, so a kill of
+the group (Ctrl-C, SIGKILL to the group) reaches them as it reaches fresh jobs; a command that is killed
+alone (Snakemake cancelling the job) closes its connection and the server stops the child (SIGTERM, then
+SIGKILL after :data:`GRACE_S`); the server ends when the Snakemake process that started it is gone (:func:`stop`
 from the ``onsuccess``/``onerror`` hooks, or its parent's death otherwise), stopping any child left.
 If the server goes away mid-job, the command fails with a message rather than reporting success.
 """
@@ -45,8 +46,9 @@ from typing import Any, Sequence
 
 #: The socket of the server a job may use (set by :func:`start` for the jobs Snakemake starts).
 SOCKET_ENV = "ESREPRO_FORKSERVER"
-#: Environment variables that may differ between the server and a job it runs (shell and Snakemake
-#: bookkeeping, temporary folders): nothing loaded at start-up reads them.
+#: Environment variables that may differ between the server and a job it runs: shell and Snakemake bookkeeping, and
+#: the temporary folder (Snakemake sets a job's to the system's, the server's; a variable that loading derives from
+#: it, torch's compile-cache folder, keeps the server's value).
 PER_JOB = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "TMPDIR", "TMP", "TEMP", "TEMPDIR"})
 #: The variables Snakemake sets to a job's thread count; the server is started with them at 1, the
 #: thread count of every tiny-scale job (a job with more threads differs, and runs fresh).
@@ -57,6 +59,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 #: pyarrow, whose allocator starts a thread; TRL too (it loads pyarrow through datasets). Jobs import them.
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "peft", "math_verify")
 NOT_PRELOADED = ("esrepro.report", "esrepro.forkserver")
+#: What a forked child runs with the job's arguments (``module:function``, resolved in the child).
+ENTRY = "esrepro.cli:main"
 #: Seconds between SIGTERM and SIGKILL for a child whose command went away, and between the server's looks.
 GRACE_S = 5.0
 POLL_S = 0.25
@@ -101,8 +105,8 @@ def delegate(argv: Sequence[str]) -> int | None:
     try:
         conn.connect(path)
         socket.send_fds(conn, [b"J"], [0, 1, 2])
-        payload = json.dumps({"argv": list(argv), "cwd": os.getcwd(), "prefix": sys.prefix, "version": sys.version,
-                              "environ": dict(os.environ)}).encode()
+        payload = json.dumps({"argv": list(argv), "cwd": os.getcwd(), "pgid": os.getpgrp(), "prefix": sys.prefix,
+                              "version": sys.version, "environ": dict(os.environ)}).encode()
         conn.sendall(_HEADER.pack(len(payload)) + payload)
         reply = _read(conn, 1)
     except OSError as exc:
@@ -159,8 +163,8 @@ def start(log: str | Path, threads: int = 1) -> Path | None:
     """Start the server for this Snakemake process's local jobs and name it in ``$ESREPRO_FORKSERVER``.
 
     Its own output goes to ``log``. The server environment is this process's, with Snakemake's thread
-    variables at ``threads`` (what a job of that many threads sees). Returns the socket path, or None on a
-    system without ``fork`` or Unix sockets.
+    variables at ``threads`` (what a job of that many threads sees). Returns once the socket is bound (jobs that
+    connect then wait while it loads); the socket path, or None on a system without ``fork`` or Unix sockets.
     """
     global _server
     if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX"):
@@ -168,15 +172,16 @@ def start(log: str | Path, threads: int = 1) -> Path | None:
     stop()
     folder = Path(tempfile.mkdtemp(prefix="esrepro-fs-"))
     path = folder / "jobs.sock"
-    env = {**os.environ, **{k: str(threads) for k in THREAD_VARS}}
-    env.pop(SOCKET_ENV, None)
-    env[SOCKET_ENV] = str(path)  # the children keep it: an `esrepro` a job starts is forked too
+    env = {**os.environ, **{k: str(threads) for k in THREAD_VARS}, SOCKET_ENV: str(path)}
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         _server = subprocess.Popen(
             [sys.executable, "-m", "esrepro.forkserver", str(path), str(os.getpid())],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # in Snakemake's process group: a kill of the group (Ctrl-C, a test's SIGKILL) takes it along
+    deadline = time.monotonic() + 30.0  # it binds before loading: the first jobs queue for it, not load their own
+    while not path.exists() and _server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     os.environ[SOCKET_ENV] = str(path)
     return path
 
@@ -205,14 +210,6 @@ def stop(timeout_s: float = 30.0) -> None:
 # ----------------------------------------------------------------------------------------------- the server
 
 
-class _Job:
-    """A child the server forked, and the connection of the command waiting for it."""
-
-    def __init__(self, pid: int, conn: socket.socket):
-        self.pid, self.conn = pid, conn
-        self.kill_at: float | None = None
-
-
 def preload(modules: Sequence[str] = PRELOAD, package: str | None = "esrepro") -> int:
     """Import ``modules`` and ``package``'s modules (less :data:`NOT_PRELOADED`); returns how many were loaded.
 
@@ -238,19 +235,12 @@ def preload(modules: Sequence[str] = PRELOAD, package: str | None = "esrepro") -
 
 
 def serve(path: str | Path, parent: int | None = None, modules: Sequence[str] = PRELOAD,
-          package: str | None = "esrepro") -> int:
+          package: str | None = "esrepro", entry: str = ENTRY) -> int:
     """Preload (:func:`preload`), then fork one child per job that connects to ``path`` until told to stop.
 
-    Stops on SIGTERM or SIGINT, or once ``parent`` (a pid) is gone; children still running are stopped.
+    A child calls ``entry`` ("module:function") with the job's arguments. Stops on SIGTERM or SIGINT, or once
+    ``parent`` (a pid) is no longer this process's parent; children still running are stopped.
     """
-    stopping = False
-
-    def request_stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
     before = dict(os.environ)  # what a job's environment must equal; loading may add to it (transformers does)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))  # jobs that connect while the modules load wait for them instead of loading their own
@@ -263,202 +253,227 @@ def serve(path: str | Path, parent: int | None = None, modules: Sequence[str] = 
         Path(path).unlink(missing_ok=True)
         raise
     print(f"esrepro forkserver: loaded {loaded} modules in {time.time() - started:.1f} s; serving {path}", flush=True)
-    mine = fingerprint(sys.prefix, sys.version, before)
     loading = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
-    listener.setblocking(False)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    jobs: dict[int, _Job] = {}
-    served = declined = 0
-    try:
-        while not stopping and (parent is None or os.getppid() == parent):
-            for key, _ in selector.select(POLL_S):
-                if key.fileobj is listener:
-                    job = _accept(listener, mine, loading, selector, jobs)
-                    served, declined = served + (job is True), declined + (job is False)
-                else:  # the command's end of a running job: it closed, so the job is cancelled
-                    _cancel(jobs, key.fileobj, selector)
-            _reap(jobs, selector)
-            _escalate(jobs)
-    finally:
-        selector.close()
-        listener.close()
-        Path(path).unlink(missing_ok=True)
-        _stop_all(jobs)
-        print(f"esrepro forkserver: stopped after {served} jobs ({declined} declined)", flush=True)
-    return 0
+    return _Server(Path(path), listener, fingerprint(sys.prefix, sys.version, before), loading, entry).run(parent)
 
 
-def _accept(listener: socket.socket, mine: dict, loading: dict[str, str | None], selector: selectors.BaseSelector,
-            jobs: dict[int, _Job]) -> bool | None:
-    """Take one connection: fork its job (True), decline it (False), or drop a broken one (None).
+class _Server:
+    """The serving loop: one process, no threads (it forks), polling every :data:`POLL_S`."""
 
-    ``loading``: the variables that loading the modules set (None: removed), applied over the job's environment
-    as a fresh command's imports would.
-    """
-    try:
-        conn, _ = listener.accept()
-    except BlockingIOError:
-        return None
-    conn.setblocking(True)
-    conn.settimeout(10.0)
-    fds: list[int] = []
-    try:
-        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-        request = json.loads(_read_message(conn))
-        if len(fds) != 3:
-            raise ConnectionError(f"{len(fds)} file descriptors instead of 3")
-        reason = difference(mine, fingerprint(request["prefix"], request["version"], request["environ"]))
-        if reason:
-            _send_message(conn, b"R", reason.encode())
+    def __init__(self, path: Path, listener: socket.socket, mine: dict, loading: dict[str, str | None],
+                 entry: str):
+        self.path, self.listener, self.mine, self.entry = path, listener, mine, entry
+        self.loading = loading  # variables loading set (None: removed), applied over a job's as its imports would
+        self.selector = selectors.DefaultSelector()
+        self.jobs: dict[int, _Job] = {}
+        self.stopping = False
+        self.served = self.declined = 0
+
+    def run(self, parent: int | None) -> int:
+        def request_stop(*_: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        self.listener.setblocking(False)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        try:
+            while not self.stopping and (parent is None or os.getppid() == parent):
+                for key, _ in self.selector.select(POLL_S):
+                    if key.fileobj is self.listener:
+                        self.accept()
+                    else:  # the command's end of a running job closed: the job is cancelled
+                        self.cancel(key.fileobj)
+                self.reap()
+                self.escalate()
+        finally:
+            self.selector.close()
+            self.listener.close()
+            self.path.unlink(missing_ok=True)
+            self.stop_all()
+            print(f"esrepro forkserver: stopped after {self.served} jobs ({self.declined} declined)", flush=True)
+        return 0
+
+    def accept(self) -> None:
+        """Take one connection: fork its job, decline it, or drop a broken one."""
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(True)
+        conn.settimeout(10.0)
+        fds: list[int] = []
+        try:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            request = json.loads(_read_message(conn))
+            if len(fds) != 3:
+                raise ConnectionError(f"{len(fds)} file descriptors instead of 3")
+            reason = difference(self.mine, fingerprint(request["prefix"], request["version"], request["environ"]))
+            if reason:
+                _send_message(conn, b"R", reason.encode())
+                self.declined += 1
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                return
+            conn.sendall(b"S")
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"esrepro forkserver: dropped a connection: {exc!r}", flush=True)
+            for fd in fds:
+                os.close(fd)
             conn.close()
-            return False
-        conn.sendall(b"S")
-    except (OSError, ValueError) as exc:
-        print(f"esrepro forkserver: dropped a connection: {exc}", flush=True)
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.become_job(request, fds, conn)  # never returns
         for fd in fds:
             os.close(fd)
-        conn.close()
-        return None
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        _run_child(request, loading, fds, conn, listener, selector, jobs)
-    for fd in fds:
-        os.close(fd)
-    conn.settimeout(None)
-    jobs[pid] = _Job(pid, conn)
-    selector.register(conn, selectors.EVENT_READ)
-    return True
+        conn.settimeout(None)
+        self.jobs[pid] = _Job(pid, conn)
+        self.selector.register(conn, selectors.EVENT_READ)
+        self.served += 1
 
-
-def _run_child(request: dict, loading: dict[str, str | None], fds: list[int], conn: socket.socket,
-               listener: socket.socket, selector: selectors.BaseSelector, jobs: dict[int, _Job]) -> None:
-    """Become the job: its streams, folder, environment and arguments; run the verb; exit with its status."""
-    status = 1
-    try:
-        selector.close()
-        listener.close()
-        conn.close()
-        for job in jobs.values():
-            job.conn.close()
-        os.setpgid(0, 0)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["environ"])
-        for k, v in loading.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        sys.argv = ["esrepro", *request["argv"]]
-        from esrepro import cli
-
-        status = cli.main(request["argv"])
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - the job's traceback goes to its log, as a fresh command's would
-        import traceback
-
-        traceback.print_exc()
+    def become_job(self, request: dict, fds: list[int], conn: socket.socket) -> None:
+        """In the child: the job's streams, folder, environment and arguments; run the entry; exit with its status."""
         status = 1
-    finally:
         try:
-            import atexit
+            self.selector.close()
+            self.listener.close()
+            conn.close()
+            for job in self.jobs.values():
+                job.conn.close()
+            try:  # the command's process group, where a fresh command would be: a signal to the group reaches it
+                os.setpgid(0, int(request["pgid"]))
+            except (OSError, ValueError, KeyError):  # the command is in another session: a group of its own
+                os.setpgid(0, 0)
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["environ"])
+            for k, v in self.loading.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            sys.argv = ["esrepro", *request["argv"]]
+            import importlib
 
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
+            module, name = self.entry.split(":")
+            status = getattr(importlib.import_module(module), name)(request["argv"])
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - the traceback goes to the job's log, as a fresh command's would
+            import traceback
+
+            traceback.print_exc()
+            status = 1
         finally:
-            os._exit(status)
+            try:
+                import atexit
 
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(status if isinstance(status, int) else 1)
 
-def _cancel(jobs: dict[int, _Job], conn: Any, selector: selectors.BaseSelector) -> None:
-    """The command of a job went away (or wrote, which it never does): stop the job's process group."""
-    job = next((j for j in jobs.values() if j.conn is conn), None)
-    selector.unregister(conn)
-    if job is None:
-        conn.close()
-        return
-    _signal_group(job.pid, signal.SIGTERM)
-    job.kill_at = time.monotonic() + GRACE_S
-
-
-def _reap(jobs: dict[int, _Job], selector: selectors.BaseSelector) -> None:
-    """Collect finished children and send each command its job's exit status."""
-    while jobs:
-        try:
-            pid, raw = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        job = jobs.pop(pid, None)
+    def cancel(self, conn: Any) -> None:
+        """The command of a job went away (or wrote, which it never does): stop the job's process group."""
+        self.selector.unregister(conn)
+        job = next((j for j in self.jobs.values() if j.conn is conn), None)
         if job is None:
-            continue
-        status = os.waitstatus_to_exitcode(raw)
-        if status < 0:  # killed by a signal: report it as a shell does
-            status = 128 - status
+            conn.close()
+            return
+        _signal_job(job.pid, signal.SIGTERM)
+        job.kill_at = time.monotonic() + GRACE_S
+
+    def reap(self) -> None:
+        """Collect finished children and send each command its job's exit status."""
+        while self.jobs:
+            try:
+                pid, raw = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.pop(pid, None)
+            if job is None:
+                continue
+            status = os.waitstatus_to_exitcode(raw)
+            if status < 0:  # killed by a signal: report it as a shell does
+                status = 128 - status
+            try:
+                self.selector.unregister(job.conn)
+            except (KeyError, ValueError):
+                pass
+            try:
+                job.conn.sendall(_STATUS.pack(status))
+            except OSError:
+                pass
+            job.conn.close()
+
+    def escalate(self) -> None:
+        """SIGKILL the group of a cancelled job still running :data:`GRACE_S` after its SIGTERM."""
+        now = time.monotonic()
+        for job in self.jobs.values():
+            if job.kill_at is not None and now >= job.kill_at:
+                _signal_job(job.pid, signal.SIGKILL)
+                job.kill_at = None
+
+    def stop_all(self) -> None:
+        """SIGTERM every running job's group, SIGKILL what is left after :data:`GRACE_S`; collect them all.
+
+        Their commands get no status: they fail, saying the server ended before their job did.
+        """
+        for job in self.jobs.values():
+            _signal_job(job.pid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while self.jobs and time.monotonic() < deadline:
+            self._collect(block=False)
+            time.sleep(0.05)
+        for job in self.jobs.values():
+            _signal_job(job.pid, signal.SIGKILL)
+        while self.jobs:
+            self._collect(block=True)
+
+    def _collect(self, block: bool) -> None:
         try:
-            selector.unregister(job.conn)
-        except (KeyError, ValueError):
-            pass
-        try:
-            job.conn.sendall(_STATUS.pack(status))
-        except OSError:
-            pass
-        job.conn.close()
-        _signal_group(pid, signal.SIGKILL)  # whatever the job left behind in its group
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid = 0
+            for job in self.jobs.values():
+                job.conn.close()
+            self.jobs.clear()
+        job = self.jobs.pop(pid, None) if pid else None
+        if job is not None:
+            job.conn.close()
 
 
-def _escalate(jobs: dict[int, _Job]) -> None:
-    now = time.monotonic()
-    for job in jobs.values():
-        if job.kill_at is not None and now >= job.kill_at:
-            _signal_group(job.pid, signal.SIGKILL)
-            job.kill_at = None
+class _Job:
+    """A child the server forked, and the connection of the command waiting for it."""
+
+    def __init__(self, pid: int, conn: socket.socket):
+        self.pid, self.conn = pid, conn
+        self.kill_at: float | None = None
 
 
-def _stop_all(jobs: dict[int, _Job]) -> None:
-    """SIGTERM every running job's group, SIGKILL what is left after :data:`GRACE_S`, and collect them."""
-    for job in jobs.values():
-        _signal_group(job.pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    while jobs and time.monotonic() < deadline:
-        _reap_quietly(jobs)
-        time.sleep(0.05)
-    for job in jobs.values():
-        _signal_group(job.pid, signal.SIGKILL)
-    while jobs:
-        _reap_quietly(jobs, block=True)
-
-
-def _reap_quietly(jobs: dict[int, _Job], block: bool = False) -> None:
+def _signal_job(pid: int, sig: int) -> None:
+    """Signal a child: its process group if it leads one, else the child alone (it is in its command's group,
+    which may hold Snakemake itself). The helpers a verb starts end with it (esrepro.lifeline)."""
     try:
-        pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
-    except ChildProcessError:
-        jobs.clear()
-        return
-    job = jobs.pop(pid, None)
-    if job is not None:
-        job.conn.close()
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 if __name__ == "__main__":
