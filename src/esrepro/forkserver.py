@@ -120,7 +120,7 @@ def delegate(argv: Sequence[str]) -> int | None:
         print(f"esrepro: the preloaded interpreter declined this job: {reason}; starting fresh", file=sys.stderr)
         return None
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # end here; the closed connection ends the child
-        signal.signal(sig, lambda *_: os._exit(128 + 15))
+        signal.signal(sig, lambda signum, _: os._exit(128 + signum))
     try:
         status = _read(conn, _STATUS.size)
     except OSError:
