@@ -133,8 +133,8 @@ def test_a_stopped_server_fails_its_running_jobs_and_ends_them(server, tmp_path)
 
 def test_the_server_ends_with_its_parent(tmp_path):
     sock, log = tmp_path / "s.sock", tmp_path / "server.log"
-    parent_code = (f"import subprocess, sys, time\n"
-                   f"p = subprocess.Popen([sys.executable, '-c', {LIGHT!r}, {str(sock)!r}, str(__import__('os').getpid())],"
+    parent_code = (f"import os, subprocess, sys, time\n"
+                   f"p = subprocess.Popen([sys.executable, '-c', {LIGHT!r}, {str(sock)!r}, str(os.getpid())],"
                    f" stdout=open({str(log)!r}, 'wb'), stderr=subprocess.STDOUT, start_new_session=True)\n"
                    f"print(p.pid, flush=True)\ntime.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", parent_code], env=job_env(), stdout=subprocess.PIPE, text=True)
