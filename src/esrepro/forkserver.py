@@ -109,13 +109,13 @@ def delegate(argv: Sequence[str]) -> int | None:
                               "version": sys.version, "environ": dict(os.environ)}).encode()
         conn.sendall(_HEADER.pack(len(payload)) + payload)
         reply = _read(conn, 1)
+        reason = _read_message(conn).decode() if reply == b"R" else "it closed the connection"
     except OSError as exc:
         conn.close()
         print(f"esrepro: the preloaded interpreter at {path} is not available ({exc}); starting fresh",
               file=sys.stderr)
         return None
     if reply != b"S":
-        reason = _read_message(conn).decode() if reply == b"R" else "it closed the connection"
         conn.close()
         print(f"esrepro: the preloaded interpreter declined this job: {reason}; starting fresh", file=sys.stderr)
         return None
@@ -385,7 +385,7 @@ class _Server:
                 os._exit(status if isinstance(status, int) else 1)
 
     def cancel(self, conn: Any) -> None:
-        """The command of a job went away (or wrote, which it never does): stop the job's process group."""
+        """The command of a job went away (or wrote, which it never does): SIGTERM the job (SIGKILL follows)."""
         self.selector.unregister(conn)
         job = next((j for j in self.jobs.values() if j.conn is conn), None)
         if job is None:
@@ -420,7 +420,7 @@ class _Server:
             job.conn.close()
 
     def escalate(self) -> None:
-        """SIGKILL the group of a cancelled job still running :data:`GRACE_S` after its SIGTERM."""
+        """SIGKILL a cancelled job still running :data:`GRACE_S` after its SIGTERM."""
         now = time.monotonic()
         for job in self.jobs.values():
             if job.kill_at is not None and now >= job.kill_at:
@@ -428,32 +428,24 @@ class _Server:
                 job.kill_at = None
 
     def stop_all(self) -> None:
-        """SIGTERM every running job's group, SIGKILL what is left after :data:`GRACE_S`; collect them all.
+        """Stop every running job and what it started (:func:`esrepro.lifeline.stop_all`, which collects them).
 
         Their commands get no status: they fail, saying the server ended before their job did.
         """
-        for job in self.jobs.values():
-            _signal_job(job.pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        while self.jobs and time.monotonic() < deadline:
-            self._collect(block=False)
-            time.sleep(0.05)
-        for job in self.jobs.values():
-            _signal_job(job.pid, signal.SIGKILL)
-        while self.jobs:
-            self._collect(block=True)
+        import psutil
 
-    def _collect(self, block: bool) -> None:
-        try:
-            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            pid = 0
-            for job in self.jobs.values():
-                job.conn.close()
-            self.jobs.clear()
-        job = self.jobs.pop(pid, None) if pid else None
-        if job is not None:
+        from esrepro.lifeline import stop_all
+
+        running = []
+        for job in self.jobs.values():
+            try:
+                running.append(psutil.Process(job.pid))
+            except psutil.NoSuchProcess:
+                pass
+        stop_all(running, GRACE_S)
+        for job in self.jobs.values():
             job.conn.close()
+        self.jobs.clear()
 
 
 class _Job:
