@@ -51,8 +51,9 @@ golden: reproduce
 	$(BIN)/python -c "from esrepro.provenance.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
 test: install $(VENV)-vllm/bin/esrepro
-	# a real single-node SLURM for tests/test_slurm.py (Debian packages; skipped without root)
-	scripts/install-slurm
+	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py (Debian packages;
+	# skipped without root)
+	scripts/install-debs slurm qemu
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not vllm"
 	# the real vLLM (its CPU build) in its own environment
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra -m vllm

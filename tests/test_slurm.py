@@ -13,7 +13,7 @@ config checks the 7B/8B models' two-node layout. The cluster has one node, so th
 that ray-slurm starts on other nodes are not exercised here.
 
 Without SLURM (no sbatch, or not root) these tests skip, except under CI=true, where they
-fail: `make test` installs SLURM first (scripts/install-slurm).
+fail: `make test` installs SLURM first (scripts/install-debs slurm).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _no_slurm_reason(need_cluster: bool) -> str | None:
     if not need_cluster:
         return None
     if shutil.which("sbatch") is None:
-        return "SLURM is not installed (no sbatch on PATH; scripts/install-slurm installs it as root)"
+        return "SLURM is not installed (no sbatch on PATH; scripts/install-debs slurm installs it as root)"
     if os.geteuid() != 0:
         return "scripts/slurm-local must run as root to start munged, slurmctld and slurmd"
     return None

@@ -13,8 +13,26 @@ path every x86-64 CPU has:
   named branch such as ``AVX2`` falls back to automatic dispatch on AMD and on CPUs
   without it.
 
-Both are read when the libraries start, so they must be in the environment before
-``torch`` is imported. The Snakefile sets ``ESREPRO_NUMERICS`` from the config's
+numpy (CMA-ES, z-scored rewards) dispatches its own way: its ufuncs (exp, log, power) to
+AVX2 / AVX-512 loops by the CPU's features, and the OpenBLAS it bundles (``linalg``) to a kernel
+per CPU family. Two more variables pin those:
+
+- ``NPY_ENABLE_CPU_FEATURES=SSE2``: numpy's baseline loops only (no dispatched AVX2 / AVX-512);
+- ``OPENBLAS_CORETYPE=Nehalem``: OpenBLAS's kernels for x86-64-v2, numpy's own minimum.
+
+One kind of kernel no variable pins: oneMKL's vector math, which ATen calls for ``sqrt`` and
+``pow(x, 0.5)`` on CPU tensors (measured too: float32 ``atan`` and ``gelu``, float64 ``tan`` and
+``asin``). Its ``COMPATIBLE`` branch is not IEEE sqrt (it differs from numpy's correctly rounded
+one), and its bits change under qemu-user with any CPU model, while ``MKL_CBWR=AVX2`` there gives
+the IEEE result: the signature of an approximate instruction (``rsqrtps``), whose last bits the
+x86 specification leaves to the implementation, so Intel and AMD processors differ. Tiny-scale
+code therefore takes no such op on a tensor: AdamW is torch's fused implementation
+(:func:`adamw`, :data:`TRAINER_OPTIM`), which computes its own, correctly rounded square root,
+and :func:`sqrt` rounds correctly on CPU. ``tests/test_cross_cpu.py`` runs the training steps
+natively and under qemu-user with an AMD and an Intel CPU model and compares their bits.
+
+All four are read when the libraries start, so they must be in the environment before
+``torch`` or ``numpy`` is imported. The Snakefile sets ``ESREPRO_NUMERICS`` from the config's
 ``scale`` (:func:`set_scale`: ``portable`` for tiny, ``native`` for paper, whose GPU
 kernels these variables do not touch), and every ``esrepro`` command applies it before
 any verb imports torch (:func:`apply`). ``ESREPRO_NUMERICS=portable esrepro ...`` does
@@ -37,11 +55,19 @@ from typing import Any, MutableMapping
 MODE_ENV = "ESREPRO_NUMERICS"
 MODES = ("portable", "native")
 #: What ``portable`` sets (measured: the smallest set that gives bit-identical tiny builds and ES runs
-#: across AVX-512 / AVX2 settings and 1 or 2 threads; see docs/provenance.md).
-PORTABLE: dict[str, str] = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+#: across AVX-512 / AVX2 settings and 1 or 2 threads, and numpy's ufuncs and linalg natively and under qemu's
+#: AMD and Intel CPU models; see docs/provenance.md).
+PORTABLE: dict[str, str] = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+                            "NPY_ENABLE_CPU_FEATURES": "SSE2", "OPENBLAS_CORETYPE": "Nehalem"}
 #: Every variable that shapes CPU numerics; each manifest records those that are set.
 RECORDED = (MODE_ENV, *PORTABLE, "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-            "MKL_DYNAMIC", "OMP_DYNAMIC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
+            "MKL_DYNAMIC", "OMP_DYNAMIC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NPY_DISABLE_CPU_FEATURES")
+#: transformers' ``optim`` for its ``Trainer`` (TRL's GRPO and SFT trainers): torch's fused AdamW (:func:`adamw`).
+TRAINER_OPTIM = "adamw_torch_fused"
+#: The CPU flags (``/proc/cpuinfo``) that ATen, oneMKL, oneDNN, numpy and OpenBLAS dispatch on; manifests record them.
+DISPATCH_FLAGS = ("sse4_2", "avx", "f16c", "fma", "avx2", "avx_vnni", "avx512f", "avx512dq", "avx512cd", "avx512bw",
+                  "avx512vl", "avx512ifma", "avx512vbmi", "avx512vbmi2", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                  "amx_bf16", "amx_int8", "amx_tile")
 
 
 def mode_for(scale: str) -> str:
@@ -77,9 +103,9 @@ def set_scale(scale: str, environ: MutableMapping[str, str] | None = None) -> st
 def apply(environ: MutableMapping[str, str] | None = None, reexec: bool = False) -> bool:
     """In portable mode, put :data:`PORTABLE` into ``environ`` before torch is imported; True when something changed.
 
-    Called first thing by the ``esrepro`` command. If torch was already imported (its kernels
-    already chosen) and ``reexec`` is set (the console script, not an in-process call), the
-    process re-executes itself with the new environment.
+    Called first thing by the ``esrepro`` command. If torch or numpy was already imported (its
+    kernels already chosen) and ``reexec`` is set (the console script, not an in-process call),
+    the process re-executes itself with the new environment.
     """
     environ = os.environ if environ is None else environ
     if mode(environ) != "portable":
@@ -88,7 +114,8 @@ def apply(environ: MutableMapping[str, str] | None = None, reexec: bool = False)
     if not missing:
         return False
     environ.update(missing)
-    if reexec and "torch" in sys.modules and environ is os.environ:  # too late for ATen and MKL to read them
+    loaded = "torch" in sys.modules or "numpy" in sys.modules
+    if reexec and loaded and environ is os.environ:  # too late for ATen, MKL, numpy and OpenBLAS to read them
         os.execv(sys.executable, [sys.executable, "-m", "esrepro.cli", *sys.argv[1:]])
     return True
 
@@ -102,14 +129,82 @@ def _blas() -> str | None:
     return None
 
 
+def cpu(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The CPU: vendor, model name, family / model / stepping and the :data:`DISPATCH_FLAGS` it has.
+
+    Read from ``/proc/cpuinfo`` (or the text ``cpuinfo``); elsewhere only ``platform.processor()``.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return {"model_name": platform.processor() or None}
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: every core of a machine is the same model
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id"),
+        "model_name": fields.get("model name") or platform.processor() or None,
+        "family_model_stepping": "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping")),
+        "flags": " ".join(f for f in DISPATCH_FLAGS if f in flags),
+    }
+
+
+def describe_cpu(record: dict[str, Any] | None) -> str:
+    """One line for a recorded :func:`cpu`: ``model name (vendor, family/model/stepping; flags)``."""
+    if not record:
+        return "not recorded"
+    return (f"{record.get('model_name') or 'unknown model'} ({record.get('vendor') or 'unknown vendor'}, "
+            f"family/model/stepping {record.get('family_model_stepping', '?')}; {record.get('flags') or 'no flags'})")
+
+
+def numpy_dispatch() -> list[str]:
+    """The SIMD targets numpy dispatches to on this CPU now (none in portable mode)."""
+    from numpy._core import _multiarray_umath as umath
+
+    return [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+
+
+def adamw(params: Any, lr: float, weight_decay: float) -> Any:
+    """torch's AdamW in its fused implementation, whose square root is correctly rounded on every CPU.
+
+    The default (foreach) and single-tensor implementations take ``torch.sqrt`` of the second moment,
+    which on CPU is oneMKL's vector math: other bits on Intel than on AMD processors (module docstring).
+    The fused one is also the faster one on GPUs.
+    """
+    import torch
+
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+
+
+def sqrt(t: Any) -> Any:
+    """The correctly rounded square root of tensor ``t`` (no autograd): on CPU through numpy's IEEE square root
+    (ATen's is oneMKL's vector math, whose bits depend on the CPU), elsewhere ``torch.sqrt``."""
+    import numpy as np
+    import torch
+
+    if t.device.type != "cpu":
+        return torch.sqrt(t)
+    return torch.from_numpy(np.sqrt(t.detach().numpy()))
+
+
 def record() -> dict[str, Any]:
-    """What the manifest records: the mode, the numerics variables set, and the kernels torch chose."""
+    """What the manifest records: the mode, the numerics variables set, the kernels torch and numpy chose, the CPU."""
     import torch
 
     return {
         "mode": mode(),
         "env": {k: os.environ[k] for k in RECORDED if k in os.environ},
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "numpy_dispatch": numpy_dispatch(),
         "machine": platform.machine(),
         "blas": _blas(),
+        "cpu": cpu(),
     }

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from esrepro import numerics
 from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
 from esrepro.models.loading import save_adapter
 
@@ -122,6 +123,7 @@ def sft_lora(
             lr_scheduler_type="linear",
             warmup_steps=0,
             weight_decay=0.0,
+            optim=numerics.TRAINER_OPTIM,
             seed=seed,
             data_seed=seed,
             max_length=max_length,

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from esrepro import numerics
 from esrepro.essa.lora import LoraFactors, natural_key
 from esrepro.io import atomic_path
 
@@ -211,7 +212,7 @@ class SingularValueSpace:
     def module_factors(self, name: str, values: torch.Tensor, dtype: torch.dtype = torch.float32) -> LoraFactors:
         """One module's LoRA factors (B', A') for its full singular values ``values`` (see ``adapter_factors``)."""
         svd = self.svds[name]
-        root = values.abs().sqrt() / math.sqrt(svd.scaling)
+        root = numerics.sqrt(values.abs()) / math.sqrt(svd.scaling)
         Bp = svd.U * root
         Ap = (torch.sign(values) * root)[:, None] * svd.V.T
         k, r = values.numel(), svd.rank

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from esrepro import numerics
 from esrepro.io import atomic_path, write_json, write_jsonl
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
 
@@ -105,7 +106,7 @@ def sft(
     order = _grouped_order(groups, batch_size) if groups is not None else _shuffled_order(len(encoded), batch_size)
     steps_per_epoch = order(None)
     total = epochs * steps_per_epoch
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    opt = numerics.adamw(model.parameters(), lr=learning_rate, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)) * 0.5 * (1 + math.cos(math.pi * s / total))
     )

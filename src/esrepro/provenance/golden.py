@@ -6,7 +6,9 @@ has another sha256 than the golden step's. Following a differing step's inputs w
 sha256 differ back to their producers leads to the steps where the difference arose: a
 step whose outputs differ although every input is the same (or a source input, such as a
 config file, with no producer). For those, what the two manifests say about settings,
-code, packages, threads and CPU numerics is set side by side, so the cause can be read off.
+code, packages, threads and CPU numerics (the CPU's vendor, model and instruction-set flags
+among them) is set side by side, so the cause can be read off; the CPUs each tree's manifests
+record are named whenever a step differs.
 
 Recorded hashes are compared first (``esrepro audit`` checks that a tree's files still match
 their manifests). Where two hashes differ, JSON, JSONL and CSV files are read and compared
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esrepro.numerics import describe_cpu
 from esrepro.provenance.audit import AuditError, _norm, _producer, index_manifests
 
 #: The stage of each manifest kind, in pipeline order (an unknown kind is a report).
@@ -123,6 +126,7 @@ class Comparison:
     same: list[str] = field(default_factory=list)
     diffs: dict[str, StepDiff] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)  # differing source inputs -> manifests reading them
+    cpus: dict[str, list[str]] = field(default_factory=dict)  # "golden" / "here" -> the CPUs their manifests record
 
     @property
     def ok(self) -> bool:
@@ -148,6 +152,9 @@ class Comparison:
             elif d.presence == "extra":
                 lines.append(f"extra   [{d.kind}] {d.manifest} ({d.stage}): here only (not compared)")
         firsts = self.first_differences()
+        if self.diffs and any(d.presence == "both" for d in self.diffs.values()):
+            for side in ("golden", "here"):
+                lines.append(f"cpu ({side}): " + "; ".join(self.cpus.get(side) or ["not recorded"]))
         if firsts:
             lines.append("first differences (outputs differ, inputs the same):")
             for f in firsts:
@@ -230,6 +237,13 @@ def first_cell(here: Path, gold: Path) -> str | None:
     return None
 
 
+def recorded_cpus(manifests: dict[str, dict[str, Any]]) -> list[str]:
+    """The distinct CPUs (one line each, :func:`esrepro.numerics.describe_cpu`) that ``manifests`` record."""
+    found = {describe_cpu(cpu) for m in manifests.values()
+             if isinstance(cpu := (m.get("numerics") or {}).get("cpu"), dict)}
+    return sorted(found)
+
+
 def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison:
     """Compare the manifests under ``root`` with those under ``golden`` (see the module's docstring)."""
     root, golden = Path(root), Path(golden)
@@ -239,7 +253,8 @@ def compare(root: str | Path = ".", golden: str | Path = "golden") -> Comparison
     gold_m, _ = index_manifests(golden)
     if not gold_m:
         raise AuditError(f"no manifests under {golden} (searched its data/ and results/)")
-    result = Comparison(root=str(root), golden=str(golden))
+    result = Comparison(root=str(root), golden=str(golden),
+                        cpus={"golden": recorded_cpus(gold_m), "here": recorded_cpus(here_m)})
     for key in sorted(set(here_m) | set(gold_m)):
         kind = str((gold_m.get(key) or here_m.get(key) or {}).get("kind", "?"))
         if key not in here_m or key not in gold_m:

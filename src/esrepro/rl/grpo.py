@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from esrepro import numerics
 from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adapter, save_checkpoint
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
@@ -64,7 +65,7 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
     kw.update(
         output_dir=output_dir, max_steps=steps, seed=seed, data_seed=seed, logging_steps=1, save_strategy="no",
         report_to=[], log_completions=False, dataloader_num_workers=0, shuffle_dataset=True, do_eval=False,
-        eval_strategy="no", disable_tqdm=True,
+        eval_strategy="no", disable_tqdm=True, optim=numerics.TRAINER_OPTIM,
     )
     return kw
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from esrepro import numerics
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.settings.methods import PPOSettings
 from esrepro.models.responses import eos_token_ids, response_mask
@@ -174,8 +175,8 @@ def train_ppo(
         for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
             if isinstance(mod, nn.Dropout):
                 mod.p = 0.0
-    opt_a = torch.optim.AdamW(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
-    opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)
+    opt_a = numerics.adamw(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
+    opt_c = numerics.adamw(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)
     eos_ids = eos_token_ids(tok, actor)
 
     def fmt(e: dict) -> str:
