@@ -69,9 +69,13 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
     assert "nodes=16, gres=gpu:h100:8, tasks=16" in out  # ESSA's 128-GPU run: 16 of the 7B entry's 8-GPU nodes
-    for model in ("qwen2.5-32b-instruct", "llama-3.1-8b-instruct"):  # ESSA Fig. 6
-        for method in ("essa_ref", "essa_eng16", "essa_eng128", "essa_grpo"):
-            assert f"results/eval/prm800k/{model}/{method}/seed0/test/metrics.json" in out
+    # ESSA Fig. 6: Llama-3.1-8B on PRM800K (8 GPUs, ESSA alone) and Qwen2.5-32B on GSM8K (16 GPUs); Fig. 9:
+    # Qwen2.5-32B at bf16 (its reference run), INT8 and INT4
+    assert "results/eval/prm800k/llama-3.1-8b/essa_ref/seed0/test/metrics.json" in out
+    assert "results/eval/prm800k/llama-3.1-8b/essa_grpo/" not in out
+    for method in ("essa_ref", "essa_int8", "essa_int4"):
+        assert f"results/eval/gsm8k/qwen2.5-32b/{method}/seed0/test/metrics.json" in out
+    assert "results/eval/gsm8k/qwen2.5-32b/essa_pop96/" not in out
     assert "results/figures/essa_scaling.png" in out
 
 
