@@ -35,6 +35,32 @@ def test_paper_runs_follow_the_paper(paper):
     assert paper.essa_sweep("resample") == [(100, "essa_resample100")]
 
 
+def test_figures_6_and_9_are_planned_as_the_paper_ran_them(paper):
+    """ESSA Fig. 6: Llama-3.1-8B on PRM800K on 8 GPUs and Qwen2.5-32B on GSM8K on 16 GPUs, ESSA alone at
+    population 192; Fig. 9: Qwen2.5-32B on GSM8K at BF16, INT8 and INT4; the other sweeps on Qwen2.5-Math-7B."""
+    from esrepro.cluster import train_job
+
+    runs = {(t, m, meth) for t in paper.essa_tasks() for m, meth, _ in paper.essa_runs(t)}
+    assert {(m, meth) for t, m, meth in runs if t == "prm800k"} == {("llama-3.1-8b", "essa_ref")}
+    big = {meth for t, m, meth in runs if (t, m) == ("gsm8k", "qwen2.5-32b")}
+    assert big == {"essa_ref", "essa_int8", "essa_int4"}
+    assert {m for t, m, meth in runs if meth.startswith(("essa_pop", "essa_rank", "essa_eng", "essa_resample"))
+            or meth == "essa_grpo"} == {MODEL}
+    for task, model, methods, gpus in (("prm800k", "llama-3.1-8b", ["essa_ref"], 8),
+                                       (TASK, "qwen2.5-32b", ["essa_ref", "essa_int8", "essa_int4"], 16)):
+        for method in methods:
+            s = paper.method_settings(model, task, method)
+            res = train_job(paper, task, model, method)
+            assert s.population == 192 and (s.engines or res.gpu) == gpus == res.nodes * res.gpu, (model, method)
+    precisions = {meth: paper.method_settings("qwen2.5-32b", TASK, meth).precision for meth in big}
+    assert precisions == {"essa_ref": "native", "essa_int8": "int8", "essa_int4": "int4"}
+    assert paper.model("qwen2.5-32b").dtype == "bfloat16"
+    assert paper.model("llama-3.1-8b").hub_id == "meta-llama/Llama-3.1-8B"
+    assert paper.model("qwen2.5-32b").hub_id == "Qwen/Qwen2.5-32B"
+    sft = paper.method_settings("llama-3.1-8b", "prm800k", "essa_ref").sft_examples
+    assert sft == 3600  # ESSA Sec. 4.1: 3,600 SFT + 8,400 alignment
+
+
 def test_essa_settings_defaults_are_the_papers_main_setting():
     from esrepro.settings.methods import ESSASettings
 
@@ -76,7 +102,7 @@ def test_published_timings_are_quoted():
 
     lines, target = published_notes(load_yaml(REPO / "config" / "published.yaml"), [MODEL])
     assert target == 0.76
-    timings = [line for line in lines if "Sec. 5.1" in line]
+    timings = [line for line in lines if "Sec. 5.1" in line and "minutes" in line]
     assert len(timings) == 2 and "290 minutes on 8 GPUs" in timings[0] and "80 minutes on 128 GPUs" in timings[1]
     assert all("not a model of this run" not in line for line in timings)
 
@@ -147,7 +173,7 @@ def test_scaling_figure_times_each_gpu_count_against_grpo(tmp_path):
     table keeps the two tasks apart."""
     from esrepro.report import essa as R
 
-    on = {"task": "prm800k", "model": "qwen2.5-32b-instruct"}
+    on = {"task": "prm800k", "model": "qwen2.5-32b"}
     runs = [_run(tmp_path, "essa_ref", {**on, "engines": 8}, [0.6, 0.7, 0.8], step=40.0),
             _run(tmp_path, "essa_eng16", {**on, "engines": 16}, [0.6, 0.7, 0.8], step=20.0),
             _run(tmp_path, "essa_grpo", {**on, "algorithm": "grpo"}, [0.5, 0.7, 0.76, 0.8], step=60.0),
@@ -165,7 +191,7 @@ def test_scaling_figure_times_each_gpu_count_against_grpo(tmp_path):
     assert set(frame["run"].dropna()) == {"ESSA, 8 engines", "ESSA, 16 engines", "GRPO"}
     assert all((tmp_path / f"scaling.{e}").stat().st_size > 0 for e in ("png", "pdf"))
 
-    out = R.summary_table(table, {("prm800k", "qwen2.5-32b-instruct"): 0.4}, tmp_path / "summary", 0.76, curves,
+    out = R.summary_table(table, {("prm800k", "qwen2.5-32b"): 0.4}, tmp_path / "summary", 0.76, curves,
                           target_task=TASK)
     rows = out.set_index(["task", "method"])
     assert rows.loc[("prm800k", "essa_ref"), "base_test_accuracy"] == 0.4

@@ -35,19 +35,19 @@ def test_paper_dag_lists_every_model(tmp_path):
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     # Countdown: ES per model (+ 3 stability seeds of Qwen2.5-3B-Instruct); v2: ES on MATH (Qwen2.5-Math-7B),
     # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 4 betas) x 4 seeds, and the
-    # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study:
-    # (reference + 3 populations + 4 ranks + 4 GPU counts + 2 precisions + 1 resampling run) x 2 models by the
-    # train rule, its GRPO baseline by its own rule; its scaling runs on PRM800K (Fig. 6): (reference + 2 GPU
-    # counts) x Qwen2.5-32B-Instruct and Llama-3.1-8B-Instruct, and their GRPO baselines
-    essa = 2 * (1 + 3 + 4 + 4 + 2 + 1)
-    scaling = 2 * (1 + 2)
-    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "9"
-    assert stats["essa_grpo"] == "4"
+    # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study on GSM8K:
+    # Qwen2.5-Math-7B's reference + 3 populations + 4 ranks + 4 GPU counts + 1 resampling run (Figs. 2, 4, 7;
+    # Sec. 5.4) and Qwen2.5-32B's reference (Fig. 6 right) + 2 precisions (Fig. 9) by the train rule, the GRPO
+    # baseline (Fig. 8, Qwen2.5-Math-7B) by its own rule; on PRM800K (Fig. 6 left) Llama-3.1-8B's reference run
+    essa = (1 + 3 + 4 + 4 + 1) + (1 + 2)
+    scaling = 1
+    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "10"
+    assert stats["essa_grpo"] == "1"
     # Countdown: base + 5 methods per model (+ 3 x 5 stability runs); GSM8K and conciseness: the base models;
     # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
-    # ESSA: every run and the baseline, and Qwen2.5-Math-7B's base model on GSM8K; PRM800K (an evaluate entry):
-    # every base model of the config, Qwen2.5-32B-Instruct's, every scaling run and its baselines
-    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 2 + 1 + 7 + 1 + scaling + 2)
+    # ESSA: every run and the baseline, and the base models of Qwen2.5-Math-7B and Qwen2.5-32B on GSM8K;
+    # PRM800K (an evaluate entry): every base model of the config, Llama-3.1-8B's and its scaling run
+    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
     # KL: every Countdown run and base model, every study run and the study's base model
     assert stats["kl"] == str(7 * 6 + 3 * 5 + 1 + 7 * 4 + 16 * 4)
     for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
@@ -69,9 +69,13 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
     assert "nodes=16, gres=gpu:h100:8, tasks=16" in out  # ESSA's 128-GPU run: 16 of the 7B entry's 8-GPU nodes
-    for model in ("qwen2.5-32b-instruct", "llama-3.1-8b-instruct"):  # ESSA Fig. 6
-        for method in ("essa_ref", "essa_eng16", "essa_eng128", "essa_grpo"):
-            assert f"results/eval/prm800k/{model}/{method}/seed0/test/metrics.json" in out
+    # ESSA Fig. 6: Llama-3.1-8B on PRM800K (8 GPUs, ESSA alone) and Qwen2.5-32B on GSM8K (16 GPUs); Fig. 9:
+    # Qwen2.5-32B at bf16 (its reference run), INT8 and INT4
+    assert "results/eval/prm800k/llama-3.1-8b/essa_ref/seed0/test/metrics.json" in out
+    assert "results/eval/prm800k/llama-3.1-8b/essa_grpo/" not in out
+    for method in ("essa_ref", "essa_int8", "essa_int4"):
+        assert f"results/eval/gsm8k/qwen2.5-32b/{method}/seed0/test/metrics.json" in out
+    assert "results/eval/gsm8k/qwen2.5-32b/essa_pop96/" not in out
     assert "results/figures/essa_scaling.png" in out
 
 

@@ -156,7 +156,8 @@ def test_the_essa_reference_runs_start_first():
 def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     out = _dry_run(copy_repo(tmp_path / "repo"), "config/paper.yaml")
     stats = _stats(out)
-    assert stats["fetch_model"] == 9  # the seven Table 1 models, Qwen2.5-Math-7B and Qwen2.5-32B-Instruct (ESSA)
+    # the seven Table 1 models, Qwen2.5-Math-7B, and ESSA's Qwen2.5-32B and Llama-3.1-8B (base models)
+    assert stats["fetch_model"] == 10
     assert "results/models/qwen2.5-math-7b/base" in out
     assert "results/runs/math_train/qwen2.5-math-7b/es/seed0/checkpoint" in out
     for s in ("math500", "minerva", "olympiad_bench", "aime24", "amc23"):

@@ -157,7 +157,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
             assert resources.get(k) == str(value), (rule, model, k, resources)
         assert "slurm_extra" not in resources
         seen[rule].add(model)
-    # the ESSA study's models, its scaling runs' (Fig. 6: Qwen2.5-32B-Instruct on PRM800K) included
+    # the ESSA study's models, its scaling runs' (Fig. 6: Llama-3.1-8B on PRM800K) included
     studied = {m for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)}
     for rule in ("train", "evaluate", "fetch_model"):
         assert seen[rule] == set(config["models"]) | studied, (rule, seen[rule])
@@ -173,15 +173,17 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     es_layouts = {k: v for k, v in layouts.items() if not k[1].startswith("essa")}
     assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 1 + 3, sorted(layouts)
     assert set(es_layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
-    # the ESSA study's GPU sweep beyond one node (ESSA Fig. 2: up to 128 GPUs): 8 GPUs per node, one engine each
+    # the ESSA runs beyond one node, 8 GPUs per node, one engine each: the GPU sweep (ESSA Fig. 2: up to 128
+    # GPUs) and Qwen2.5-32B's 16 GPUs (Figs. 6 and 9)
     essa_layouts = {k: v for k, v in layouts.items() if k[1].startswith("essa")}
-    sweep = {(m, meth) for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)
-             for meth in pipeline.essa_methods(task)
-             if meth.startswith("essa_eng") and int(meth.removeprefix("essa_eng")) > 8}
-    assert ("qwen2.5-32b-instruct", "essa_eng128") in sweep and set(essa_layouts) == sweep, sorted(essa_layouts)
-    for (model, method), layout in essa_layouts.items():
-        n = int(method.removeprefix("essa_eng"))
-        assert layout.startswith(f"{n // 8} nodes x 8 GPUs: {n} "), (method, layout)
+    engines = {(m, meth): pipeline.method_settings(m, task, meth).engines or 8 for task in pipeline.essa_tasks()
+               for m in pipeline.essa_models(task) for meth in pipeline.essa_methods(task, m) if meth != "essa_grpo"}
+    sweep = {k: n for k, n in engines.items() if n > 8}
+    assert ("qwen2.5-math-7b", "essa_eng128") in sweep and sweep[("qwen2.5-32b", "essa_int4")] == 16
+    assert set(essa_layouts) == set(sweep), sorted(essa_layouts)
+    for key, layout in essa_layouts.items():
+        n = sweep[key]
+        assert layout.startswith(f"{n // 8} nodes x 8 GPUs: {n} "), (key, layout)
 
 
 @pytest.fixture(scope="module")

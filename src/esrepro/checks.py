@@ -241,7 +241,7 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
             out.append(at(p.source, "data", task, "source") + f": {exc}")
     for model in models:
         ref = _collect(out, lambda: p.method_settings(model, task, ESSA_REF))
-        for method in p.essa_methods(task):
+        for method in p.essa_methods(task, model):
             s = ref if method == ESSA_REF else _collect(out, lambda: p.method_settings(model, task, method))
             if s is None:
                 continue

@@ -33,20 +33,25 @@ class ESSAStudyMixin:
             return list(study.scaling.models) if study.scaling is not None and study.scaling.task == task else []
         return list(study.models)
 
-    def essa_methods(self, task: str | None = None) -> dict[str, StudyMethod]:
+    def essa_methods(self, task: str | None = None, model: str | None = None) -> dict[str, StudyMethod]:
         """The ESSA study's runs on ``task`` (its own task when None) by method name: the reference, one per
-        swept value, the GRPO baseline; on the scaling task the reference, one per engine count and the baseline."""
+        swept value, the GRPO baseline; on the scaling task the reference, one per engine count and the baseline
+        (unless its ``grpo`` is null). With ``model``: that model's runs (``sweep_models``), else every model's."""
         study = self.essa_study()
         if study is None or (task is not None and task not in self.essa_tasks()):
             return {}
         scaling = task is not None and task != study.task
+
+        def runs(key: str) -> bool:
+            return scaling or model is None or model in study.sweep_models.get(key, [model])
+
         out = {ESSA_REF: StudyMethod(ESSA_STUDY, "essa", {})}
         for key, setting, prefix in ESSA_SWEEPS:
-            if scaling and key != "engines":
+            if (scaling and key != "engines") or not runs(key):
                 continue
             for value in getattr(study.scaling if scaling else study, key):
                 out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value})
-        if study.grpo is not None:
+        if study.grpo is not None and not (scaling and study.scaling.grpo is None) and runs("grpo"):
             out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, "grpo", {})
         return out
 
@@ -63,7 +68,7 @@ class ESSAStudyMixin:
         study = self.essa_study()
         if study is None:
             return []
-        return [(m, meth, s) for m in self.essa_models(task) for meth in self.essa_methods(task)
+        return [(m, meth, s) for m in self.essa_models(task) for meth in self.essa_methods(task, m)
                 for s in study.seeds]
 
     def _essa_layers(self, model: str, task: str, method: str, found: StudyMethod) -> list[Layer]:
@@ -86,7 +91,7 @@ class ESSAStudyMixin:
             Layer(self.source, "studies.essa (the reference run's fitness_examples)",
                   {"train_examples": ref.fitness_examples}),
             Layer(self.source, "studies.essa.grpo", dict(study.grpo or {})),
-            *([Layer(self.source, "studies.essa.scaling.grpo", dict(scaling.grpo))] if scaling else []),
+            *([Layer(self.source, "studies.essa.scaling.grpo", dict(scaling.grpo or {}))] if scaling else []),
             self._registry_layer(model, "grpo"),
             Layer(self.source, "studies.essa", {"algorithm": "grpo"}),
         ]

@@ -225,8 +225,8 @@ class ESSASettings(PopulationSettings):
     ``val_examples`` problems of the prepared train split: the LoRA SFT split first, then
     the alignment split's fixed fitness subset candidates are scored on, then held-out
     alignment problems the CMA-ES mean is scored on along the way (the curves of the
-    study's figures). Values marked "not checked" are this reproduction's choices, not
-    checked against the ESSA paper.
+    study's figures). Values the ESSA paper does not give are marked so: they are this
+    reproduction's choices.
     """
 
     algorithm: Literal["essa"] = Field("essa", description="essa")
@@ -249,10 +249,13 @@ class ESSASettings(PopulationSettings):
         "accuracy", description="what a candidate is scored by: accuracy (the paper) or the task's reward")
     rank: int = Field(16, ge=1, description="LoRA rank r on q, k, v and o projections (the paper sweeps 4-64; 16 is "
                       "its text's rank for Fig. 4, whose caption says 32)")
-    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling alpha / r; not checked)")
-    sft_epochs: int = Field(2, ge=1, description="LoRA SFT epochs (not checked)")
-    sft_learning_rate: float = Field(1e-4, gt=0, description="LoRA SFT learning rate, linear decay (not checked)")
-    sft_prompts_per_step: int = Field(16, ge=1, description="LoRA SFT examples per optimizer step (not checked)")
+    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling alpha / r; the paper does not give it: "
+                              "2 x rank 16)")
+    sft_epochs: int = Field(2, ge=1, description="LoRA SFT epochs (the paper does not give them)")
+    sft_learning_rate: float = Field(1e-4, gt=0, description="LoRA SFT learning rate, linear decay (the paper does "
+                                     "not give it)")
+    sft_prompts_per_step: int = Field(16, ge=1, description="LoRA SFT examples per optimizer step (the paper does "
+                                      "not give them)")
     fraction: float = Field(0.4, gt=0, le=1, description="p: the fraction of singular values optimised (the top "
                             "ceil(p r) of each adapter)")
     selection: Literal["per_adapter", "global"] = Field(
@@ -265,7 +268,8 @@ class ESSASettings(PopulationSettings):
         "separable", description="CMA-ES covariance: separable (cmaes.SepCMA, diagonal; memory and time linear in "
         "the number of singular values) or full (cmaes.CMA, d x d; for small search spaces). The paper describes "
         "mean and covariance and cites sep-CMA-ES; docs/essa.md")
-    iterations: int = Field(100, ge=1, description="CMA-ES generations, as ES calls its iterations (not checked)")
+    iterations: int = Field(100, ge=1, description="CMA-ES generations, as ES calls its iterations (the paper does "
+                            "not give them)")
     max_new_tokens: int = Field(1024, ge=1, description="greedy generation length when scoring a candidate")
     batch_size: int = Field(200, ge=1, description="prompts per generation batch")
     precision: Literal["native", "int8", "int4"] = Field(

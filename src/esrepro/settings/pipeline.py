@@ -210,7 +210,8 @@ class ESSAScaling(Settings):
     settings: Partial = Field(default_factory=dict, description="this task's ESSA runs, over studies.essa.settings")
     engines: list[int] = Field(default_factory=list, description="engine counts (GPUs, one engine each), one run each "
                                "(essa_eng<k>) beside the reference run")
-    grpo: Partial = Field(default_factory=dict, description="this task's GRPO baseline, over studies.essa.grpo")
+    grpo: Partial | None = Field(default_factory=dict, description="this task's GRPO baseline, over "
+                                 "studies.essa.grpo; null: none on this task (ESSA Fig. 6 shows ESSA alone)")
     near_optimal: float = Field(0.95, gt=0, le=1, description="the figure's time to near-optimal accuracy: the "
                                 "first held-out score at least this fraction of the best one any run of the model "
                                 "reaches on the task")
@@ -264,6 +265,10 @@ class ESSAStudy(Settings):
         "GRPO further optimises the SFT adapter) or every weight of the base with that adapter merged in")
     scaling: ESSAScaling | None = Field(None, description="ESSA against GRPO in wall-clock time on a second task and "
                                         "at several GPU counts (ESSA Fig. 6); null: none")
+    sweep_models: dict[Literal["populations", "ranks", "engines", "precisions", "resample", "grpo"], list[str]] = Field(
+        default_factory=dict, description="the models of one sweep or of the GRPO baseline on the study's task, where "
+        "not all of them (the paper sweeps population, rank and GPUs on Qwen2.5-Math-7B and precision on "
+        "Qwen2.5-32B); every model gets the reference run")
 
     @field_validator("populations", "ranks", "engines", "resample")
     @classmethod
@@ -290,6 +295,15 @@ class ESSAStudy(Settings):
         if self.scaling is not None and self.scaling.task == self.task:
             raise FieldProblem("scaling", f"its task must differ from the study's ({self.task}): the runs would "
                                "share their names")
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_models(self) -> "ESSAStudy":
+        for key, models in self.sweep_models.items():
+            bad = [m for m in models if m not in self.models]
+            if bad or len(set(models)) != len(models):
+                raise FieldProblem(f"sweep_models.{key}", f"distinct models of the study's models {self.models}, "
+                                   f"not {models}")
         return self
 
 
