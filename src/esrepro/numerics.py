@@ -66,7 +66,7 @@ RECORDED = (MODE_ENV, *PORTABLE, "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"
 TRAINER_OPTIM = "adamw_torch_fused"
 #: The CPU flags (``/proc/cpuinfo``) that ATen, oneMKL, oneDNN, numpy and OpenBLAS dispatch on; manifests record them.
 DISPATCH_FLAGS = ("sse4_2", "avx", "f16c", "fma", "avx2", "avx_vnni", "avx512f", "avx512dq", "avx512cd", "avx512bw",
-                  "avx512vl", "avx512ifma", "avx512vbmi", "avx512vbmi2", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                  "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bf16", "avx512_fp16",
                   "amx_bf16", "amx_int8", "amx_tile")
 
 
