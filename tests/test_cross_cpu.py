@@ -91,6 +91,9 @@ def test_library_code_takes_no_cpu_dependent_square_root():
 def test_portable_square_root_and_adamw():
     x = torch.rand(4096, dtype=torch.float32) + 0.01
     assert torch.equal(numerics.sqrt(x), torch.from_numpy(np.sqrt(x.numpy())))
+    half = x[:8].to(torch.bfloat16)
+    assert numerics.sqrt(half).dtype == torch.bfloat16
+    assert torch.equal(numerics.sqrt(half), torch.from_numpy(np.sqrt(half.double().numpy())).to(torch.bfloat16))
     opt = numerics.adamw([torch.nn.Parameter(torch.zeros(3))], lr=1e-3, weight_decay=0.0)
     assert opt.defaults["fused"] is True
 

@@ -186,13 +186,17 @@ def adamw(params: Any, lr: float, weight_decay: float) -> Any:
 
 def sqrt(t: Any) -> Any:
     """The correctly rounded square root of tensor ``t`` (no autograd): on CPU through numpy's IEEE square root
-    (ATen's is oneMKL's vector math, whose bits depend on the CPU), elsewhere ``torch.sqrt``."""
+    (ATen's is oneMKL's vector math, whose bits depend on the CPU; a dtype numpy lacks, such as bfloat16, goes
+    through float64 and back), elsewhere ``torch.sqrt``."""
     import numpy as np
     import torch
 
     if t.device.type != "cpu":
         return torch.sqrt(t)
-    return torch.from_numpy(np.sqrt(t.detach().numpy()))
+    x = t.detach()
+    if x.dtype in (torch.float32, torch.float64):
+        return torch.from_numpy(np.sqrt(x.numpy()))
+    return torch.from_numpy(np.sqrt(x.to(torch.float64).numpy())).to(x.dtype)
 
 
 def record() -> dict[str, Any]:
