@@ -10,16 +10,13 @@ UNRESOLVED = re.compile(r"not\s+checked|second-?hand", re.IGNORECASE)
 
 
 def test_no_setting_is_left_unchecked():
+    paths = [p for root in ("config", "docs", "src", "workflow") for p in sorted((REPO / root).rglob("*"))
+             if p.is_file() and p.suffix in {".py", ".yaml", ".yml", ".md", ".json", ".rst", ".smk", ""}]
     found = []
-    for root in ("config", "docs", "src", "workflow"):
-        for path in sorted((REPO / root).rglob("*")):
-            if not path.is_file() or path.suffix not in {".py", ".yaml", ".yml", ".md", ".json", ".rst", ".smk", ""}:
-                continue
-            text = path.read_text(errors="replace")
-            found += [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
-                      for m in UNRESOLVED.finditer(text)]
-    readme = (REPO / "README.md").read_text()
-    found += [f"README.md:{readme.count(chr(10), 0, m.start()) + 1}" for m in UNRESOLVED.finditer(readme)]
+    for path in [*paths, REPO / "README.md"]:
+        text = path.read_text(errors="replace")
+        found += [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+                  for m in UNRESOLVED.finditer(text)]
     assert not found, f"unresolved settings (cite the paper or say it does not give them): {found}"
 
 

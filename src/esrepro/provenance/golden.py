@@ -152,7 +152,7 @@ class Comparison:
             elif d.presence == "extra":
                 lines.append(f"extra   [{d.kind}] {d.manifest} ({d.stage}): here only (not compared)")
         firsts = self.first_differences()
-        if self.diffs and any(d.presence == "both" for d in self.diffs.values()):
+        if any(d.presence == "both" for d in self.diffs.values()):
             for side in ("golden", "here"):
                 lines.append(f"cpu ({side}): " + "; ".join(self.cpus.get(side) or ["not recorded"]))
         if firsts:
