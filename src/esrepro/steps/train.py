@@ -19,8 +19,13 @@ def _trainer(spec: str):
 
 def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, method: str, out: str,
           dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
-    """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json."""
+    """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json.
+
+    Under a distributed launcher every process trains (:mod:`esrepro.distributed`); only the main one
+    writes the run directory, and the manifest records the world size.
+    """
     from esrepro.devices import pick_device
+    from esrepro.distributed import world
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.settings.methods import algorithm
     from esrepro.tasks import get_task
@@ -36,13 +41,16 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     task_obj = get_task(task, **options)
     examples = load_examples(task_obj, data_dir, "train", settings.train_examples, f"{method}.train_examples")
     run = Path(out)
-    device = pick_device(device)
+    here = world()
+    device = here.device(pick_device(device))
     eval_examples = (load_examples(task_obj, data_dir, "test", settings.eval_limit)
                      if settings.eval_every is not None else [])  # v2: periodic evaluation on the test split
     ctx = TrainContext(method=method, model=model, model_dir=Path(model_dir), dtype=dtype, chat=chat,
                        settings=settings, task=task_obj, examples=examples, seed=seed, run_dir=run, device=device,
                        eval_examples=eval_examples)
     outcome = _trainer(algo.trainer)(ctx)
+    if not here.is_main:  # the trainer's collective work is done; rank 0 writes the run
+        return {"method": method, "rank": here.rank}
     with atomic_path(run / P.CHECKPOINT, is_dir=True) as tmp:
         outcome.save(tmp)
     write_jsonl(run / P.TRAIN_LOG, outcome.log)
@@ -57,7 +65,8 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
                   "task_options": options, **settings.as_dict()},
         started=started,
         outputs={"checkpoint": run / P.CHECKPOINT, "log": run / P.TRAIN_LOG, **snapshots},
-        extra={"seed": seed, "train_examples": len(examples), "device": device, **outcome.extra},
+        extra={"seed": seed, "train_examples": len(examples), "device": device,
+               "world_size": here.world_size, **outcome.extra},
     ))
     outcome.finish()
     summary = {"method": method, "iterations": len(outcome.log),
