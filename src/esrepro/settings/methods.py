@@ -120,6 +120,11 @@ class RLSettings(MethodSettings):
                              "train_examples) this run matches")
     sample_budget: int | None = Field(
         None, ge=1, description="scored training samples; null: the budget_from method's budget (set by the plan)")
+    resume_every: int = Field(50, ge=1, description="write the resume state (<run>/resume/: weights, optimiser, "
+                              "scheduler, RNG, step) every K optimiser steps; a killed run continues from it")
+    sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="how the weights spread over the job's training processes (one per GPU): ddp, a whole "
+        "copy on each; fsdp, parameters, gradients and optimiser state sharded over them (FSDP full shard)")
 
 
 #: The (loss_type, scale_rewards) pair that defines each GRPO variant in TRL's terms.
