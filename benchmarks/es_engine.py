@@ -9,17 +9,11 @@ runs them one after the other in the same invocation, on the same model and prom
     each other and Ray's calls); and the same engines' pure batched-inference tokens per second
     on the same prompts (no perturbation; after each ES iteration, untimed by it, as many
     generate calls as the iteration made), with the ratio
-<<<<<<< HEAD
-    ES / inference. Goals: ratio >= 90 %, perturb + restore + update < 3 % of an
-    iteration. The generation phase of ES includes scoring the responses (the worker times
-    them together), so the ratio counts scoring against ES.
-=======
     ES / inference. Goals: at a shape where generation dominates, ES reaches at least 90 % of the
     same engine's inference throughput, and perturb + restore + update take under 5 % of an
     iteration (under 3 % at the paper's scale on a GPU). The generation phase of ES includes
     scoring the responses (the worker times them together), so the ratio counts scoring
     against ES. A summary table ends the section, one row per backend.
->>>>>>> h-bench
 [2] with --drift-cycles N: parameter drift after N perturb/restore cycles in bfloat16 with the
     paper's ``subtract`` restore against ``exact`` (float32 for reference).
 

@@ -96,6 +96,13 @@ def test_registry_overrides_and_resources(tmp_path):
     assert p.resources("qwen2.5-7b-instruct", "train").gpu == 8
     assert p.resources("qwen2.5-7b-instruct", "evaluate").gpu == 1
     assert p.resources("qwen2.5-7b-instruct", "fetch").gpu == 0
+    # steps that only read logs or compare checkpoints hold no GPU; the histogram keeps the entry's memory
+    for rule in ("select", "param_shift"):
+        res = p.resources("qwen2.5-7b-instruct", rule)
+        assert (res.gpu, res.gpu_model, res.nodes) == (0, None, 1), rule
+    assert p.resources("qwen2.5-7b-instruct", "param_shift").mem_mb == p.resources("qwen2.5-7b-instruct",
+                                                                                   "default").mem_mb
+    assert p.resources("qwen2.5-7b-instruct", "param_shift").threads() == 8
 
 
 def test_snakemake_refuses_a_bad_config_before_any_job(tmp_path):

@@ -1,7 +1,8 @@
 """A job's cluster layout: the registry resources it takes, what the SLURM executor plugin is asked for,
 and, for a train job spanning nodes, the Ray cluster it runs under (scripts/ray-slurm).
 
-ES methods take the registry's ``train_es`` resources where the model has them (the population
+PPO and GRPO jobs run one training process per GPU under torchrun (:func:`torchrun`). ES methods take the
+registry's ``train_es`` resources where the model has them (the population
 engines' layout, e.g. two nodes for a 7B model), other methods ``train``; an ESSA run with more
 engines than that entry's GPUs takes as many such nodes as its engines need. A job on several nodes
 (or with ``ray_cluster``) runs under scripts/ray-slurm, which starts a Ray cluster across its
@@ -24,6 +25,8 @@ from esrepro.settings.registry import Resources
 
 #: Snakemake resources every rule passes on from the registry.
 RESOURCES = ("gpu", "gpu_model", "cpus_per_gpu", "cpus_per_task", "mem_mb", "runtime", "nodes")
+#: Algorithms whose training runs as one process per GPU under torchrun (gradients exchanged between them).
+DATA_PARALLEL = ("ppo", "grpo", "dr_grpo")
 #: A train job's resources: the above and what a multi-node job needs.
 TRAIN_RESOURCES = (*RESOURCES, "gres", "tasks", "tasks_per_gpu", "mpi")
 
@@ -34,11 +37,35 @@ def train_resources_key(p: Pipeline, task: str, model: str, method: str) -> str:
     return "train_es" if es and "train_es" in p.model(model).resources else "train"
 
 
+def rl_job(p: Pipeline, model: str, settings: dict, rule: str = "train") -> Resources:
+    """The resources of an RL job (``settings``: the run's method settings): the registry's ``rule`` entry, on one
+    node with as many processes (and GPUs) as share its per-step batch evenly, at most the entry's.
+
+    The settings' batch is a total per optimiser step whatever the world size (esrepro.rl.budget), so a
+    batch of 60 completions on an 8-GPU entry runs as 6 processes of 10, not as 8 processes of 7.5.
+    """
+    from esrepro.rl.budget import samples_per_step
+
+    res = p.resources(model, rule)
+    if res.nodes > 1:
+        return res  # the launcher needs every node's processes: the batch must divide over all of them
+    total, most = samples_per_step(settings), res.training_processes()
+    world = max(w for w in range(1, most + 1) if total % w == 0)
+    if world == most:
+        return res
+    return res.model_copy(update={"processes": world, "gpu": world if res.gpu else 0})
+
+
 def train_job(p: Pipeline, task: str, model: str, method: str) -> Resources:
-    """The registry resources of one train job; an ESSA run asking for more engines than the entry's GPUs gets
-    as many nodes of that entry as its engines need (one engine per GPU, e.g. 128 engines: 16 nodes x 8 GPUs)."""
+    """The registry resources of one train job; an RL run's follow :func:`rl_job`; an ESSA run asking for more
+    engines than the entry's GPUs gets as many nodes of that entry as its engines need (one engine per GPU,
+    e.g. 128 engines: 16 nodes x 8 GPUs)."""
+    name = p.algorithm_of(task, method).name
+    if name in DATA_PARALLEL:
+        return rl_job(p, model, p.method_settings(model, task, method).as_dict(), train_resources_key(p, task, model,
+                                                                                                     method))
     res = p.resources(model, train_resources_key(p, task, model, method))
-    if p.algorithm_of(task, method).name != "essa" or not res.gpu:
+    if name != "essa" or not res.gpu:
         return res
     engines = p.method_settings(model, task, method).engines
     if engines and engines > res.nodes * res.gpu:
@@ -85,8 +112,38 @@ def ray_layout(p: Pipeline, task: str, model: str, method: str) -> str:
     return f"{nodes} x {per_node}: {engines} {settings.backend} engines" + (f", tp {tp}" if res.gpu else "")
 
 
+#: The rendezvous port of a multi-node torchrun job (on its first node).
+RDZV_PORT = 29500
+
+
+def torchrun(res: Resources) -> str:
+    """The torchrun prefix of a data-parallel job: ``res.training_processes()`` per node; none for one process.
+
+    One node: ``torchrun --standalone``. Several: one torchrun per node, started by ``srun`` (the executor plugin
+    runs the job's command on its first node, :func:`slurm_resource`), meeting at the first node's c10d rendezvous.
+    """
+    per_node = res.training_processes()
+    if res.nodes == 1 and per_node == 1:
+        return ""
+    common = f"--nproc-per-node {per_node} --no-python"
+    if res.nodes == 1:
+        return f"torchrun --standalone --nnodes 1 {common} "
+    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    return (f"srun --nodes {res.nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 torchrun --nnodes {res.nodes} "
+            f"{common} --rdzv-backend c10d --rdzv-id \"$SLURM_JOB_ID\" --rdzv-endpoint {head}:{RDZV_PORT} ")
+
+
 def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) -> str:
-    """The command prefix a train job runs under: ``ray_slurm`` for a Ray cluster across its nodes, else none."""
-    if not on_ray_cluster(train_job(p, task, model, method)):
+    """The command prefix a train job runs under: torchrun for PPO and GRPO (one process per GPU),
+    ``ray_slurm`` for ES and ESSA engines on a Ray cluster across nodes, else none."""
+    res = train_job(p, task, model, method)
+    if p.algorithm_of(task, method).name in DATA_PARALLEL:
+        return torchrun(res)
+    if not on_ray_cluster(res):
         return ""
     return f"{shlex.quote(ray_slurm)} --cluster --layout {shlex.quote(ray_layout(p, task, model, method))} -- "
+
+
+def rl_launcher(p: Pipeline, model: str, settings: dict) -> str:
+    """The torchrun prefix of an RL job outside ``train`` (a grid cell, the ESSA study's GRPO baseline)."""
+    return torchrun(rl_job(p, model, settings))

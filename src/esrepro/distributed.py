@@ -24,6 +24,7 @@ class World:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    local_world_size: int = 1  # processes on this node (they share its CPU threads)
 
     @property
     def is_main(self) -> bool:
@@ -59,7 +60,7 @@ def world() -> World:
     local = _env_int("LOCAL_RANK", rank)
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"launcher environment: RANK={rank} is not in [0, WORLD_SIZE={size})")
-    return World(rank=rank, local_rank=local, world_size=size)
+    return World(rank=rank, local_rank=local, world_size=size, local_world_size=_env_int("LOCAL_WORLD_SIZE", size))
 
 
 def split_batch(total: int, world_size: int, field: str) -> int:

@@ -18,10 +18,21 @@ TRAIN_SHELL = (
 
 
 # A train job's cluster layout (esrepro.cluster): ES jobs take the registry's train_es resources
-# where a model has them; a job on several nodes runs under scripts/ray-slurm.
+# where a model has them; a job on several nodes runs under scripts/ray-slurm; PPO and GRPO jobs
+# run one training process per GPU under torchrun (the registry's `processes` for CPU processes).
 RAY_SLURM = os.path.join(workflow.basedir, "scripts", "ray-slurm")
 TRAIN_RESOURCES = {
     k: (lambda w, k=k: cluster.slurm_resource(cluster.train_job(PIPELINE, w.task, w.model, w.method), k))
+    for k in cluster.TRAIN_RESOURCES
+}
+# An RL job outside `train` (a grid cell, the ESSA study's GRPO baseline): the registry's `train` entry, with as
+# many processes (GPUs) as share the run's per-step batch evenly (esrepro.cluster.rl_job).
+def rl_settings(w):
+    return specs.method_spec(PIPELINE, w.model, w.task, w.method, getattr(w, "cell", None))
+
+
+RL_RESOURCES = {
+    k: (lambda w, k=k: cluster.slurm_resource(cluster.rl_job(PIPELINE, w.model, rl_settings(w)), k))
     for k in cluster.TRAIN_RESOURCES
 }
 
@@ -69,10 +80,10 @@ rule train_cell:
         device=CFG.device,
         chat=chat_flag,
         run=folder_of_manifest,
-        launcher="",
-    threads: threads_of("train")
+        launcher=lambda w: cluster.rl_launcher(PIPELINE, w.model, rl_settings(w)),
+    threads: lambda w: cluster.rl_job(PIPELINE, w.model, rl_settings(w)).threads()
     resources:
-        **resources_of("train"),
+        **RL_RESOURCES,
     conda:
         ENV
     log:
@@ -121,20 +132,21 @@ rule essa_grpo:
         ref_spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, ESSA_REF)),
         sft=lambda w: f"{PLAN.essa_ref_run(w.model, w.seed, w.task)}/sft",
         trains=PIPELINE.essa_study().grpo_trains if PIPELINE.essa_study() else "adapter",
+        launcher=lambda w: cluster.rl_launcher(PIPELINE, w.model, rl_settings(w)),
         dtype=dtype_of,
         device=CFG.device,
         chat=chat_flag,
         run=folder_of_manifest,
-    threads: threads_of("train")
+    threads: lambda w: cluster.rl_job(PIPELINE, w.model, rl_settings(w)).threads()
     priority: PLAN.train_priority(ESSA_REF)  # the second half of the chain its reference run starts
     resources:
-        **resources_of("train"),
+        **RL_RESOURCES,
     conda:
         ENV
     log:
         f"{R.LOGS}/train/{{task}}/{{model}}/{{method}}/seed{{seed}}.log",
     shell:
-        "esrepro essa-grpo --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
+        "{params.launcher}esrepro essa-grpo --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
         "--model-dir {input.model} --sft-dir {params.sft} --dtype {params.dtype} --data-dir {input.data} "
         "--spec {params.spec:q} --ref-spec {params.ref_spec:q} {params.chat} --seed {wildcards.seed} "
         "--trains {params.trains} --out {params.run} --threads {threads} --device {params.device} > {log} 2>&1"

@@ -9,8 +9,11 @@ from esrepro.pipeline.names import GRID_KEYS, cell_name
 from esrepro.settings.layers import Layer
 from esrepro.settings.registry import ModelEntry, Resources
 
-CPU_ONLY_RULES = ("fetch",)
 FETCH_MEM_MB = 8000  # a download needs no more, whatever the model's GPU jobs ask for
+#: Rules whose jobs never use a GPU, whatever the registry entry they fall back on (``default``) says, with their
+#: memory cap in MB (None: the entry's): a download, the choice of an RL grid cell from the cells' logs, and the
+#: parameter-shift histogram (an absolute difference of two checkpoints, which holds both in host memory).
+CPU_ONLY_RULES: dict[str, int | None] = {"fetch": FETCH_MEM_MB, "select": FETCH_MEM_MB, "param_shift": None}
 
 
 class ModelsMixin:
@@ -23,11 +26,14 @@ class ModelsMixin:
         return self.registry[key]
 
     def resources(self, model: str, rule: str) -> Resources:
-        """Cluster resources of ``rule``'s jobs for ``model``; a download never holds a GPU or much memory."""
+        """Cluster resources of ``rule``'s jobs for ``model``; a CPU-only rule (:data:`CPU_ONLY_RULES`) never holds
+        a GPU: it keeps the entry's CPU threads (one for a download or a selection) and at most its memory cap."""
         res = self.model(model).rule_resources(rule)
         if rule in CPU_ONLY_RULES:
-            res = res.model_copy(update={"gpu": 0, "gpu_model": None, "cpus_per_gpu": None, "cpus_per_task": 1,
-                                         "nodes": 1, "mem_mb": min(res.mem_mb, FETCH_MEM_MB)})
+            cap = CPU_ONLY_RULES[rule]
+            threads = res.threads() if cap is None else 1
+            res = res.model_copy(update={"gpu": 0, "gpu_model": None, "cpus_per_gpu": None, "cpus_per_task": threads,
+                                         "nodes": 1, "mem_mb": res.mem_mb if cap is None else min(res.mem_mb, cap)})
         return res
 
     def grid(self, model: str, method: str) -> dict[str, list]:

@@ -21,8 +21,15 @@ class Resources(Settings):
     mem_mb: int = Field(4000, ge=100, description="memory per node, MB")
     runtime: int = Field(60, ge=1, description="wall-clock limit, minutes")
     nodes: int = Field(1, ge=1, description="nodes of a training job (a Ray cluster spans them)")
+    processes: int | None = Field(
+        None, ge=1, description="training processes per node of an RL job (PPO, GRPO) or an ESSA SFT, started by "
+        "torchrun: null, one per GPU (one without GPUs); set it to run several CPU processes (gloo)")
     ray_cluster: bool = Field(False, description="run the job under scripts/ray-slurm, whose Ray cluster the ES "
                               "engines join, even on one node (always so when nodes > 1)")
+
+    def training_processes(self) -> int:
+        """Training processes per node under the distributed launcher: ``processes``, else one per GPU, else 1."""
+        return self.processes or self.gpu or 1
 
     def threads(self) -> int:
         """CPU threads a job of this rule uses: cpus_per_task, else cpus_per_gpu x gpu, else 1."""

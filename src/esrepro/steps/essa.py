@@ -98,9 +98,12 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     from esrepro.tasks import get_task
     from esrepro.train.context import TrainContext
 
+    from esrepro.distributed import barrier, init_process_group, world
+
     if trains not in TRAINS:
         raise ValueError(f"trains must be one of {', '.join(TRAINS)}, got {trains!r}")
-    set_threads(threads)
+    here = world()  # under torchrun: every process trains, rank 0 writes
+    set_threads(max(1, threads // here.local_world_size))
     started = now()
     verify_sft(Path(sft_dir))
     inputs = verify_inputs({"base_model": model_dir, "sft_adapter": Path(sft_dir) / SFT_ADAPTER,
@@ -119,11 +122,14 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     train_examples = [problems[i] for i in positions]
     val_examples = [problems[i] for i in held]
     run = Path(out)
-    device = pick_device(device)
+    device = here.device(pick_device(device))
+    init_process_group(device)
     adapter = Path(sft_dir) / SFT_ADAPTER
     start = run / SFT_START
     t0 = time.perf_counter()
-    merge_sft_start(model_dir, adapter, start, dtype)
+    if here.is_main:
+        merge_sft_start(model_dir, adapter, start, dtype)
+    barrier()  # the merged start is whole before any process loads it
     seconds_merge = time.perf_counter() - t0
 
     on_adapter = trains == "adapter"
@@ -131,6 +137,8 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
                        chat=chat, settings=settings, task=task_obj, examples=train_examples, seed=seed, run_dir=run,
                        device=device, adapter_dir=adapter if on_adapter else None)
     outcome = train_rl(ctx)
+    if not here.is_main:
+        return {"method": method, "rank": here.rank}
     t0 = time.perf_counter()
     if on_adapter:
         with atomic_path(run / ADAPTER, is_dir=True) as tmp:
@@ -163,7 +171,8 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
                   "task_options": options, **settings.as_dict()},
         started=started,
         outputs=outputs,
-        extra={"seed": seed, "train_examples": len(train_examples), "device": device, **outcome.extra,
+        extra={"seed": seed, "train_examples": len(train_examples), "device": device,
+               "world_size": here.world_size, **outcome.extra,
                "essa_baseline": {"start": "the reference ESSA run's SFT adapter merged into the base",
                                  "trains": trains,
                                  "train_problems": "the alignment fold without its held-out problems: "

@@ -31,7 +31,8 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     from esrepro.tasks import get_task
     from esrepro.train.context import TrainContext
 
-    set_threads(threads)
+    here = world()
+    set_threads(max(1, threads // here.local_world_size))  # the job's threads, shared by its processes on a node
     started = now()
     inputs = verify_inputs({"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"})
     options = dict(spec.get("task_options", {}))
@@ -41,7 +42,6 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     task_obj = get_task(task, **options)
     examples = load_examples(task_obj, data_dir, "train", settings.train_examples, f"{method}.train_examples")
     run = Path(out)
-    here = world()
     device = here.device(pick_device(device))
     eval_examples = (load_examples(task_obj, data_dir, "test", settings.eval_limit)
                      if settings.eval_every is not None else [])  # v2: periodic evaluation on the test split

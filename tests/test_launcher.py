@@ -1,0 +1,102 @@
+"""How the paper's training jobs are launched: PPO and GRPO as one torchrun process per GPU with the per-step batch
+shared evenly, ES and ESSA under their Ray layouts, and no GPU for the steps that only read logs or checkpoints."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from esrepro.cluster import rl_job, torchrun
+from esrepro.config import load_pipeline, load_yaml
+from esrepro.distributed import split_batch, world
+from esrepro.rl.budget import samples_per_step
+from esrepro.settings.registry import Resources
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
+
+
+@pytest.fixture(scope="module")
+def dry_run() -> str:
+    """``snakemake -n -p`` of the paper configuration: every job's rule, resources and shell command."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/paper.yaml"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _jobs(text: str) -> list[dict]:
+    """The dry run's jobs: rule, wildcards, resources and shell command of each."""
+    jobs, job = [], None
+    for line in text.splitlines():
+        if m := re.match(r"rule (\w+):", line):
+            job = {"rule": m.group(1), "text": ""}
+            jobs.append(job)
+        elif job is not None:
+            job["text"] += line + "\n"
+    for job in jobs:
+        res = re.search(r"resources: (.*)", job["text"])
+        job["resources"] = dict(re.findall(r"(\w+)=([^,\s]+)", res.group(1))) if res else {}
+        shell = re.search(r"Shell command: (.*)", job["text"])
+        job["shell"] = shell.group(1) if shell else ""
+    return jobs
+
+
+def test_torchrun_prefix():
+    assert torchrun(Resources()) == ""
+    assert torchrun(Resources(gpu=1)) == ""
+    assert torchrun(Resources(gpu=8)) == "torchrun --standalone --nnodes 1 --nproc-per-node 8 --no-python "
+    assert torchrun(Resources(processes=2)).startswith("torchrun --standalone --nnodes 1 --nproc-per-node 2 ")
+    two = torchrun(Resources(gpu=4, nodes=2))
+    assert two.startswith("srun --nodes 2 --ntasks-per-node 1 ") and "--nnodes 2 --nproc-per-node 4" in two
+    assert "--rdzv-backend c10d" in two and "$SLURM_JOB_NODELIST" in two
+
+
+def test_an_rl_job_takes_as_many_processes_as_share_its_batch(paper):
+    grpo = {"algorithm": "grpo", "per_device_train_batch_size": 60, "gradient_accumulation_steps": 1}
+    res = rl_job(paper, "qwen2.5-7b-instruct", grpo)
+    assert (res.processes, res.gpu, res.threads()) == (6, 6, 48)  # 60 completions: 6 x 10, not 8 x 7.5
+    assert rl_job(paper, "qwen2.5-7b-instruct", {**grpo, "per_device_train_batch_size": 32,
+                                                 "gradient_accumulation_steps": 8}).gpu == 8
+    assert rl_job(paper, "qwen2.5-0.5b-instruct", {"algorithm": "ppo", "prompts_per_step": 256}).gpu == 4
+
+
+def test_split_batch_and_world(monkeypatch):
+    assert split_batch(256, 8, "prompts_per_step") == 32
+    with pytest.raises(ValueError, match="prompts_per_step: 60 .* 8 training processes"):
+        split_batch(60, 8, "prompts_per_step")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    w = world()
+    assert (w.rank, w.world_size, w.is_main, w.device("cuda"), w.device("cpu")) == (1, 2, False, "cuda:1", "cpu")
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match="RANK=2"):
+        world()
+
+
+def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
+    """Every PPO and GRPO job of the paper's plan runs one torchrun process per GPU it asks for, and the processes
+    share its per-step batch evenly; the CPU-only steps ask for no GPU."""
+    jobs = _jobs(dry_run)
+    rl = [j for j in jobs if j["rule"] in ("train_cell", "essa_grpo")
+          or (j["rule"] == "train" and re.search(r'"algorithm": "(ppo|grpo|dr_grpo)"', j["shell"]))]
+    assert len(rl) >= 280
+    for job in rl:
+        m = re.match(r"torchrun --standalone --nnodes 1 --nproc-per-node (\d+) --no-python esrepro (train|essa-grpo) ",
+                     job["shell"])
+        assert m, job["shell"][:200]
+        assert int(m.group(1)) == int(job["resources"]["gpu"]) > 1, job["shell"][:200]
+        spec = re.search(r"--spec '(\{.*?\})'", job["shell"]).group(1)
+        import json
+
+        assert samples_per_step(json.loads(spec)) % int(m.group(1)) == 0
+    cpu_only = [j for j in jobs if j["rule"] in ("select_rl", "param_shift_histogram")]
+    assert cpu_only and all(int(j["resources"].get("gpu", 0)) == 0 for j in cpu_only)
+    assert all("gpu_model" not in j["resources"] for j in cpu_only)
