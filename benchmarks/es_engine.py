@@ -144,10 +144,10 @@ def make_evaluator(spec, scoring, engines: int, device: str):
 
 
 def _token_counts(evaluator) -> int:
-    import ray
-
     if hasattr(evaluator, "worker"):
         return evaluator.worker.engine.token_count()
+    import ray  # several engines only
+
     return sum(ray.get([a.call.remote("token_count") for a in evaluator.actors]))
 
 
@@ -162,13 +162,13 @@ def _fresh_generate(engine, prompts: list[str], new_tokens: int) -> list[str]:
 
 def _generate_everywhere(evaluator, prompts: list[str], new_tokens: int, calls: int, device: str) -> float:
     """``calls`` generate calls spread round-robin over the engines, all at once; returns the wall seconds."""
-    import ray
-
     t0 = clock(device)
     if hasattr(evaluator, "worker"):
         for _ in range(calls):
             _fresh_generate(evaluator.worker.engine, prompts, new_tokens)
     else:
+        import ray  # several engines only: one engine runs in this process
+
         # an actor's call returns once its decoded responses are back, i.e. after its device finished them
         k = len(evaluator.actors)
         ray.get([evaluator.actors[i % k].call.remote("generate", prompts, new_tokens) for i in range(calls)])

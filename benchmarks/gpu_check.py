@@ -1,0 +1,284 @@
+"""The paper-scale training paths on one GPU, in minutes, with random weights and no download.
+
+Builds a model with Qwen2.5-0.5B's configuration (random weights, a small local tokenizer) and runs, on the
+device given (``--device cuda``):
+
+[1] noise: CUDA's normal kernel draws element i from Philox subsequence i only while one pass of its grid covers
+    the tensor (SMs x threads per SM elements); above that the bits depend on the SM count. Shown as a prefix
+    test (the first half of a draw equals a draw of half the size) below and above the bound, and the cost of
+    drawing a 0.5B model's noise in esrepro's chunks against one call per tensor.
+[2] mixed precision: one AdamW step at lr 1e-6 under bf16 autocast on float32 master weights against the same
+    step on bf16 weights: the share of weights that moved.
+[3] GRPO (TRL's GRPOTrainer) and [4] PPO (esrepro.rl.ppo): two optimiser steps each at the registry's bf16
+    through the trainers' own mixed-precision path; seconds per step, peak GPU memory, the share of weights
+    that moved, and the master weights' dtype.
+[5] ES on the transformers engine: seconds per iteration, ES against pure inference on the same engine, the
+    perturb + restore + update share (benchmarks/es_engine.py, the device synchronised around each section),
+    then two short runs from one seed compared bit for bit.
+
+    python benchmarks/gpu_check.py --device cuda --json gpu_check.json
+    python benchmarks/gpu_check.py --device cpu --shape tiny      # the same code paths, CPU-sized
+
+Needs torch, transformers, peft, TRL (and datasets) and esrepro's own dependencies; no vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+
+def _es_engine():
+    spec = importlib.util.spec_from_file_location("es_engine", REPO / "benchmarks" / "es_engine.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def clock(device: str) -> float:
+    """The time once the device's queued work is done."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def peak_gib(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+
+
+def reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def moved_share(before: dict[str, torch.Tensor], model: torch.nn.Module) -> dict:
+    """Share of the weights (elements) that differ from ``before``, and the largest change."""
+    changed = total = 0
+    largest = 0.0
+    for name, p in model.named_parameters():
+        key = name.removeprefix("module.")
+        if key not in before:
+            continue
+        b = before[key].to(p.device, torch.float32)
+        diff = (p.detach().float() - b).abs()
+        changed += int((diff > 0).sum())
+        total += diff.numel()
+        largest = max(largest, float(diff.max()))
+    return {"moved_share": changed / max(1, total), "largest_change": largest}
+
+
+# --- [1] noise ------------------------------------------------------------------------------------------------
+def noise_check(device: str, model_dir: Path) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    from esrepro.devices import noise_device
+    from esrepro.perturb.noise import CUDA_NOISE_CHUNK, noise_like
+
+    out: dict = {"chunk": CUDA_NOISE_CHUNK, "noise_device": noise_device(device)}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(0)
+        bound = props.multi_processor_count * props.max_threads_per_multi_processor
+        gen = torch.Generator(device=device)
+
+        def prefix_holds(n: int) -> bool:
+            gen.manual_seed(7)
+            whole = torch.randn(n, generator=gen, device=device)
+            gen.manual_seed(7)
+            half = torch.randn(n // 2, generator=gen, device=device)
+            return bool(torch.equal(whole[: n // 2], half))
+
+        out.update(gpu=props.name, sms=props.multi_processor_count, one_pass_elements=bound,
+                   prefix_below_bound=prefix_holds(bound), prefix_above_bound=prefix_holds(4 * bound),
+                   chunk_within_bound=CUDA_NOISE_CHUNK <= bound)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
+    shapes = [p.shape for p in model.parameters()]
+    out["tensors"], out["elements"] = len(shapes), sum(p.numel() for p in model.parameters())
+    del model
+    for label in ("chunked", "one_call"):
+        t0 = clock(device)
+        for i, shape in enumerate(shapes):
+            if label == "chunked":
+                noise_like(shape, device, 11, i, "iid")
+            else:
+                g = torch.Generator(device=device)
+                g.manual_seed(11)
+                torch.randn(tuple(shape), generator=g, device=device)
+        out[f"seconds_{label}"] = clock(device) - t0
+    print(f"[1] noise on {device}: {json.dumps(out)}")
+    return out
+
+
+# --- [2] mixed precision ----------------------------------------------------------------------------------------
+def precision_check(device: str, model_dir: Path) -> dict:
+    """One AdamW step (lr 1e-6) of the LM loss on a fixed batch: float32 masters under bf16 autocast, and bf16."""
+    from transformers import AutoModelForCausalLM
+
+    from esrepro import numerics
+
+    out = {}
+    ids = torch.randint(0, 400, (4, 64), generator=torch.Generator().manual_seed(0)).to(device)
+    for label, dtype, autocast in (("float32_master_bf16_autocast", torch.float32, True), ("bf16_weights", torch.bfloat16, False)):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt = numerics.adamw(model.parameters(), lr=1e-6, weight_decay=0.0)
+        ctx = torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        with ctx:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        out[label] = moved_share(before, model)
+        del model, opt, before
+        reset_peak(device)
+    print(f"[2] one AdamW step at lr 1e-6: {json.dumps(out)}")
+    return out
+
+
+# --- [3] GRPO and [4] PPO ---------------------------------------------------------------------------------------
+def _problems(n: int) -> list[dict]:
+    from esrepro.tasks.countdown import generate_problems
+
+    return generate_problems(n, seed=5)
+
+
+def grpo_check(device: str, model_dir: Path, new_tokens: int) -> dict:
+    from safetensors.torch import load_file
+
+    from esrepro.rl.grpo import train_grpo
+    from esrepro.settings.methods import GRPOSettings
+    from esrepro.tasks import get_task
+
+    settings = GRPOSettings(algorithm="grpo", loss_type="grpo", scale_rewards="group", num_generations=4,
+                            per_device_train_batch_size=16, gradient_accumulation_steps=1, max_new_tokens=new_tokens,
+                            learning_rate=1e-6, sample_budget=32).as_dict()
+    before = load_file(str(model_dir / "model.safetensors"))
+    reset_peak(device)
+    t0 = clock(device)
+    model, _, rows = train_grpo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
+                                dtype="bfloat16")
+    seconds = clock(device) - t0
+    out = {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
+           "peak_gib": peak_gib(device), "master_dtype": str(next(model.parameters()).dtype),
+           "completions_per_step": 16, **moved_share(before, model)}
+    print(f"[3] GRPO: {json.dumps(out)}")
+    del model
+    reset_peak(device)
+    return out
+
+
+def ppo_check(device: str, model_dir: Path, new_tokens: int) -> dict:
+    from safetensors.torch import load_file
+
+    from esrepro.rl.ppo import train_ppo
+    from esrepro.tasks import get_task
+
+    settings = {"prompts_per_step": 16, "mini_batch_size": 16, "micro_batch_size": 8, "max_new_tokens": new_tokens,
+                "actor_learning_rate": 1e-6, "critic_learning_rate": 1e-5}
+    before = load_file(str(model_dir / "model.safetensors"))
+    reset_peak(device)
+    t0 = clock(device)
+    model, _, rows = train_ppo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
+                               dtype="bfloat16", progress=False)
+    seconds = clock(device) - t0
+    out = {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
+           "peak_gib": peak_gib(device), "master_dtype": str(next(model.parameters()).dtype),
+           **moved_share(before, model)}
+    print(f"[4] PPO: {json.dumps(out)}")
+    del model
+    reset_peak(device)
+    return out
+
+
+# --- [5] ES ------------------------------------------------------------------------------------------------------
+def es_check(device: str, model_dir: Path, args: argparse.Namespace) -> dict:
+    from esrepro.backends.spec import EngineSpec
+    from esrepro.es.loop import run_es
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import Scoring
+    from esrepro.settings.methods import ESSettings
+    from esrepro.tasks.countdown import generate_problems
+
+    bench = _es_engine()
+    ns = SimpleNamespace(dtype=None, device=device, population=args.population, iterations=2,
+                         new_tokens=args.new_tokens, prompts=args.prompts, batch_size=None, generation="default",
+                         noise="correlated", restore="subtract", engines=1, vllm_kv_cache_bytes=None, threads=1,
+                         gpu_memory_utilization=0.8)
+    timing = bench.es_against_inference(ns, model_dir, "hf")
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    cfg = ESSettings(population=4, iterations=2, max_new_tokens=32, train_examples=8, batch_size=8)
+    examples = generate_problems(8, seed=123)
+    runs = []
+    for k in range(2):
+        spec = EngineSpec(model_dir=str(model_dir), backend="hf", dtype=dtype, device=device, batch_size=8,
+                          noise=cfg.noise, restore=cfg.restore, threads=1)
+        evaluator = SerialEvaluator(spec, Scoring(task="countdown", examples=examples, max_new_tokens=32))
+        with tempfile.TemporaryDirectory() as state:
+            log = run_es(evaluator, cfg, Path(state) / "resume", seed=3, progress=False)
+        runs.append([(r["rewards"], r["checksum"]) for r in log])
+        evaluator.close()
+    out = {"timing": {k: timing[k] for k in ("es_seconds_per_iteration", "es_over_inference", "es_overhead_share",
+                                             "es_share_outside_generation", "es_tokens_per_s",
+                                             "inference_tokens_per_s", "es_seconds")},
+           "shape": {"population": args.population, "prompts": args.prompts, "new_tokens": args.new_tokens},
+           "two_runs_bit_equal": runs[0] == runs[1], "checksums": [c for _, c in runs[0]]}
+    print(f"[5] ES: {json.dumps(out)}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shape", default="qwen2.5-0.5b", choices=["qwen2.5-0.5b", "medium", "tiny"])
+    ap.add_argument("--population", type=int, default=8, help="ES timing: population")
+    ap.add_argument("--prompts", type=int, default=32, help="ES timing: prompts per member")
+    ap.add_argument("--new-tokens", type=int, default=128, help="new tokens (ES timing, GRPO, PPO)")
+    ap.add_argument("--only", default="noise,precision,grpo,ppo,es", help="sections to run, comma-separated")
+    ap.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    args = ap.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    result: dict = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+                    "torch": torch.__version__, "shape": args.shape}
+    sections = {"noise": lambda d: noise_check(args.device, d), "precision": lambda d: precision_check(args.device, d),
+                "grpo": lambda d: grpo_check(args.device, d, args.new_tokens),
+                "ppo": lambda d: ppo_check(args.device, d, args.new_tokens),
+                "es": lambda d: es_check(args.device, d, args)}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        model_dir = _es_engine().build_model(args.shape, Path(tmp) / args.shape)
+        if args.shape != "qwen2.5-0.5b":  # the small shapes are saved in float32; the check wants the bf16 registry
+            pass
+        for name in args.only.split(","):
+            t0 = time.perf_counter()
+            try:
+                result[name] = sections[name](model_dir)
+            except Exception as exc:  # report every section, then fail
+                traceback.print_exc()
+                result[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            result[name]["section_seconds"] = time.perf_counter() - t0
+            if args.json:
+                args.json.write_text(json.dumps(result, indent=1, default=str))
+    result["seconds"] = time.perf_counter() - started
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    print(f"gpu_check: {result['seconds']:.0f} s in all")
+    failed = [k for k, v in result.items() if isinstance(v, dict) and "error" in v]
+    if failed:
+        raise SystemExit(f"sections failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
