@@ -213,7 +213,7 @@ def train_ppo(
     init_process_group(device)
     share = par.shares(cfg, here.world_size)
     use = effective(cfg, device)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed + here.rank)  # each process samples its own responses (rank 0: the 1-process stream)
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
     actor = load_master(model_dir, device)
