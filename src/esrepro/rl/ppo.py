@@ -14,6 +14,12 @@ the TRL that GRPO uses). So this module is a small, hand-written, tested PPO:
 - ``ppo_epochs`` passes over the rollout in mini-batches of ``mini_batch_size``, one optimiser
   step each, accumulated over micro-batches of ``micro_batch_size``; token-mean losses.
 
+Scale (the paper's 0.5B-8B models on 4 or 8 GPUs): float32 master weights for actor and critic whatever
+the registry dtype, bf16 autocast (or FSDP2's bf16 parameters) on GPUs (``bf16``); one process per GPU,
+each rolling out its share of the step's prompts, gradients averaged by DDP or FSDP2 (``sharding``), the
+advantages whitened over the global batch (:mod:`esrepro.rl.ppo_parallel`); rollouts in calls of
+``rollout_batch_size``; a resume state every ``resume_every`` steps (:mod:`esrepro.rl.ppo_state`).
+
 The pure functions (:func:`gae`, :func:`policy_loss`, :func:`value_loss`, :func:`token_rewards`)
 are unit-tested against their defining properties.
 """
@@ -22,13 +28,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
 from esrepro import numerics
+from esrepro.distributed import barrier, init_process_group, world
+from esrepro.rl import ppo_parallel as par
+from esrepro.rl import ppo_state
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.settings.methods import PPOSettings
 from esrepro.models.responses import eos_token_ids, response_mask
@@ -37,15 +46,23 @@ from esrepro.tasks.base import Task
 
 
 # --- the algorithm's pieces (pure, tested) ----------------------------------------------------
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over positions where ``mask`` is 1."""
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / std`` over masked positions (population variance); zero elsewhere."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, total: Callable[[torch.Tensor], torch.Tensor] = _same
+                ) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1; ``total`` sums the two sums over the processes
+    (:func:`esrepro.rl.ppo_parallel.all_sum`) for the global batch's mean."""
+    return total((x * mask).sum()) / total(mask.sum()).clamp(min=1.0)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8,
+                  total: Callable[[torch.Tensor], torch.Tensor] = _same) -> torch.Tensor:
+    """``(x - mean) / std`` over masked positions (population variance); zero elsewhere; ``total`` as in
+    :func:`masked_mean` (whitening over the global batch)."""
+    mean = masked_mean(x, mask, total)
+    var = masked_mean((x - mean) ** 2, mask, total)
     return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
@@ -105,20 +122,45 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 # --- models ------------------------------------------------------------------------------------
 class Critic(nn.Module):
-    """A causal LM's backbone with a scalar value head on its last hidden state (zero-initialised)."""
+    """A causal LM's backbone (no LM head) with a scalar value head on its last hidden state (zero-initialised)."""
 
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
-        self.lm = lm
+        self.lm = lm.get_decoder() if hasattr(lm, "get_decoder") else lm.model
         self.head = nn.Linear(lm.config.hidden_size, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids, attention_mask, position_ids) -> torch.Tensor:  # noqa: ANN001
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                      output_hidden_states=True, use_cache=False)
-        h = out.hidden_states[-1]
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        h = out.last_hidden_state
         return self.head(h.to(self.head.weight.dtype)).squeeze(-1)
+
+
+def load_master(model_dir: str | Path, device: str) -> nn.Module:
+    """A trained model's float32 master weights, whatever the registry dtype: an AdamW update of ``lr`` 1e-6
+    to a bf16 weight above ~1e-3 rounds back to the same bf16 value; to a float32 one it does not."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+
+
+def effective(cfg: PPOSettings, device: str) -> dict[str, bool]:
+    """bf16 and gradient checkpointing as the run uses them: forced off on CPU."""
+    on_gpu = device.startswith("cuda")
+    return {"bf16": cfg.bf16 and on_gpu, "gradient_checkpointing": cfg.gradient_checkpointing and on_gpu}
+
+
+def cpu_overrides(settings: dict | PPOSettings, device: str) -> dict[str, bool]:
+    """The settings the CPU path changed (recorded in the manifest)."""
+    cfg = _settings(settings)
+    used = effective(cfg, device)
+    return {k: False for k in ("bf16", "gradient_checkpointing") if getattr(cfg, k) and not used[k]}
+
+
+def _settings(settings: dict | PPOSettings) -> PPOSettings:
+    return settings if isinstance(settings, PPOSettings) else PPOSettings.model_validate({"algorithm": "ppo",
+                                                                                          **settings})
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -148,36 +190,52 @@ def train_ppo(
     chat: bool = False,
     progress: bool = True,
     periodic: tuple[Any, int] | None = None,
+    resume_dir: str | Path | None = None,
+    device: str | None = None,
 ) -> tuple[nn.Module, Any, list[dict]]:
     """Train the policy in ``model_dir`` with PPO for ``steps`` steps; returns (policy, tokenizer, log rows).
 
+    Every process of a distributed job calls it (:mod:`esrepro.rl.ppo_parallel`); on return rank 0 holds the
+    whole policy (unsharded, in the registry ``dtype``), and the rows are the job's (reduced over processes).
     ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, samples per step): evaluate the policy
-    greedily before training and every ``eval_every`` steps (v2, Figure 6).
+    greedily before training and every ``eval_every`` steps (v2, Figure 6; rank 0 evaluates).
+    ``resume_dir``: write the resume state there every ``resume_every`` steps and continue from it when it
+    exists (None: no resume state). ``device``: this process's device (None: its GPU when there is one).
 
     One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
     ``entropy``, ``completion_length``, ``seconds`` and, only when ``beta > 0``, ``kl``.
     """
     from transformers import AutoModelForCausalLM
 
-    cfg = settings if isinstance(settings, PPOSettings) else PPOSettings.model_validate({"algorithm": "ppo", **settings})
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(seed)
+    cfg = _settings(settings)
+    here = world()
+    device = device or here.device("cuda" if torch.cuda.is_available() else "cpu")
+    init_process_group(device)
+    share = par.shares(cfg, here.world_size)
+    use = effective(cfg, device)
+    torch.manual_seed(seed + here.rank)  # each process samples its own responses (rank 0: the 1-process stream)
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
-    load = lambda: AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)  # noqa: E731
-    actor = load()
+    actor = load_master(model_dir, device)
     actor.generation_config.pad_token_id = tok.pad_token_id
-    critic = Critic(load()).to(device)
+    critic = Critic(load_master(model_dir, device)).to(device)
     ref = None
-    if cfg.beta > 0:
-        ref = load().eval().requires_grad_(False)
+    if cfg.beta > 0:  # frozen: stays in the registry dtype
+        ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device).eval().requires_grad_(False)
     for m in (actor, critic):
         for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
             if isinstance(mod, nn.Dropout):
                 mod.p = 0.0
+    if use["gradient_checkpointing"]:
+        for m in (actor, critic.lm):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    actor = par.wrap(actor, cfg.sharding, here, device, use["bf16"])
+    critic = par.wrap(critic, cfg.sharding, here, device, use["bf16"])
+    policy = par.inner(actor)  # generates and is evaluated (DDP: the wrapped module)
     opt_a = numerics.adamw(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
     opt_c = numerics.adamw(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)
-    eos_ids = eos_token_ids(tok, actor)
+    eos_ids = eos_token_ids(tok, policy)
+    amp = lambda: par.autocast(device, use["bf16"], actor)  # noqa: E731
 
     def fmt(e: dict) -> str:
         text = task.prompt(e)
@@ -187,33 +245,46 @@ def train_ppo(
         return text
 
     rng = np.random.default_rng(seed)
-    order: list[int] = []
-    rows: list[dict] = []
+    run_key = ppo_state.key(cfg, seed, here.world_size, dtype)
+    models = {"actor": actor, "critic": critic, "actor_optim": opt_a, "critic_optim": opt_c}
+    periodic_rows = periodic[0].rows if periodic is not None else []
+    resumed = ppo_state.load(resume_dir, run_key, rng, models, device, here.rank)
+    start, order, rows = 0, [], []
+    if resumed is not None:
+        start, order, rows = resumed.step, resumed.order, resumed.rows
+        periodic_rows[:] = resumed.periodic_rows
+        print(f"PPO: resuming from {resume_dir} after step {start} of {steps}", flush=True)
     from tqdm import tqdm
 
     def evaluate_now(done: int) -> None:
         from esrepro.train.periodic import policy_point
 
         evaluation, per_step = periodic
-        policy_point(evaluation, done, per_step, actor, tok, device, cfg.eval_batch_size, chat)
+        with par.gathered(actor):
+            if here.is_main:
+                with amp():
+                    policy_point(evaluation, done, per_step, policy, tok, device, cfg.eval_batch_size, chat)
+            barrier()
 
-    if periodic is not None:
+    if periodic is not None and resumed is None:
         evaluate_now(0)
 
-    for step in tqdm(range(steps), desc="PPO", disable=not progress):
+    lo, hi = here.rank * share.prompts_per_process, (here.rank + 1) * share.prompts_per_process
+    for step in tqdm(range(start, steps), desc="PPO", disable=not progress or not here.is_main,
+                     initial=start, total=steps):
         t0 = time.perf_counter()
         while len(order) < cfg.prompts_per_step:  # epochs over the training set, reshuffled each time
             order += rng.permutation(len(examples)).tolist()
         idx, order = order[: cfg.prompts_per_step], order[cfg.prompts_per_step :]
-        batch = [examples[i] for i in idx]
+        batch = [examples[i] for i in idx[lo:hi]]  # this process's share; the union is the step's batch
         texts = [fmt(e) for e in batch]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=adds_special_tokens(tok, texts)).to(device)
         n_prompt = enc["input_ids"].shape[1]
 
         # rollout
         actor.eval()
-        with torch.no_grad():
-            seq = _generate_padded(actor, enc, cfg, tok)
+        with torch.no_grad(), par.gathered(actor), amp():
+            seq = _generate_padded(policy, enc, share.rollout_batch_size, cfg, tok)
         resp = seq[:, n_prompt:]
         mask = response_mask(resp, eos_ids).float()
         attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
@@ -221,10 +292,11 @@ def train_ppo(
         scores = torch.tensor([task.score(t, e).reward for t, e in zip(texts, batch, strict=True)],
                               dtype=torch.float32, device=device)
 
-        with torch.no_grad():
+        mb = share.micro_batch_size
+        with torch.no_grad(), amp():
             old_logp, old_v, ref_logp = [], [], []
-            for i in range(0, cfg.prompts_per_step, cfg.micro_batch_size):
-                s, a = seq[i:i + cfg.micro_batch_size], attn[i:i + cfg.micro_batch_size]
+            for i in range(0, share.prompts_per_process, mb):
+                s, a = seq[i:i + mb], attn[i:i + mb]
                 old_logp.append(_response_logp(actor, s, a, n_prompt, cfg.temperature)[0])
                 old_v.append(critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float())
                 if ref is not None:
@@ -233,58 +305,83 @@ def train_ppo(
             ref_logp_t = torch.cat(ref_logp) if ref is not None else None
             rewards, kl = token_rewards(scores, old_logp_t, ref_logp_t, mask, cfg.beta)
             adv, returns = gae(rewards, old_v_t, mask, cfg.gamma, cfg.lam)
-            adv = masked_whiten(adv, mask)
+            adv = masked_whiten(adv, mask, total=par.all_sum)  # over the global batch's tokens
 
-        # updates
+        # updates: each process takes its share of every mini-batch; gradients are averaged over processes
         actor.train()
         critic.train()
         stats: dict[str, list[float]] = {"pg_loss": [], "vf_loss": [], "clipfrac": [], "entropy": []}
-        n_micro = cfg.mini_batch_size // cfg.micro_batch_size
+        n_micro = share.mini_batch_per_process // mb
         for _ in range(cfg.ppo_epochs):
-            perm = torch.from_numpy(rng.permutation(cfg.prompts_per_step)).to(device)
-            for m0 in range(0, cfg.prompts_per_step, cfg.mini_batch_size):
+            perm = torch.from_numpy(rng.permutation(share.prompts_per_process)).to(device)
+            for m0 in range(0, share.prompts_per_process, share.mini_batch_per_process):
                 opt_a.zero_grad(set_to_none=True)
                 opt_c.zero_grad(set_to_none=True)
-                for u0 in range(m0, m0 + cfg.mini_batch_size, cfg.micro_batch_size):
-                    j = perm[u0:u0 + cfg.micro_batch_size]
+                for u0 in range(m0, m0 + share.mini_batch_per_process, mb):
+                    last = u0 + mb >= m0 + share.mini_batch_per_process
+                    j = perm[u0:u0 + mb]
                     s, a, mk = seq[j], attn[j], mask[j]
-                    logp, ent = _response_logp(actor, s, a, n_prompt, cfg.temperature)
-                    pg, cf = policy_loss(logp, old_logp_t[j], adv[j], mk, cfg.clip_ratio)
-                    ent_m = masked_mean(ent, mk)
-                    ((pg - cfg.entropy_coef * ent_m) / n_micro).backward()
-                    v = critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float()
-                    vf = value_loss(v, old_v_t[j], returns[j], mk, cfg.value_clip)
-                    (vf / n_micro).backward()
+                    with par.no_sync(actor, last):
+                        with amp():
+                            logp, ent = _response_logp(actor, s, a, n_prompt, cfg.temperature)
+                        pg, cf = policy_loss(logp, old_logp_t[j], adv[j], mk, cfg.clip_ratio)
+                        ent_m = masked_mean(ent, mk)
+                        ((pg - cfg.entropy_coef * ent_m) / n_micro).backward()
+                    with par.no_sync(critic, last):
+                        with amp():
+                            v = critic(s, a, _positions(a))[:, n_prompt - 1 : -1].float()
+                        vf = value_loss(v, old_v_t[j], returns[j], mk, cfg.value_clip)
+                        (vf / n_micro).backward()
                     for k, val in (("pg_loss", pg), ("vf_loss", vf), ("clipfrac", cf), ("entropy", ent_m)):
                         stats[k].append(float(val.detach()))
                 torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.max_grad_norm)
                 torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
                 opt_a.step()
                 opt_c.step()
+        all_scores = par.gather_cat(scores)
         row = {
             "step": step,
-            "reward_mean": float(scores.mean()),
-            "reward_std": float(scores.std(unbiased=False)),
-            **{k: float(np.mean(v)) for k, v in stats.items()},
-            "completion_length": float(mask.sum(-1).mean()),
+            "reward_mean": float(all_scores.mean()),
+            "reward_std": float(all_scores.std(unbiased=False)),
+            **{k: float(np.mean(par.gather_floats(v, device))) for k, v in stats.items()},
+            "completion_length": float(par.gather_cat(mask.sum(-1)).mean()),
             "seconds": time.perf_counter() - t0,
         }
         if kl is not None:
-            row["kl"] = float(masked_mean(kl, mask))
+            row["kl"] = float(masked_mean(kl, mask, par.all_sum))
         rows.append(row)
         if periodic is not None and periodic[0].due(step + 1):
             evaluate_now(step + 1)
+        if resume_dir is not None and ((step + 1) % cfg.resume_every == 0 or step + 1 == steps):
+            ppo_state.save(resume_dir, run_key, ppo_state.Progress(step + 1, order, rows, periodic_rows), rng,
+                           models, device, here.is_main)
     actor.eval()
-    return actor, tok, rows
+    return _whole_policy(actor, model_dir, dtype, here.is_main), tok, rows
 
 
-def _generate_padded(actor: nn.Module, enc: dict, cfg: PPOSettings, tok: Any) -> torch.Tensor:
-    """Generate in micro-batches and right-pad the sequences to one length."""
+def _whole_policy(actor: nn.Module, model_dir: str | Path, dtype: str, is_main: bool) -> nn.Module:
+    """The trained policy, unsharded, in the registry dtype (FSDP: gathered to rank 0, a collective)."""
+    if not par.sharded(actor):
+        return par.inner(actor).to(DTYPES[dtype])
+    state = par.full_model_state(actor)
+    if not is_main:
+        return actor
+    from transformers import AutoModelForCausalLM
+
+    whole = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    whole.load_state_dict(state)
+    whole.generation_config.pad_token_id = actor.generation_config.pad_token_id
+    return whole.to(DTYPES[dtype]).eval()
+
+
+def _generate_padded(actor: nn.Module, enc: dict, per_call: int, cfg: PPOSettings, tok: Any) -> torch.Tensor:
+    """Generate in calls of ``per_call`` prompts and right-pad the sequences to one length."""
     outs = []
-    for i in range(0, cfg.prompts_per_step, cfg.micro_batch_size):
+    n = enc["input_ids"].shape[0]
+    for i in range(0, n, per_call):
         outs.append(actor.generate(
-            input_ids=enc["input_ids"][i:i + cfg.micro_batch_size],
-            attention_mask=enc["attention_mask"][i:i + cfg.micro_batch_size],
+            input_ids=enc["input_ids"][i:i + per_call],
+            attention_mask=enc["attention_mask"][i:i + per_call],
             do_sample=True, temperature=cfg.temperature, top_p=1.0, top_k=0,
             max_new_tokens=cfg.max_new_tokens, pad_token_id=tok.pad_token_id))
     width = max(o.shape[1] for o in outs)

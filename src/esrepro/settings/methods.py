@@ -196,9 +196,18 @@ class PPOSettings(RLSettings):
     actor_learning_rate: float = Field(1e-6, gt=0, description="policy learning rate")
     critic_learning_rate: float = Field(1e-5, gt=0, description="critic learning rate")
     beta: float = Field(1e-3, ge=0, description="in-reward KL penalty to the base model (0: no reference model)")
-    prompts_per_step: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step")
-    mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step")
-    micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass")
+    prompts_per_step: int = Field(256, ge=1, description="prompts (one response each) per step: samples per step "
+                                  "(a total, shared evenly by the job's training processes)")
+    mini_batch_size: int = Field(128, ge=1, description="responses per optimiser step (a total, shared evenly by the "
+                                 "training processes)")
+    micro_batch_size: int = Field(8, ge=1, description="responses per forward/backward pass of one process (one GPU)")
+    rollout_batch_size: int | None = Field(
+        None, ge=1, description="responses per generate call of one process (null: the process's whole share of "
+        "prompts_per_step in one call)")
+    bf16: bool = Field(True, description="bf16 mixed precision over float32 master weights (forced off on CPU, "
+                       "recorded in the manifest)")
+    gradient_checkpointing: bool = Field(True, description="activation checkpointing of actor and critic (forced "
+                                         "off on CPU)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
     clip_ratio: float = Field(0.2, gt=0, description="clipping range of the ratio")
     value_clip: float = Field(0.5, gt=0, description="clipping range of the value update")

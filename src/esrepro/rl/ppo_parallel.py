@@ -1,0 +1,204 @@
+"""PPO's process-group pieces: per-process batch shares, gradient averaging (DDP or FSDP2), global reductions,
+and full (unsharded) state dicts gathered to rank 0.
+
+A PPO job on G GPUs runs G processes (:mod:`esrepro.distributed`). Each rolls out its share of
+``prompts_per_step`` and of every mini-batch; gradients are averaged over the processes, so every optimiser
+step averages the same micro-batch losses as one process would. With one process every function here is
+the identity (no collective is issued), which keeps the one-process computation what it always was.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from esrepro.distributed import World, split_batch
+
+
+@dataclass(frozen=True)
+class Shares:
+    """One process's part of a PPO step (responses): the manifest records it."""
+
+    world_size: int
+    prompts_per_process: int     # rollouts per process and step (prompts_per_step / world_size)
+    mini_batch_per_process: int  # responses per process and optimiser step (mini_batch_size / world_size)
+    micro_batch_size: int        # responses per forward/backward pass (per process)
+    rollout_batch_size: int      # responses per generate call (per process)
+    generate_calls: int          # generate calls per process and step
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def shares(cfg: Any, world_size: int) -> Shares:
+    """Each process's share of the settings' per-step totals; an error naming the field that does not split."""
+    prompts = split_batch(cfg.prompts_per_step, world_size, "prompts_per_step")
+    mini = split_batch(cfg.mini_batch_size, world_size, "mini_batch_size")
+    if mini % cfg.micro_batch_size:
+        raise ValueError(f"micro_batch_size: {cfg.micro_batch_size} responses per pass must divide each process's "
+                         f"share of mini_batch_size ({cfg.mini_batch_size} / {world_size} processes = {mini})")
+    rollout = min(cfg.rollout_batch_size or prompts, prompts)
+    return Shares(world_size, prompts, mini, cfg.micro_batch_size, rollout, -(-prompts // rollout))
+
+
+def _dist() -> Any:
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 else None
+
+
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over the processes (``t`` itself with one process)."""
+    dist = _dist()
+    if dist is None:
+        return t
+    out = t.clone()
+    dist.all_reduce(out)
+    return out
+
+
+def gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """The processes' equal-shaped tensors ``t`` concatenated in rank order along dim 0 (``t`` with one process)."""
+    dist = _dist()
+    if dist is None:
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def gather_floats(values: list[float], device: str) -> list[float]:
+    """Every process's equally long list of floats, concatenated in rank order (float64: exact for float32s)."""
+    if _dist() is None:
+        return values
+    return gather_cat(torch.tensor(values, dtype=torch.float64, device=device)).tolist()
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every process's picklable ``obj`` in rank order (``[obj]`` with one process)."""
+    dist = _dist()
+    if dist is None:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# --- the models over the processes ----------------------------------------------------------------
+def _layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of a causal LM (or of a critic's backbone): FSDP's unit of sharding."""
+    for m in model.modules():
+        layers = getattr(m, "layers", None)
+        if isinstance(layers, nn.ModuleList) and len(layers):
+            return list(layers)
+    return []
+
+
+def wrap(model: nn.Module, sharding: str, world: World, device: str, bf16: bool) -> nn.Module:
+    """``model`` spread over the processes: DDP (a whole copy on each, gradients all-reduced) or FSDP2
+    (``fully_shard`` per decoder layer and at the root: float32 sharded master weights, bf16 compute when
+    ``bf16``, float32 gradient reduction). One process: ``model`` itself unless ``sharding`` is fsdp."""
+    if sharding == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(torch.device(device).type, (world.world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
+            else MixedPrecisionPolicy()
+        for layer in _layers(model):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        return model
+    if sharding != "ddp":
+        raise ValueError(f"sharding: {sharding!r} is neither ddp nor fsdp")
+    if not world.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [torch.device(device).index] if device.startswith("cuda") else None
+    return DDP(model, device_ids=ids)
+
+
+def inner(model: nn.Module) -> nn.Module:
+    """The module under a DDP wrapper (FSDP2 shards in place: the model itself)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return model.module if isinstance(model, DDP) else model
+
+
+def no_sync(model: nn.Module, last: bool) -> Any:
+    """DDP: skip the gradient all-reduce on all but the last micro-batch of an optimiser step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return model.no_sync() if isinstance(model, DDP) and not last else nullcontext()
+
+
+def _fsdp_modules(model: nn.Module) -> list[Any]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """FSDP2: hold the parameters unsharded (all-gathered once) for the many forwards of a rollout; other
+    models: nothing to do."""
+    mods = _fsdp_modules(model)
+    for m in mods:
+        m.unshard()
+        m.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
+
+
+def sharded(model: nn.Module) -> bool:
+    """Whether ``model`` is sharded by FSDP2."""
+    return bool(_fsdp_modules(model))
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full, unsharded state dict on CPU (a collective under FSDP: on rank 0 only, empty elsewhere)."""
+    if sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in inner(model).state_dict().items()}
+
+
+def full_optim_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """The optimiser's full state (a collective under FSDP: gathered to rank 0)."""
+    if sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return opt.state_dict()
+
+
+def load_full_state(model: nn.Module, opt: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
+    """Load full (unsharded) weights and optimiser state written by :func:`full_model_state` /
+    :func:`full_optim_state`. Sharded: rank 0 passes what it read and broadcasts it, the others pass ``{}``."""
+    if sharded(model):
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, weights, options=opts)
+        set_optimizer_state_dict(model, opt, optim, options=opts)
+        return
+    inner(model).load_state_dict(weights)
+    opt.load_state_dict(optim)
+
+
+def autocast(device: str, bf16: bool, model: nn.Module) -> Any:
+    """bf16 autocast over float32 weights (CUDA, ``bf16``, and not FSDP, whose policy casts the parameters)."""
+    if bf16 and device.startswith("cuda") and not sharded(model):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()

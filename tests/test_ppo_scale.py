@@ -1,0 +1,118 @@
+"""PPO at the paper's scale, checked on CPU: float32 master weights take updates bf16 weights round away;
+per-process shares; a killed run resumes bit for bit; two processes (DDP, FSDP2) score the one-process budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import kill_once_resumable
+from esrepro import numerics
+from esrepro.rl.ppo import load_master
+from esrepro.rl.ppo_parallel import shares
+from esrepro.settings.methods import PPOSettings
+
+JOB = Path(__file__).with_name("ppo_job.py")
+REPO = Path(__file__).resolve().parents[1]
+BASE = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3, beta=0.01, prompts_per_step=4,
+            mini_batch_size=2, micro_batch_size=1, max_new_tokens=8, weight_decay=0.0, train_examples=4)
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "OMP_NUM_THREADS": "1"}
+
+
+def _step(model: torch.nn.Module) -> None:
+    ids = torch.tensor([[5, 17, 42, 9, 3, 11]])
+    model(input_ids=ids).logits.float().logsumexp(-1).sum().backward()
+    numerics.adamw(model.parameters(), lr=1e-6, weight_decay=0.0).step()
+
+
+def test_float32_master_weights_take_an_update_that_bf16_weights_round_away(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    master = load_master(tiny_model_dir, "cpu")
+    bf16 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    before_m = {k: v.detach().clone() for k, v in master.named_parameters()}
+    before_b = {k: v.detach().clone() for k, v in bf16.named_parameters()}
+    _step(master)
+    _step(bf16)
+    moved_m = moved_b = considered = 0
+    for k, p in master.named_parameters():
+        big = (before_m[k].abs() >= 0.01) & (before_m[k].abs() <= 1) & (p.grad != 0)
+        considered += int(big.sum())
+        moved_m += int((p.detach() != before_m[k])[big].sum())
+        moved_b += int((dict(bf16.named_parameters())[k].detach() != before_b[k])[big].sum())
+    assert master.dtype == torch.float32 and considered > 1000
+    assert moved_m == considered  # every float32 master weight moved by ~1e-6
+    assert moved_b == 0  # every bf16 weight rounded back to where it was
+
+
+def test_shares_split_the_totals_and_name_the_field():
+    cfg = PPOSettings(prompts_per_step=256, mini_batch_size=128, micro_batch_size=8)
+    s = shares(cfg, 8)
+    assert (s.prompts_per_process, s.mini_batch_per_process, s.rollout_batch_size, s.generate_calls) == (32, 16, 32, 1)
+    assert shares(PPOSettings(prompts_per_step=256, mini_batch_size=128, rollout_batch_size=24), 4).generate_calls == 3
+    with pytest.raises(ValueError, match="prompts_per_step"):
+        shares(PPOSettings(prompts_per_step=12, mini_batch_size=4, micro_batch_size=4), 8)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        shares(PPOSettings(prompts_per_step=256, mini_batch_size=128, micro_batch_size=32), 8)
+
+
+def _job(model_dir: Path, out: Path, settings: dict, steps: int, resume: Path | None = None) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, str(JOB), str(model_dir), str(out), json.dumps(settings), str(steps),
+            *([str(resume)] if resume else [])]
+
+
+def _result(out: Path) -> tuple[list[dict], dict, list[int]]:
+    ranks = sorted(out.glob("rank*.json"))
+    records = [json.loads(p.read_text()) for p in ranks]
+    return records[0]["rows"], torch.load(out / "weights.pt"), [r["scored"] for r in records]
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_bit_for_bit(tiny_model_dir, tmp_path):
+    settings = {**BASE, "resume_every": 1, "max_new_tokens": 24}
+    whole = tmp_path / "whole"
+    subprocess.run(_job(tiny_model_dir, whole, settings, 4), env=_env(), check=True, timeout=300)
+    run = tmp_path / "run"
+    cmd = _job(tiny_model_dir, run, settings, 4, run / "resume")
+    done = kill_once_resumable(cmd, _env(), run, "completed_steps", at_least=2)
+    assert 2 <= done < 4
+    subprocess.run(cmd, env=_env(), check=True, timeout=300)
+    rows, weights, scored = _result(run)
+    rows_w, weights_w, scored_w = _result(whole)
+    assert rows == rows_w and [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert weights.keys() == weights_w.keys() and all(torch.equal(weights[k], weights_w[k]) for k in weights)
+    assert scored_w == [4 * 4] and scored == [(4 - done) * 4]  # the rerun scores only the steps left
+    with pytest.raises(subprocess.CalledProcessError):  # other settings: the state is refused
+        subprocess.run(_job(tiny_model_dir, run, {**settings, "clip_ratio": 0.3}, 4, run / "resume"), env=_env(),
+                       check=True, timeout=300, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_processes_score_the_one_process_budget(tiny_model_dir, tmp_path, sharding):
+    settings = {**BASE, "sharding": sharding}
+    out = tmp_path / sharding
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = _job(tiny_model_dir, out, settings, 2, out / "resume")
+    subprocess.run([str(torchrun), "--standalone", "--nnodes", "1", "--nproc-per-node", "2", *cmd[1:]],
+                   env=_env(), check=True, timeout=300)
+    rows, weights, scored = _result(out)
+    assert [r["step"] for r in rows] == [0, 1] and scored == [4, 4]  # 2 steps x 4 prompts, as one process
+    assert json.loads((out / "resume" / "state.json").read_text())["completed_steps"] == 2
+    from safetensors.torch import load_file
+
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert all(weights[k].dtype == base[k].dtype for k in base)
+    assert any(not torch.equal(weights[k], base[k]) for k in base)
