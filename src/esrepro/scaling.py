@@ -1,0 +1,147 @@
+"""Memory and time arithmetic of a training job at the paper's scale (the tables of docs/scaling.md).
+
+Memory is per GPU, in GB (1e9 bytes), before activations and the KV cache:
+
+- ES and ESSA engines hold the model in its registry dtype (2 bytes a parameter in bf16) on each GPU.
+- GRPO and PPO train float32 master weights with AdamW: 4 (weights) + 4 (gradients) + 8 (two moments) = 16
+  bytes a parameter for each trained model (the policy; PPO's critic too), on every process under ``ddp``, a
+  1/W share under ``fsdp``; the frozen reference (``beta > 0``) is 2 bytes a parameter (sharded under
+  ``fsdp``); GRPO's colocated vLLM (``use_vllm``) keeps its own bf16 copy (2 bytes a parameter) and KV cache;
+  PPO's rollout under ``fsdp`` gathers the whole policy in bf16 (2 bytes a parameter).
+
+Time is the work of one run at its settings, as upper bounds (every completion runs to ``max_new_tokens``):
+generated tokens over the job's GPUs at the decoding throughput below (2P FLOPs a token at the generation
+efficiency, at most DECODE_CAP tokens a second per GPU), plus the tokens trained
+(prompt + completion) x FLOPs per token over the job's GPUs at the training efficiency. The peak is the H100
+SXM's dense bf16 (989 TFLOP/s, NVIDIA's H100 datasheet); the efficiencies are assumptions, stated here and
+in docs/scaling.md, to be replaced by measured throughput (benchmarks/gpu_check.py, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from esrepro.pipeline import Pipeline
+
+PEAK_FLOPS = 989e12  # H100 SXM, bf16 dense
+TRAIN_EFFICIENCY = 0.35  # share of the peak a training forward + backward reaches (assumed)
+GENERATION_EFFICIENCY = {"vllm": 0.25, "hf": 0.05}  # decoding at large batch: vLLM; transformers generate
+#: Decoded tokens per second per GPU at most, whatever the model's size: a small model's decoding is bound by
+#: scheduling and sampling, not by its FLOPs (assumed; benchmarks/gpu_check.py measures transformers' figure).
+DECODE_CAP = {"vllm": 20_000, "hf": 4_000}
+PROMPT_TOKENS = 128  # a Countdown / GSM8K prompt with its chat template, about
+#: FLOPs per trained token, in units of the parameter count P: forward 2P, backward 4P, and the forward again
+#: under gradient checkpointing (2P); a frozen model's forward is 2P.
+TRAIN_FLOPS = 8
+FORWARD_FLOPS = 2
+
+
+def parameters(size: str) -> float:
+    """A registry ``size`` (``0.5B``, ``7B``, ``1.0M``) as a parameter count."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([MB])\s*", size or "")
+    if not m:
+        raise ValueError(f"registry size {size!r}: expected a number and M or B, e.g. 7B")
+    return float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6)
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One training run's work, memory per GPU and estimated hours on the GPUs its job asks for."""
+
+    model: str
+    method: str
+    algorithm: str
+    gpus: int
+    completions: int
+    generated_tokens: int  # upper bound: completions x max_new_tokens
+    trained_tokens: int  # tokens through a training pass (RL: prompt + completion of every completion)
+    memory_gb: dict[str, float]
+    hours: float
+    runtime_hours: float  # what the registry asks for one attempt
+
+    @property
+    def memory_total_gb(self) -> float:
+        return sum(self.memory_gb.values())
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "memory_total_gb": self.memory_total_gb}
+
+
+def _generation_seconds(tokens: float, params: float, gpus: int, backend: str) -> float:
+    per_gpu = min(DECODE_CAP[backend], PEAK_FLOPS * GENERATION_EFFICIENCY[backend] / (FORWARD_FLOPS * params))
+    return tokens / (gpus * per_gpu)
+
+
+def _training_seconds(tokens: float, params: float, gpus: int, flops_per_param: float) -> float:
+    return tokens * flops_per_param * params / (gpus * PEAK_FLOPS * TRAIN_EFFICIENCY)
+
+
+def job_cost(p: Pipeline, task: str, model: str, method: str) -> JobCost:
+    """The arithmetic of one ``task`` x ``model`` x ``method`` training run of the pipeline's config."""
+    from esrepro.cluster import train_job
+    from esrepro.essa.data import essa_sample_budget
+    from esrepro.rl.budget import es_sample_budget
+
+    entry = p.model(model)
+    params = parameters(entry.size)
+    s = p.method_settings(model, task, method).as_dict()
+    algo = p.algorithm_of(task, method).name
+    res = train_job(p, task, model, method)
+    gpus = max(1, res.nodes * (res.gpu or 0))
+    bf16 = 2 * params / 1e9
+    if algo == "es":
+        completions = es_sample_budget(s)
+        gen, trained = completions * s["max_new_tokens"], 0
+        memory = {"weights (bf16)": bf16}
+        seconds = _generation_seconds(gen, params, gpus, s["backend"])
+    elif algo == "essa":
+        completions = essa_sample_budget(s)
+        gen, trained = completions * s["max_new_tokens"], 0
+        memory = {"weights (bf16)": bf16, "LoRA candidates": 0.0}
+        seconds = _generation_seconds(gen, params, gpus, s["backend"])
+    else:
+        completions = int(s["sample_budget"])
+        gen = completions * s["max_new_tokens"]
+        trained = completions * (PROMPT_TOKENS + s["max_new_tokens"])
+        share = gpus if s.get("sharding") == "fsdp" else 1
+        trained_models = 2 if algo == "ppo" else 1
+        memory = {"float32 master, gradients, AdamW": 16 * params * trained_models / share / 1e9}
+        if s.get("beta", 0) > 0:
+            memory["reference (bf16)"] = bf16 / share
+        if algo == "ppo":
+            if share > 1:
+                memory["policy gathered for rollouts (bf16)"] = bf16
+            # forward passes for old log-probs, values and the reference, training passes of actor and critic
+            flops = 3 * FORWARD_FLOPS + 2 * TRAIN_FLOPS
+            backend = "hf"
+        else:
+            if s.get("use_vllm"):
+                memory["vLLM copy (bf16)"] = bf16
+            flops = TRAIN_FLOPS + (FORWARD_FLOPS if s.get("beta", 0) > 0 else 0)
+            backend = "vllm" if s.get("use_vllm") else "hf"
+        seconds = _generation_seconds(gen, params, gpus, backend) + _training_seconds(trained, params, gpus, flops)
+    return JobCost(model=model, method=method, algorithm=algo, gpus=gpus, completions=completions,
+                   generated_tokens=gen, trained_tokens=trained,
+                   memory_gb={k: round(v, 1) for k, v in memory.items()}, hours=seconds / 3600,
+                   runtime_hours=res.runtime / 60)
+
+
+def attempts(cost: JobCost) -> int:
+    """SLURM attempts a run needs at its registry runtime (each continues from the previous one's resume state)."""
+    return max(1, math.ceil(cost.hours / cost.runtime_hours))
+
+
+def markdown_table(costs: list[JobCost]) -> str:
+    """docs/scaling.md's table: one row per run."""
+    head = ("| model | method | GPUs | completions | generated tokens (max) | trained tokens | memory per GPU, GB "
+            "(before activations) | estimated hours | runtime asked, h | attempts |\n"
+            "|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
+    rows = []
+    for c in costs:
+        mem = "; ".join(f"{k} {v:g}" for k, v in c.memory_gb.items())
+        rows.append(f"| {c.model} | {c.method} | {c.gpus} | {c.completions:,} | {c.generated_tokens:.2e} | "
+                    f"{c.trained_tokens:.2e} | {c.memory_total_gb:.1f} ({mem}) | {c.hours:.1f} | "
+                    f"{c.runtime_hours:g} | {attempts(c)} |")
+    return head + "\n".join(rows) + "\n"
