@@ -50,9 +50,11 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     """LoRA-SFT the base on ``pairs`` into ``<run>/sft/`` and save the singular value space there.
 
     With ``reuse`` (a resume) a complete cache made with the same settings is kept as it is.
-    Returns the cache's record (settings, SFT summary, space size, seconds).
+    Returns the cache's record (settings, SFT summary, space size, seconds). The SFT runs in
+    ``$ESREPRO_TRAIN_PROCESSES`` processes (one per GPU; :mod:`esrepro.essa.sft_launch`).
     """
-    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.lora import load_lora
+    from esrepro.essa.sft_launch import SFTJob, run_sft, sft_dtype, sft_processes
     from esrepro.essa.svd import SingularValueSpace
 
     cfg = ctx.settings
@@ -65,9 +67,10 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
             return record
     shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
-    summary = sft_lora(ctx.model_dir, pairs, rank=cfg.rank, alpha=cfg.lora_alpha, epochs=cfg.sft_epochs,
-                       learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step, seed=ctx.seed,
-                       out_dir=root / SFT_ADAPTER)
+    job = SFTJob(model_dir=str(ctx.model_dir), pairs=list(pairs), rank=cfg.rank, alpha=cfg.lora_alpha,
+                 epochs=cfg.sft_epochs, learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step,
+                 seed=ctx.seed, out_dir=str(root / SFT_ADAPTER), dtype=sft_dtype(ctx.dtype, ctx.device))
+    summary = run_sft(job, sft_processes())
     t1 = time.perf_counter()
     space = SingularValueSpace.build(load_lora(ctx.model_dir, root / SFT_ADAPTER), cfg.fraction, cfg.selection)
     space.save(root / SPACE)
