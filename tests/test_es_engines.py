@@ -168,3 +168,23 @@ def test_an_engine_ray_cannot_place_times_out_naming_its_resources(scoring, tiny
     with pytest.raises(TimeoutError, match=r"engine 0 did not start within 3 s.*'num_cpus': 64"):
         RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, per_engine={"num_cpus": 64}, start_timeout=3)
     assert time.monotonic() - started < 60
+
+
+def test_a_hung_worker_is_replaced_after_call_timeout_and_the_call_retried(tiny_model_dir, scoring, ray_local,
+                                                                            tmp_path):
+    """An engine whose process stops answering (SIGSTOP: alive, but hung) is treated as lost once a call outlasts
+    call_timeout: killed, replaced, its call retried; the rewards are the serial engine's."""
+    cfg = _cfg("iid", "exact", iterations=1)
+    seeds = [11, 12, 13, 14]
+    want, _ = SerialEvaluator(_spec(tiny_model_dir, cfg), scoring).rewards(seeds, cfg.sigma)
+    evaluator = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, call_timeout=8, retries=1)
+    try:
+        os.kill(evaluator.pids()[1], signal.SIGSTOP)
+        got, _ = evaluator.rewards(seeds, cfg.sigma)
+        assert evaluator.respawned == 1 and got == want
+        os.kill(evaluator.pids()[0], signal.SIGSTOP)  # once more, with no retry left after the replacement's
+        evaluator.retries = 0
+        with pytest.raises(TimeoutError, match=r"engine 0 did not answer members within 8 s \(1 tries"):
+            evaluator.rewards(seeds, cfg.sigma)
+    finally:
+        evaluator.close()

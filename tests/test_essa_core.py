@@ -336,3 +336,41 @@ def test_cma_improves_on_toy_problem():
     assert best_reward > 0.01 * start  # 100x closer to the target than x0
     assert -float(np.sum((strategy.mean - target) ** 2)) > 0.01 * start
     assert best_reward == pytest.approx(-float(np.sum((best_x - target) ** 2)))
+
+
+def test_run_killed_after_generation_one_resumes_from_it(sft_run, space, tmp_path):
+    """The first resume state is written after generation 1 even when resume_every is longer than the run
+    stretch a kill cuts off; the resumed run ends where the uninterrupted one does."""
+    from esrepro.essa.loop import Problems, run_essa
+    from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import IndexedScoring
+    from esrepro.settings.methods import ESSASettings
+    from esrepro.tasks.countdown import generate_problems
+
+    model_dir, adapter_dir, _ = sft_run
+    space.save(tmp_path / "space.safetensors")
+    spec = ESSAEngineSpec(str(model_dir), str(adapter_dir), str(tmp_path / "space.safetensors"), batch_size=8)
+    scoring = IndexedScoring("countdown", generate_problems(8, seed=1), max_new_tokens=6, fitness="reward")
+    evaluator = SerialEvaluator(spec, scoring)
+    cfg = ESSASettings(population=4, iterations=3, resume_every=10, max_new_tokens=6, sft_examples=1,
+                       fitness_examples=8)
+    problems = Problems(fitness=list(range(8)), val=[])
+
+    class Killed(Exception):
+        pass
+
+    def kill_in_generation_two(row: dict, strategy) -> None:
+        if row["generation"] == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_essa(evaluator, cfg, space.x0, problems, tmp_path / "resume", on_generation=kill_in_generation_two,
+                 progress=False)
+    from esrepro.io import read_json
+
+    assert read_json(tmp_path / "resume" / "state.json")["completed_generations"] == 1
+    resumed, strategy, _ = run_essa(evaluator, cfg, space.x0, problems, tmp_path / "resume", progress=False)
+    straight, other, _ = run_essa(evaluator, cfg, space.x0, problems, tmp_path / "straight", progress=False)
+    assert [r["rewards"] for r in resumed] == [r["rewards"] for r in straight] and len(resumed) == 3
+    assert np.array_equal(strategy.mean, other.mean)

@@ -254,6 +254,20 @@ def test_study_methods_and_layers():
     assert E + "data/prepared/prm800k" in plan.datasets()
 
 
+def test_quantised_precision_runs_score_on_the_transformers_backend():
+    """A study on vLLM engines keeps its INT8/INT4 runs (bitsandbytes) on the transformers backend."""
+    def vllm_study(c):
+        c["studies"]["essa"].setdefault("settings", {})["backend"] = "vllm"
+        c["studies"]["essa"]["precisions"] = ["int8", "int4"]
+
+    p = _pipeline(vllm_study)
+    assert p.method_settings("tiny", "countdown", "essa_ref").backend == "vllm"
+    assert p.method_settings("tiny", "countdown", "essa_pop16").backend == "vllm"
+    for method, precision in (("essa_int8", "int8"), ("essa_int4", "int4")):
+        s = p.method_settings("tiny", "countdown", method)
+        assert (s.precision, s.backend) == (precision, "hf")
+
+
 # --- the Ray evaluator ---------------------------------------------------------------------------------
 
 

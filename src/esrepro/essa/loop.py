@@ -7,7 +7,9 @@ every candidate on them (apply, generate greedily, score, restore, on one engine
 several); the strategy is told the rewards. Every ``val_every`` generations the
 distribution's mean is scored on the held-out problems. Candidates never change an
 engine's weights, so the resume state is the CMA-ES state (its RNG included) and the log:
-written atomically every ``resume_every`` generations, as ``es/loop.py`` does for ES.
+written atomically after the first generation and then every ``resume_every`` generations, so a
+killed run loses at most ``resume_every`` generations (at the papers' scale one generation of 192
+candidates on 880 problems takes minutes, not seconds).
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def run_essa(
             on_generation(row, strategy)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
         bar.update()
-        if done % cfg.resume_every == 0 or done == cfg.iterations:
+        if done == 1 or done % cfg.resume_every == 0 or done == cfg.iterations:
             _save_state(state_dir, key, strategy, log, meta)
     bar.close()
     return log, strategy, meta

@@ -81,8 +81,15 @@ def sft_lora(
     out_dir: str | Path,
     max_length: int | None = None,
     targets: Sequence[str] = TARGET_MODULES,
+    dtype: str = "float32",
 ) -> dict:
     """LoRA-SFT the model in ``model_dir`` on (prompt, completion) pairs; write the adapter to ``out_dir``.
+
+    ``batch_size`` is the total per optimiser step: under a distributed launcher (one process per GPU,
+    :mod:`esrepro.distributed`) each process takes its share, and only the main process writes ``out_dir``.
+    The base is loaded in ``dtype`` (the registry's on a GPU, float32 on CPU); the LoRA matrices are float32
+    whatever the base (peft's ``autocast_adapter_dtype``), and a bfloat16/float16 base on CUDA trains under
+    the matching autocast.
 
     ``out_dir`` (written atomically) holds the adapter in peft format
     (``adapter_config.json`` whose ``base_model_name_or_path`` is ``model_dir``, and
@@ -95,6 +102,7 @@ def sft_lora(
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
+    from esrepro.distributed import split_batch, world
     from esrepro.models.loading import load_model, load_tokenizer
     from esrepro.provenance.manifest import sha256_tree
 
@@ -103,8 +111,13 @@ def sft_lora(
         raise ValueError("sft_lora: no (prompt, completion) pairs to train on")
     if rank < 1:
         raise ValueError(f"sft_lora: rank must be >= 1, got {rank}")
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu and dtype != "float32":
+        raise ValueError(f"sft_lora: dtype {dtype} on CPU; the CPU SFT trains a float32 base")
+    place = world()
+    per_process = split_batch(batch_size, place.world_size, "sft_prompts_per_step")
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype="float32")
+    model = load_model(model_dir, dtype=dtype)
     if max_length is None:
         max_length = int(model.config.max_position_embeddings)
     too_long = sum(len(tokenizer(p + c)["input_ids"]) >= max_length for p, c in pairs)
@@ -116,8 +129,8 @@ def sft_lora(
     with tempfile.TemporaryDirectory(prefix="essa_sft_") as scratch:
         args = SFTConfig(
             output_dir=scratch,
-            per_device_train_batch_size=batch_size,
-            per_device_eval_batch_size=batch_size,
+            per_device_train_batch_size=per_process,
+            per_device_eval_batch_size=per_process,
             num_train_epochs=epochs,
             learning_rate=learning_rate,
             lr_scheduler_type="linear",
@@ -129,9 +142,9 @@ def sft_lora(
             max_length=max_length,
             completion_only_loss=True,
             packing=False,
-            use_cpu=not torch.cuda.is_available(),
-            bf16=False,
-            fp16=False,
+            use_cpu=not on_gpu,
+            bf16=on_gpu and dtype == "bfloat16",
+            fp16=on_gpu and dtype == "float16",
             report_to="none",
             save_strategy="no",
             logging_steps=1,
@@ -147,10 +160,16 @@ def sft_lora(
             peft_config=_lora_config(rank, alpha, targets),
         )
         trainer.remove_callback(PrinterCallback)
+        if trainer.args.n_gpu > 1:  # transformers' nn.DataParallel: n_gpu times the batch on one process
+            raise RuntimeError(f"sft_lora: one process sees {trainer.args.n_gpu} GPUs, so the trainer would wrap the "
+                               "model in nn.DataParallel and multiply the batch: run one process per GPU "
+                               "(esrepro.essa.sft_launch, $ESREPRO_TRAIN_PROCESSES) or restrict CUDA_VISIBLE_DEVICES")
         loss_before = float(trainer.evaluate()["eval_loss"])
         result = trainer.train()
         loss_after = float(trainer.evaluate()["eval_loss"])
         log = [dict(h) for h in trainer.state.log_history]
+        if not place.is_main:
+            return {}
         summary = {
             "base_model": {"path": str(model_dir), "sha256": sha256_tree(model_dir)},
             "rank": rank,
@@ -168,12 +187,32 @@ def sft_lora(
             "loss_before": loss_before,
             "loss_after": loss_after,
             "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
+            **batch_record(trainer),
         }
         with atomic_path(out_dir, is_dir=True) as tmp:
             save_adapter(trainer.model, tmp, base_model=model_dir)
             write_jsonl(tmp / LOG, [{k: v for k, v in row.items() if not WALL_TIME.search(k)} for row in log])
             write_json(tmp / SUMMARY, summary)
     return summary
+
+
+def batch_record(trainer) -> dict:
+    """The batch the trainer actually used, read from its state and arguments: processes, examples per process
+    per step (``state.train_batch_size``, DataParallel's multiple included), the total per optimiser step, the
+    base's dtype and the LoRA matrices' dtypes."""
+    args = trainer.args
+    per_process = int(trainer.state.train_batch_size)
+    lora = sorted({str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters() if p.requires_grad})
+    frozen = sorted({str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters() if not p.requires_grad})
+    return {
+        "world_size": int(args.world_size),
+        "per_process_batch_size": per_process,
+        "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+        "total_batch_size": per_process * int(args.gradient_accumulation_steps) * int(args.world_size),
+        "base_dtypes": frozen,
+        "lora_dtypes": lora,
+        "autocast": "bf16" if args.bf16 else "fp16" if args.fp16 else None,
+    }
 
 
 def _weight_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:

@@ -29,6 +29,7 @@ class ESSAEngineSpec:
     gpu_memory_utilization: float = 0.85  # vllm: this engine's share of its GPU
     kv_cache_memory_bytes: int | None = None  # vllm: KV cache bytes instead of the share (CPU build: 256 MiB)
     max_loras: int = 16  # vllm: candidate adapters in one batch
+    max_model_len: int | None = None  # vllm: the longest prompt plus max_new_tokens (None: the model's context)
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
@@ -42,7 +43,8 @@ class ESSAEngineSpec:
                                   dtype=self.dtype, device=self.device, chat=self.chat,
                                   max_prompt_tokens=self.max_prompt_tokens,
                                   gpu_memory_utilization=self.gpu_memory_utilization,
-                                  kv_cache_memory_bytes=self.kv_cache_memory_bytes, max_loras=self.max_loras)
+                                  kv_cache_memory_bytes=self.kv_cache_memory_bytes, max_loras=self.max_loras,
+                                  **({"max_model_len": self.max_model_len} if self.max_model_len else {}))
         if self.backend != "hf":
             raise ValueError(f"unknown backend {self.backend!r}; expected hf or vllm")
         from esrepro.essa.engine import ESSAEngine

@@ -50,9 +50,11 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     """LoRA-SFT the base on ``pairs`` into ``<run>/sft/`` and save the singular value space there.
 
     With ``reuse`` (a resume) a complete cache made with the same settings is kept as it is.
-    Returns the cache's record (settings, SFT summary, space size, seconds).
+    Returns the cache's record (settings, SFT summary, space size, seconds). The SFT runs in
+    ``$ESREPRO_TRAIN_PROCESSES`` processes (one per GPU; :mod:`esrepro.essa.sft_launch`).
     """
-    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.lora import load_lora
+    from esrepro.essa.sft_launch import SFTJob, run_sft, sft_dtype, sft_processes
     from esrepro.essa.svd import SingularValueSpace
 
     cfg = ctx.settings
@@ -65,9 +67,10 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
             return record
     shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
-    summary = sft_lora(ctx.model_dir, pairs, rank=cfg.rank, alpha=cfg.lora_alpha, epochs=cfg.sft_epochs,
-                       learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step, seed=ctx.seed,
-                       out_dir=root / SFT_ADAPTER)
+    job = SFTJob(model_dir=str(ctx.model_dir), pairs=list(pairs), rank=cfg.rank, alpha=cfg.lora_alpha,
+                 epochs=cfg.sft_epochs, learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step,
+                 seed=ctx.seed, out_dir=str(root / SFT_ADAPTER), dtype=sft_dtype(ctx.dtype, ctx.device))
+    summary = run_sft(job, sft_processes())
     t1 = time.perf_counter()
     space = SingularValueSpace.build(load_lora(ctx.model_dir, root / SFT_ADAPTER), cfg.fraction, cfg.selection)
     space.save(root / SPACE)
@@ -135,7 +138,9 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
                           device=ctx.device, batch_size=cfg.batch_size, chat=ctx.chat, threads=threads,
                           backend=cfg.backend,
                           gpu_memory_utilization=cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing,
-                          kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, max_loras=cfg.max_loras)
+                          kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, max_loras=cfg.max_loras,
+                          max_model_len=(context_length(ctx, examples, cfg.max_new_tokens)
+                                         if cfg.backend == "vllm" else None))
     scoring = IndexedScoring(task=ctx.task.name, examples=examples, max_new_tokens=cfg.max_new_tokens,
                              fitness=cfg.fitness, options=dict(ctx.task.options))
     if engines == 1:
@@ -143,6 +148,19 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"))
     return RayEvaluator(spec, scoring, engines, per_engine, start_timeout=cfg.start_timeout,
                         call_timeout=cfg.call_timeout)
+
+
+def context_length(ctx: TrainContext, examples: list[dict], max_new_tokens: int) -> int:
+    """The sequence length a vLLM engine must hold: the longest prompt (as the engine encodes it) plus
+    ``max_new_tokens``. vLLM otherwise sizes its KV cache for the model's whole context (131,072 tokens for
+    Qwen2.5-32B and Llama-3.1-8B: 32 GiB of bf16 KV cache for the 32B), which a GPU holding a 32B model has
+    not got."""
+    from esrepro.backends.vllm_engine import encode_prompt
+    from esrepro.models.loading import load_tokenizer
+
+    tok = load_tokenizer(ctx.model_dir)
+    longest = max(len(encode_prompt(tok, ctx.task.prompt(e), ctx.chat, None)[0]) for e in examples)
+    return longest + max_new_tokens
 
 
 def _prompt_formatter(ctx: TrainContext):

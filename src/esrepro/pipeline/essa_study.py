@@ -10,6 +10,14 @@ from esrepro.settings.layers import Layer
 from esrepro.settings.pipeline import ESSAStudy
 
 
+def _engine_for(setting: str, value: Any) -> dict:
+    """What a swept value needs of the engines: a quantised precision (ESSA Fig. 9: INT8 and INT4 through
+    bitsandbytes) runs on the transformers backend, the one that loads a bitsandbytes base with the SFT
+    adapter on top; the vLLM engine here serves the registry dtype only, so a study on ``backend: vllm``
+    scores its precision runs on ``hf``."""
+    return {"backend": "hf"} if setting == "precision" and value != "native" else {}
+
+
 class ESSAStudyMixin:
     """:class:`~esrepro.pipeline.Pipeline`'s ESSA study (``self.cfg.studies.essa``)."""
 
@@ -50,7 +58,7 @@ class ESSAStudyMixin:
             if (scaling and key != "engines") or not runs(key):
                 continue
             for value in getattr(study.scaling if scaling else study, key):
-                out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value})
+                out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value, **_engine_for(setting, value)})
         if study.grpo is not None and not (scaling and study.scaling.grpo is None) and runs("grpo"):
             out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, "grpo", {})
         return out

@@ -109,7 +109,7 @@ class RayEvaluator:
     """K engines as Ray actors; members are split round-robin, rewards come back in seed order.
 
     ``per_engine`` holds the Ray resources of one actor (``num_gpus``, ``num_cpus``).
-    ``retries`` bounds how often one call is retried after its actor died.
+    ``retries`` bounds how often one call is retried after its actor died or timed out.
     """
 
     def __init__(self, engine: EngineRecipe, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
@@ -187,7 +187,9 @@ class RayEvaluator:
             raise TimeoutError(f"engine {k} did not answer {method} within {self.call_timeout:g} s") from None
 
     def _all(self, method: str, args: Sequence[tuple]) -> list[Any]:
-        """Call ``method`` on every actor (``args[k]`` for actor k); a dead actor is replaced and its call retried."""
+        """Call ``method`` on every actor (``args[k]`` for actor k); an actor that died, or did not answer within
+        ``call_timeout`` (a hung engine: its process may be alive with a wedged GPU or a stuck collective), is
+        killed, replaced and its call retried, at most ``retries`` times."""
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         futures = [getattr(a, method).remote(*args[k]) for k, a in enumerate(self.actors)]
@@ -197,8 +199,12 @@ class RayEvaluator:
                 try:
                     out[k] = self._get(fut, k, method)
                     break
-                except (ActorDiedError, ActorUnavailableError, RayActorError):
+                except (ActorDiedError, ActorUnavailableError, RayActorError, TimeoutError) as err:
                     if attempt == self.retries:
+                        if isinstance(err, TimeoutError):
+                            raise TimeoutError(f"{err} ({self.retries + 1} tries, the engine replaced after each; "
+                                               "if one call's work takes longer, raise the method's call_timeout)"
+                                               ) from None
                         raise
                     self._respawn(k)
                     fut = getattr(self.actors[k], method).remote(*args[k])

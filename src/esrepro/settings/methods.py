@@ -61,7 +61,8 @@ class PopulationSettings(MethodSettings):
     start_timeout: float = Field(1800, gt=0, description="seconds an engine actor (engines > 1) may take to start "
                                  "before the run stops with the resources it waited for")
     call_timeout: float = Field(3600, gt=0, description="seconds one call to an engine may take (a population "
-                                "slice, an update, a save) before the run stops as hung")
+                                "slice, an update, a save) before the engine counts as hung: it is replaced and "
+                                "the call retried (3 times), then the run stops")
 
 
 #: PopulationSettings fields that change neither the weights nor the rewards of a run (a resume may change them).
