@@ -88,13 +88,14 @@ def test_gpu_sweep_takes_nodes_of_the_registry_entry(paper):
     from esrepro.cluster import launcher, ray_layout, slurm_resource, train_job
 
     ref = train_job(paper, TASK, MODEL, "essa_ref")
-    assert (ref.nodes, ref.gpu) == (1, 8) and launcher(paper, TASK, MODEL, "essa_ref", "ray-slurm") == ""
+    assert (ref.nodes, ref.gpu) == (1, 8)
+    assert launcher(paper, TASK, MODEL, "essa_ref", "ray-slurm") == "ESREPRO_TRAIN_PROCESSES=8 "  # its SFT: 8 processes
     for engines in (16, 32, 64, 128):
         res = train_job(paper, TASK, MODEL, f"essa_eng{engines}")
         assert (res.nodes, res.gpu, res.nodes * res.gpu) == (engines // 8, 8, engines)
         assert slurm_resource(res, "tasks") == res.nodes and slurm_resource(res, "gres") == "gpu:h100:8"
-    assert ray_layout(paper, TASK, MODEL, "essa_eng128") == "16 nodes x 8 GPUs: 128 hf engines"
-    assert launcher(paper, TASK, MODEL, "essa_eng128", "ray-slurm").startswith("ray-slurm --cluster")
+    assert ray_layout(paper, TASK, MODEL, "essa_eng128") == "16 nodes x 8 GPUs: 128 vllm engines"
+    assert launcher(paper, TASK, MODEL, "essa_eng128", "ray-slurm").startswith("ESREPRO_TRAIN_PROCESSES=8 ray-slurm --cluster")
 
 
 def test_published_timings_are_quoted():

@@ -135,13 +135,19 @@ def torchrun(res: Resources) -> str:
 
 def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) -> str:
     """The command prefix a train job runs under: torchrun for PPO and GRPO (one process per GPU),
-    ``ray_slurm`` for ES and ESSA engines on a Ray cluster across nodes, else none."""
+    ``ray_slurm`` for ES and ESSA engines on a Ray cluster across nodes, else none; an ESSA job on several GPUs
+    also sets ``$ESREPRO_TRAIN_PROCESSES`` for its SFT."""
     res = train_job(p, task, model, method)
-    if p.algorithm_of(task, method).name in DATA_PARALLEL:
+    name = p.algorithm_of(task, method).name
+    if name in DATA_PARALLEL:
         return torchrun(res)
+    from esrepro.essa.sft_launch import PROCESSES_ENV
+
+    # ESSA's LoRA SFT starts its own torchrun, one process per GPU of the job's first node (esrepro.essa.sft_launch)
+    env = f"{PROCESSES_ENV}={res.training_processes()} " if name == "essa" and res.training_processes() > 1 else ""
     if not on_ray_cluster(res):
-        return ""
-    return f"{shlex.quote(ray_slurm)} --cluster --layout {shlex.quote(ray_layout(p, task, model, method))} -- "
+        return env
+    return f"{env}{shlex.quote(ray_slurm)} --cluster --layout {shlex.quote(ray_layout(p, task, model, method))} -- "
 
 
 def rl_launcher(p: Pipeline, model: str, settings: dict) -> str:
