@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from esrepro import numerics
 from esrepro.rl import trl_resume
 from esrepro.rl.grpo import _policy, cpu_overrides, grpo_config_kwargs
-from esrepro.rl.grpo_parallel import decoder_layer_classes, fsdp_kwargs, process_batch
+from esrepro.rl.grpo_parallel import check_launch, decoder_layer_classes, fsdp_kwargs, process_batch
 from esrepro.tasks.countdown import prepare
 from esrepro.train.resume import ResumeMismatch
 from test_rl_trainers import GRPO
@@ -48,6 +48,13 @@ def test_process_batch_divides_accumulation_first_then_the_micro_batch():
 def test_process_batch_names_the_fields_when_the_processes_cannot_share_it():
     with pytest.raises(ValueError, match=r"per_device_train_batch_size \(30\) x gradient_accumulation_steps \(1\).*by 4 training"):
         process_batch({"per_device_train_batch_size": 30, "gradient_accumulation_steps": 1}, 4)
+
+
+def test_one_process_seeing_several_gpus_is_told_to_run_under_torchrun():
+    check_launch(1, 1)
+    check_launch(4, 4)
+    with pytest.raises(RuntimeError, match="--nproc-per-node 8 --no-python esrepro train"):
+        check_launch(1, 8)
 
 
 # --- master weights -------------------------------------------------------------------------------------------

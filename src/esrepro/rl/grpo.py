@@ -197,6 +197,10 @@ def train_grpo(
     check_problem_count(settings, len(examples))
     on_cpu = not torch.cuda.is_available()
     here = world()
+    if not on_cpu:
+        from esrepro.rl.grpo_parallel import check_launch
+
+        check_launch(here.world_size, torch.cuda.device_count())
     sharded = settings.get("sharding", "ddp") == "fsdp"
     fsdp = sharded and not on_cpu  # cpu_overrides: accelerate runs CPU processes without FSDP
     if sharded and adapter_dir is not None:

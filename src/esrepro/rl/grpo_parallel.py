@@ -36,6 +36,16 @@ def process_batch(settings: dict, world_size: int) -> dict[str, int]:
         f"multiple of {world_size}; choose one that is, or another GPU count")
 
 
+def check_launch(world_size: int, visible_gpus: int) -> None:
+    """Refuse one process that sees several GPUs: transformers would wrap the policy in ``nn.DataParallel``, which
+    TRL's GRPOTrainer refuses; a job on G GPUs runs one process per GPU under torchrun."""
+    if world_size == 1 and visible_gpus > 1:
+        raise RuntimeError(
+            f"one training process sees {visible_gpus} GPUs: run the job as `torchrun --standalone --nnodes 1 "
+            f"--nproc-per-node {visible_gpus} --no-python esrepro train ...` (one process per GPU), or make one GPU "
+            "visible (CUDA_VISIBLE_DEVICES)")
+
+
 def decoder_layer_classes(model_dir: str | Path) -> list[str]:
     """The classes FSDP wraps one unit each: the model's ``_no_split_modules`` (its decoder layer), read from
     the architecture the checkpoint's config names."""
