@@ -46,7 +46,8 @@ def test_process_batch_divides_accumulation_first_then_the_micro_batch():
 
 
 def test_process_batch_names_the_fields_when_the_processes_cannot_share_it():
-    with pytest.raises(ValueError, match=r"per_device_train_batch_size \(30\) x gradient_accumulation_steps \(1\).*by 4 training"):
+    named = r"per_device_train_batch_size \(30\) x gradient_accumulation_steps \(1\).*by 4 training"
+    with pytest.raises(ValueError, match=named):
         process_batch({"per_device_train_batch_size": 30, "gradient_accumulation_steps": 1}, 4)
 
 
