@@ -5,7 +5,8 @@ from a bf16 registry model, bf16 and gradient checkpointing on: prints the polic
 (float32 master weights expected), accelerate's mixed precision (bf16) and how many parameters two steps at
 lr 1e-6 moved (nearly all expected; none would with bf16 master weights). ``... run``: train_grpo end to end
 with a resume folder (final weights in the registry dtype).
-``torchrun --standalone --nnodes 1 --nproc-per-node G tests/gpu_grpo_check.py fsdp``: the FSDP2 path (accelerate's distributed type, the policy gathered whole on rank 0). Each prints a ``CHECK`` line.
+``torchrun --standalone --nnodes 1 --nproc-per-node G tests/gpu_grpo_check.py fsdp``: the FSDP2 path
+(accelerate's distributed type, the policy gathered whole on rank 0). Each prints a ``CHECK`` line.
 """
 from __future__ import annotations
 
