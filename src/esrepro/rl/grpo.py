@@ -167,7 +167,6 @@ def train_grpo(
     periodic: tuple[Any, int] | None = None,
     adapter_dir: str | Path | None = None,
     resume_dir: str | Path | None = None,
-    on_resume: Any = None,
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
 
@@ -178,8 +177,7 @@ def train_grpo(
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
     ``resume_dir``: write TRL checkpoints there every ``resume_every`` steps and continue from the last complete
-    one (its log and periodic rows restored; a state of other settings is refused). ``on_resume(step)`` is
-    called, before training, with the step the run continues from (0: a fresh start).
+    one (its log and periodic rows restored; a state of other settings is refused).
 
     Under a distributed launcher every process calls this; each returns the whole policy (under FSDP gathered
     before returning), and only the main process keeps snapshots and evaluates periodically.
@@ -218,8 +216,6 @@ def train_grpo(
         checkpoint, restored = trl_resume.open_state(resume_dir, key, periodic_rows, clean=here.is_main)
         rows.extend(restored)
         barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
-    if on_resume is not None:
-        on_resume(len(rows))
 
     class _Log(TrainerCallback):
         def __init__(self) -> None:

@@ -11,6 +11,7 @@ settings is refused with :class:`esrepro.train.resume.ResumeMismatch`, naming th
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -28,8 +29,9 @@ NOT_IN_KEY = ("resume_every",)
 def resume_key(settings: dict, *, seed: int, steps: int, world_size: int) -> dict:
     """What a checkpoint must have been written with to be continued: the settings (but NOT_IN_KEY), the seed, the
     steps and the number of training processes (each holds its own RNG state and optimiser shard)."""
-    return {**{k: v for k, v in sorted(settings.items()) if k not in NOT_IN_KEY}, "seed": seed, "steps": steps,
-            "world_size": world_size}
+    key = {**{k: v for k, v in settings.items() if k not in NOT_IN_KEY}, "seed": seed, "steps": steps,
+           "world_size": world_size}
+    return json.loads(json.dumps(key, sort_keys=True, default=str))  # as the state file holds it
 
 
 def _checkpoints(resume_dir: Path) -> list[tuple[int, Path]]:
