@@ -61,11 +61,12 @@ elif mode == "run":  # train_grpo end to end: resume dir written, final weights 
     model, tok, rows = train_grpo(md, LengthTask(), SHORT, S, steps=3, seed=0, dtype="bfloat16", resume_dir=rd)
     out.update(rows=len(rows), final_dtype=str(model.dtype), resume=sorted(p.name for p in rd.iterdir()))
 elif mode == "fsdp":
-    model, tok, rows = train_grpo(md, LengthTask(), SHORT, {**S, "sharding": "fsdp"}, steps=2, seed=0,
-                                  dtype="bfloat16")
+    model, tok, rows = train_grpo(md, LengthTask(), SHORT, {**S, "sharding": "fsdp", "keep_every": 1}, steps=2,
+                                  seed=0, dtype="bfloat16", snapshot_dir=root / "snapshots")
     if int(os.environ.get("RANK", "0")) == 0:
         sd = model.state_dict()
         out.update(rows=len(rows), final_dtype=str(model.dtype), type=type(model).__name__,
+                   snapshots=sorted(p.name for p in (root / "snapshots").iterdir()),
                    dtensor=any(type(v).__name__ == "DTensor" for v in sd.values()), n=len(sd))
 out["accelerate"] = seen
 print("CHECK", json.dumps(out), flush=True)

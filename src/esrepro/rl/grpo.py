@@ -203,9 +203,6 @@ def train_grpo(
     fsdp = sharded and not on_cpu  # cpu_overrides: accelerate runs CPU processes without FSDP
     if sharded and adapter_dir is not None:
         raise ValueError("sharding: fsdp trains every weight; a LoRA adapter (adapter_dir) runs with sharding: ddp")
-    if sharded and periodic is not None:
-        raise ValueError("eval_every (periodic evaluation) runs on the main process's whole policy; with "
-                         "sharding: fsdp the policy is sharded: set eval_every: null or sharding: ddp")
     tokenizer = load_tokenizer(model_dir)  # our tokenizer class, not AutoProcessor's guess
     tokenizer.padding_side = "left"
     rows: list[dict] = []
@@ -251,28 +248,36 @@ def train_grpo(
             from esrepro.io import atomic_path
             from esrepro.paths import snapshot_name
 
-            whole = _whole_policy(trainer, model_dir, dtype) if fsdp else model
+            whole = _whole_policy(trainer, model_dir) if fsdp else model
             if here.is_main:
                 with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
                     save_policy(whole, tokenizer, out)
 
     class _Periodic(TrainerCallback):
-        """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps (main
-        process only)."""
+        """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps, on the main
+        process; under FSDP every process takes part in gathering the policy into a registry-dtype copy on the
+        main process's device, which is evaluated and dropped."""
 
         def _point(self, step: int, model) -> None:  # noqa: ANN001
             from esrepro.train.periodic import policy_point
 
+            if fsdp:
+                model = _whole_policy(trainer, model_dir, dtype=dtype, device=str(trainer.args.device))
+            if not here.is_main:
+                return
             evaluation, per_step = periodic
             policy_point(evaluation, step, per_step, model, tokenizer, str(next(model.parameters()).device),
                          settings.get("eval_batch_size"), chat)
+            if fsdp:
+                del model
+                torch.cuda.empty_cache()
 
         def on_train_begin(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
-            if periodic is not None and model is not None and here.is_main and state.global_step == 0:
+            if periodic is not None and model is not None and state.global_step == 0:
                 self._point(0, model)
 
         def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
-            if periodic is not None and model is not None and here.is_main and periodic[0].due(state.global_step):
+            if periodic is not None and model is not None and periodic[0].due(state.global_step):
                 self._point(state.global_step, model)
 
     callbacks = [_Log(), _Snapshot(), _Periodic()]
@@ -299,7 +304,7 @@ def train_grpo(
             callbacks=callbacks,
         )
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
-        model = _whole_policy(trainer, model_dir, dtype) if fsdp else trainer.model
+        model = _whole_policy(trainer, model_dir) if fsdp else trainer.model
     if len(rows) != steps:
         raise RuntimeError(f"GRPO logged {len(rows)} of its {steps} steps (TRL stopped early); nothing was saved")
     if here.is_main and not is_peft(model) and model.dtype != DTYPES[dtype]:
@@ -308,14 +313,16 @@ def train_grpo(
     return model, tokenizer, rows
 
 
-def _whole_policy(trainer: Any, model_dir: str | Path, dtype: str) -> torch.nn.Module:
-    """The FSDP-sharded policy gathered whole (a collective: every process calls it); the main process gets the
-    weights in a fresh copy of the model, the others the unwrapped (sharded) module."""
+def _whole_policy(trainer: Any, model_dir: str | Path, dtype: str = MASTER_DTYPE, device: str = "cpu"
+                  ) -> torch.nn.Module:
+    """The FSDP-sharded policy gathered whole (a collective: every process calls it): on the main process a fresh
+    copy of the model in ``dtype`` on ``device`` with the gathered weights, on the others the unwrapped (sharded)
+    module."""
     from esrepro.distributed import world
 
     state = trainer.accelerator.get_state_dict(trainer.model)  # full state dict, on the main process only
     if not world().is_main:
         return trainer.accelerator.unwrap_model(trainer.model)
-    model = load_model(model_dir, dtype=MASTER_DTYPE)
+    model = load_model(model_dir, dtype=dtype, device=device)
     model.load_state_dict(state)
     return model
