@@ -231,3 +231,16 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tiny_model_dir, countd
     assert _count(tmp_path / "cw") == 24 + 4 * 2
     later = [s for s in (2, 4, 6) if s > resumed_from]  # the rerun's evaluations
     assert _count(tmp_path / "c2") == (6 - resumed_from) * 4 + 2 * len(later)
+
+
+def test_no_resume_state_is_kept_after_the_last_step(tiny_model_dir, tmp_path):
+    """A state at the last step would make a rerun train a step beyond the run (the Trainer resumes into one more)."""
+    from esrepro.rl.grpo import train_grpo
+    from test_rl_trainers import SHORT, LengthTask
+
+    torch.set_num_threads(1)
+    _, _, rows = train_grpo(tiny_model_dir, LengthTask(), SHORT, {**GRPO, "resume_every": 1}, steps=2, seed=0,
+                            resume_dir=tmp_path)
+    assert len(rows) == 2
+    assert [p.name for p in sorted(tmp_path.glob("checkpoint-*"))] == ["checkpoint-1"]
+    assert trl_resume.last_complete(tmp_path) == tmp_path / "checkpoint-1"

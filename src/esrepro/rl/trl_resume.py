@@ -1,7 +1,7 @@
 """The resume state of a TRL-trained RL run: TRL's own checkpoints under ``<run>/resume/``, kept whole.
 
 Every ``resume_every`` optimiser steps the Trainer writes ``checkpoint-N`` (weights, optimiser, scheduler,
-every process's RNG state, the trainer state). Its writes are not atomic, so the checkpoint counts as complete
+every process's RNG state, the trainer state), but not after the last step. Its writes are not atomic, so the checkpoint counts as complete
 only once :class:`ResumeCallback` (run after the Trainer's save, rank 0) has added :data:`MARKER`: the key of
 the settings it was written with, the per-step log rows so far and the periodic-evaluation rows. Then the
 older checkpoints are deleted: the folder holds the last complete checkpoint (and, for a moment, the one
@@ -88,6 +88,13 @@ def callback(key: dict, log: list[dict], extra: dict[str, list[dict]] | None = N
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     class ResumeCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001 - Trainer callback signature
+            # No state after the last step: the Trainer saves one at the end, but a run resumed from it would train
+            # a step beyond max_steps (transformers 5.19); the run directory holds the final weights instead.
+            if state.global_step >= state.max_steps:
+                control.should_save = False
+            return control
+
         def on_save(self, args, state, control, **kw):  # noqa: ANN001 - Trainer callback signature
             from esrepro.distributed import barrier
 
