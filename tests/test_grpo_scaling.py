@@ -201,24 +201,26 @@ def test_two_processes_score_the_budget_of_one(tiny_model_dir, countdown, tmp_pa
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tiny_model_dir, countdown, tmp_path):
-    """SIGKILL once the state of step 2 exists, rerun: log, periodic rows, snapshots and weights bit-equal."""
-    extra = dict(sample_budget=24, resume_every=1, keep_every=2, eval_every=2, eval_limit=2, eval_max_new_tokens=4)
+    """SIGKILL once the state of step 3 exists (in the second pass over the 4 problems: 2 per step), rerun: log,
+    periodic rows, snapshots and weights bit-equal."""
+    extra = dict(sample_budget=24, train_examples=4, resume_every=1, keep_every=2, eval_every=2, eval_limit=2,
+                 eval_max_new_tokens=4)
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     subprocess.run([sys.executable, str(RUN), str(tmp_path / "cw"), _kwargs(tiny_model_dir, countdown, whole, **extra)],
                    check=True, env=_env(), timeout=300)
     args = [sys.executable, str(RUN), None, _kwargs(tiny_model_dir, countdown, cut, **extra)]
     args[2] = str(tmp_path / "c1")
     first = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = cut / "resume" / "checkpoint-2" / trl_resume.MARKER
+    marker = cut / "resume" / "checkpoint-3" / trl_resume.MARKER
     deadline = time.monotonic() + 300
     while not marker.exists():
-        assert first.poll() is None, "the run ended before its step-2 state existed"
+        assert first.poll() is None, "the run ended before its step-3 state existed"
         assert time.monotonic() < deadline
         time.sleep(0.01)
     first.send_signal(signal.SIGKILL)
     first.wait()
     resumed_from = int(trl_resume.last_complete(cut / "resume").name.split("-")[1])
-    assert 2 <= resumed_from < 6
+    assert 3 <= resumed_from < 6
     args[2] = str(tmp_path / "c2")
     subprocess.run(args, check=True, env=_env(), timeout=300)
     assert _rows(cut / "log.jsonl") == _rows(whole / "log.jsonl") and len(_rows(whole / "log.jsonl")) == 6

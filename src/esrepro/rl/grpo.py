@@ -295,7 +295,8 @@ def train_grpo(
                                               world_size=here.world_size, fsdp_layers=fsdp_layers,
                                               resume=resume_dir is not None),
                          model_init_kwargs=init_kwargs)
-        trainer = GRPOTrainer(
+        trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
+        trainer = trainer_class(
             model=policy,
             reward_funcs=[trl_reward_func(task)],
             args=cfg,

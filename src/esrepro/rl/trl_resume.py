@@ -104,3 +104,29 @@ def callback(key: dict, log: list[dict], extra: dict[str, list[dict]] | None = N
                 mark_complete(folder, key, state.global_step, log, extra)
 
     return ResumeCallback()
+
+
+def resumable_trainer_class() -> type:
+    """TRL's GRPOTrainer with a prompt sampler whose order in epoch ``e`` does not depend on the epochs this process
+    iterated: TRL's ``RepeatSampler`` seeds its generator once and draws one permutation per epoch, so a run resumed
+    in a later epoch would draw the first epoch's order again. Here ``set_epoch(e)`` (the Trainer calls it before
+    each epoch) reseeds and draws the ``e`` earlier permutations, which an uninterrupted run has drawn anyway."""
+    import torch
+    from trl import GRPOTrainer
+    from trl.trainer.utils import RepeatSampler
+
+    class EpochRepeatSampler(RepeatSampler):
+        def set_epoch(self, epoch: int) -> None:
+            if self.shuffle and self.seed is not None:
+                self.generator.manual_seed(self.seed)
+                for _ in range(epoch):
+                    torch.randperm(self.num_samples, generator=self.generator)
+
+    class ResumableGRPOTrainer(GRPOTrainer):
+        def _get_train_sampler(self, dataset: Any = None) -> Any:
+            sampler = super()._get_train_sampler(dataset)
+            if type(sampler) is RepeatSampler:
+                sampler.__class__ = EpochRepeatSampler  # the same sampler, with set_epoch
+            return sampler
+
+    return ResumableGRPOTrainer
