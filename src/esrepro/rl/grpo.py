@@ -6,8 +6,21 @@ decides the algorithm, and :func:`grpo_config_kwargs` refuses settings that leav
 GRPO = ``loss_type: grpo`` with ``scale_rewards: group``; Dr.GRPO = ``loss_type: dr_grpo``
 with ``scale_rewards: none``. The reward is the task's own ``Task.score``.
 
-On CPU, bf16 and gradient checkpointing are forced off (bf16 autocast is about 6x slower
-on CPU; checkpointing only trades memory for time).
+Mixed precision as the libraries intend it: the policy's master weights are float32 whatever
+the registry dtype (an AdamW step of lr 1e-6 is below half a bf16 ulp of any weight above ~4e-3,
+so bf16 master weights would not move) and ``bf16: true`` autocasts the forward and backward
+passes. TRL 1.16 builds the reference model from the same ``model_init_kwargs``, so it is
+float32 too. The final checkpoint is saved in the registry dtype, as every method's.
+
+On CPU, bf16, gradient checkpointing, vLLM rollouts and FSDP are forced off (bf16 autocast is
+about 6x slower on CPU; checkpointing only trades memory for time; vLLM colocate needs GPUs;
+accelerate 1.15 enables FSDP for accelerator processes only and runs CPU processes as MULTI_CPU
+data parallel whatever plugin it is given).
+
+Under a distributed launcher (one process per GPU) the settings' batch is the job's total per
+optimiser step, shared by the processes (esrepro.rl.grpo_parallel); ``sharding: fsdp`` shards
+the policy through accelerate's FSDP2. With ``resume_dir`` the run writes TRL's checkpoints there
+every ``resume_every`` steps and a restarted run continues from the last one (esrepro.rl.trl_resume).
 
 The policy is either every weight of the checkpoint in ``model_dir`` (TRL loads it from
 the path) or, with ``adapter_dir``, only the LoRA matrices of that peft adapter on top of
@@ -39,7 +52,11 @@ from esrepro.tasks.base import Task
 TRL_KEYS: tuple[str, ...] = tuple(k for k in GRPOSettings.model_fields if k not in RLSettings.model_fields)
 #: Keys that may be left out (TRL's default is ours); every other TRL key must be given explicitly,
 #: since TRL's defaults moved between releases.
-OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "use_vllm")
+OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                                   "vllm_tensor_parallel_size", "vllm_max_model_length", "vllm_enable_sleep_mode",
+                                   "vllm_importance_sampling_correction")
+#: The master weights of a full-parameter policy (the optimiser updates them; bf16 autocasts the passes).
+MASTER_DTYPE = "float32"
 PINNED_KEYS: tuple[str, ...] = tuple(k for k in TRL_KEYS if k not in OPTIONAL_KEYS)
 #: Our names of GRPOConfig keys that TRL calls otherwise (ours -> TRL's): one name per meaning across methods.
 TRL_NAMES: dict[str, str] = {"max_new_tokens": "max_completion_length"}
@@ -47,8 +64,13 @@ TRL_NAMES: dict[str, str] = {"max_new_tokens": "max_completion_length"}
 ALGORITHM_LOSS = GRPO_VARIANTS
 
 
-def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool) -> dict[str, Any]:
-    """The ``GRPOConfig`` arguments of one run, from our settings block (in TRL's key names: TRL_NAMES)."""
+def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool, world_size: int = 1,
+                       fsdp_layers: list[str] | None = None, resume: bool = False) -> dict[str, Any]:
+    """The ``GRPOConfig`` arguments of one run, from our settings block (in TRL's key names: TRL_NAMES).
+
+    ``world_size``: training processes sharing each step's batch (esrepro.rl.grpo_parallel.process_batch);
+    ``fsdp_layers``: the decoder layer classes to shard with ``sharding: fsdp``; ``resume``: write TRL
+    checkpoints into ``output_dir`` every ``resume_every`` steps (else none)."""
     missing = [k for k in PINNED_KEYS if k not in settings]
     if missing:
         raise ValueError(f"GRPO settings must pin {', '.join(missing)} (TRL defaults differ between releases)")
@@ -61,9 +83,24 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
                          f"{settings['loss_type']}/{settings['scale_rewards']}")
     kw = {TRL_NAMES.get(k, k): settings[k] for k in TRL_KEYS if k in settings}
     if on_cpu:
-        kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
+        kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True, use_vllm=False)
+    if world_size > 1:
+        from esrepro.rl.grpo_parallel import process_batch
+
+        kw.update(process_batch(settings, world_size), ddp_find_unused_parameters=False)  # every trained weight is used
+    if settings.get("sharding", "ddp") == "fsdp" and not on_cpu:  # accelerate shards on accelerators only
+        if fsdp_layers is None:
+            raise ValueError("sharding: fsdp needs the decoder layer classes to wrap (fsdp_layers)")
+        from esrepro.rl.grpo_parallel import fsdp_kwargs
+
+        kw.update(fsdp_kwargs(fsdp_layers, kw.get("gradient_checkpointing", False)))
+    if resume:
+        kw.update(save_strategy="steps", save_steps=int(settings.get("resume_every", 50)), save_total_limit=None,
+                  save_only_model=False)
+    else:
+        kw.update(save_strategy="no")
     kw.update(
-        output_dir=output_dir, max_steps=steps, seed=seed, data_seed=seed, logging_steps=1, save_strategy="no",
+        output_dir=output_dir, max_steps=steps, seed=seed, data_seed=seed, logging_steps=1,
         report_to=[], log_completions=False, dataloader_num_workers=0, shuffle_dataset=True, do_eval=False,
         eval_strategy="no", disable_tqdm=True, optim=numerics.TRAINER_OPTIM,
     )
@@ -72,7 +109,10 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
 
 def cpu_overrides(settings: dict) -> dict[str, Any]:
     """Settings the CPU path changed (recorded in the manifest)."""
-    return {k: False for k in ("bf16", "gradient_checkpointing") if settings.get(k)}
+    out: dict[str, Any] = {k: False for k in ("bf16", "gradient_checkpointing", "use_vllm") if settings.get(k)}
+    if settings.get("sharding", "ddp") == "fsdp":
+        out["sharding"] = "ddp"  # accelerate 1.15 keeps FSDP for accelerator processes; on CPU it runs MULTI_CPU
+    return out
 
 
 def _dataset(task: Task, examples: list[dict], chat: bool):
@@ -102,10 +142,11 @@ def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> Non
 
 
 def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str) -> tuple[Any, dict | None]:
-    """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it,
-    every weight trainable), or the base with the adapter loaded trainable by peft (none then)."""
+    """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it in
+    float32 master weights, every weight trainable), or the base in the registry dtype with the adapter loaded
+    trainable by peft (peft keeps adapter weights in float32; no kwargs then)."""
     if adapter_dir is None:
-        return str(model_dir), {"dtype": DTYPES[dtype]}
+        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE]}
     from peft import PeftModel
 
     base = load_model(model_dir, dtype=dtype)
@@ -125,6 +166,7 @@ def train_grpo(
     snapshot_dir: str | Path | None = None,
     periodic: tuple[Any, int] | None = None,
     adapter_dir: str | Path | None = None,
+    resume_dir: str | Path | None = None,
 ) -> tuple[torch.nn.Module, Any, list[dict]]:
     """Run TRL's GRPOTrainer for ``steps`` optimiser steps; returns (policy, tokenizer, log rows).
 
@@ -134,19 +176,43 @@ def train_grpo(
     ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, completions per step): evaluate the policy
     greedily before training and every ``eval_every`` steps (v2, Figure 6).
 
+    ``resume_dir``: write TRL checkpoints there every ``resume_every`` steps and continue from the last complete
+    one (its log and periodic rows restored; a state of other settings is refused).
+
+    Under a distributed launcher every process calls this; each returns the whole policy (under FSDP gathered
+    before returning), and only the main process keeps snapshots and evaluates periodically.
+
     One log row per step: ``step``, ``reward_mean``, ``reward_std``, ``loss``, ``entropy``,
     ``completion_length``, ``learning_rate``, ``seconds`` and, only when ``beta > 0``, ``kl``.
     """
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from esrepro.distributed import barrier, world
+    from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count
 
     check_problem_count(settings, len(examples))
     on_cpu = not torch.cuda.is_available()
+    here = world()
+    if not on_cpu:
+        from esrepro.rl.grpo_parallel import check_launch
+
+        check_launch(here.world_size, torch.cuda.device_count())
+    sharded = settings.get("sharding", "ddp") == "fsdp"
+    fsdp = sharded and not on_cpu  # cpu_overrides: accelerate runs CPU processes without FSDP
+    if sharded and adapter_dir is not None:
+        raise ValueError("sharding: fsdp trains every weight; a LoRA adapter (adapter_dir) runs with sharding: ddp")
     tokenizer = load_tokenizer(model_dir)  # our tokenizer class, not AutoProcessor's guess
     tokenizer.padding_side = "left"
     rows: list[dict] = []
+    periodic_rows: dict[str, list[dict]] = {"periodic": periodic[0].rows} if periodic is not None else {}
+    checkpoint = None
+    key = trl_resume.resume_key(settings, seed=seed, steps=steps, world_size=here.world_size)
+    if resume_dir is not None:
+        checkpoint, restored = trl_resume.open_state(resume_dir, key, periodic_rows, clean=here.is_main)
+        rows.extend(restored)
+        barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
 
     class _Log(TrainerCallback):
         def __init__(self) -> None:
@@ -173,7 +239,7 @@ def train_grpo(
 
     class _Snapshot(TrainerCallback):
         """Keep the policy (a peft policy: its adapter) every ``keep_every`` steps under ``snapshot_dir/iterNNNNNN``
-        (not the final one)."""
+        (not the final one); under FSDP every process takes part in gathering it."""
 
         def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
             every = settings.get("keep_every")
@@ -182,42 +248,82 @@ def train_grpo(
             from esrepro.io import atomic_path
             from esrepro.paths import snapshot_name
 
-            with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
-                save_policy(model, tokenizer, out)
+            whole = _whole_policy(trainer, model_dir) if fsdp else model
+            if here.is_main:
+                with atomic_path(Path(snapshot_dir) / snapshot_name(state.global_step), is_dir=True) as out:
+                    save_policy(whole, tokenizer, out)
 
     class _Periodic(TrainerCallback):
-        """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps."""
+        """Greedy test accuracy of the policy before training and every ``eval_every`` optimiser steps, on the main
+        process; under FSDP every process takes part in gathering the policy into a registry-dtype copy on the
+        main process's device, which is evaluated and dropped."""
 
         def _point(self, step: int, model) -> None:  # noqa: ANN001
             from esrepro.train.periodic import policy_point
 
+            if fsdp:
+                model = _whole_policy(trainer, model_dir, dtype=dtype, device=str(trainer.args.device))
+            if not here.is_main:
+                return
             evaluation, per_step = periodic
             policy_point(evaluation, step, per_step, model, tokenizer, str(next(model.parameters()).device),
                          settings.get("eval_batch_size"), chat)
+            if fsdp:
+                del model
+                torch.cuda.empty_cache()
 
         def on_train_begin(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
-            if periodic is not None and model is not None:
+            if periodic is not None and model is not None and state.global_step == 0:
                 self._point(0, model)
 
         def on_step_end(self, args, state, control, model=None, **kw):  # noqa: ANN001 - TRL callback signature
             if periodic is not None and model is not None and periodic[0].due(state.global_step):
                 self._point(state.global_step, model)
 
+    callbacks = [_Log(), _Snapshot(), _Periodic()]
+    if resume_dir is not None:
+        callbacks.append(trl_resume.callback(key, rows, periodic_rows))
+    fsdp_layers = None
+    if fsdp:
+        from esrepro.rl.grpo_parallel import decoder_layer_classes
+
+        fsdp_layers = decoder_layer_classes(model_dir)
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
+        out_dir = str(resume_dir) if resume_dir is not None else tmp
         policy, init_kwargs = _policy(model_dir, adapter_dir, dtype)
-        cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=tmp, on_cpu=on_cpu),
+        cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
+                                              world_size=here.world_size, fsdp_layers=fsdp_layers,
+                                              resume=resume_dir is not None),
                          model_init_kwargs=init_kwargs)
-        trainer = GRPOTrainer(
+        trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
+        trainer = trainer_class(
             model=policy,
             reward_funcs=[trl_reward_func(task)],
             args=cfg,
             train_dataset=_dataset(task, examples, chat),
             processing_class=tokenizer,
-            callbacks=[_Log(), _Snapshot(), _Periodic()],
+            callbacks=callbacks,
         )
-        trainer.train()
-        model = trainer.model
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        model = _whole_policy(trainer, model_dir) if fsdp else trainer.model
     if len(rows) != steps:
         raise RuntimeError(f"GRPO logged {len(rows)} of its {steps} steps (TRL stopped early); nothing was saved")
+    if here.is_main and not is_peft(model) and model.dtype != DTYPES[dtype]:
+        model.to(DTYPES[dtype])  # saved in the registry dtype, as every method's checkpoint
     model.eval()
     return model, tokenizer, rows
+
+
+def _whole_policy(trainer: Any, model_dir: str | Path, dtype: str = MASTER_DTYPE, device: str = "cpu"
+                  ) -> torch.nn.Module:
+    """The FSDP-sharded policy gathered whole (a collective: every process calls it): on the main process a fresh
+    copy of the model in ``dtype`` on ``device`` with the gathered weights, on the others the unwrapped (sharded)
+    module."""
+    from esrepro.distributed import world
+
+    state = trainer.accelerator.get_state_dict(trainer.model)  # full state dict, on the main process only
+    if not world().is_main:
+        return trainer.accelerator.unwrap_model(trainer.model)
+    model = load_model(model_dir, dtype=dtype, device=device)
+    model.load_state_dict(state)
+    return model

@@ -164,7 +164,22 @@ class GRPOSettings(RLSettings):
     mask_truncated_completions: bool = Field(False, description="leave truncated completions out of the loss")
     importance_sampling_level: Literal["token", "sequence"] = Field("token", description="ratio per token or "
                                                                     "per sequence (GSPO)")
-    use_vllm: bool = Field(False, description="generate with vLLM inside TRL (GPU machines with the vllm extra)")
+    use_vllm: bool = Field(False, description="generate the rollouts with vLLM inside TRL (GPU machines with the vllm "
+                           "extra; forced off on CPU, recorded in the manifest); false: transformers generate")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="use_vllm: colocate runs a vLLM engine in every training process on its GPU (TRL "
+        "syncs the policy's weights into it each step); server talks to a separately started trl vllm-serve")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="use_vllm colocate: share of each GPU "
+                                               "the vLLM engine takes (weights, KV cache); the rest trains")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="use_vllm colocate: GPUs one vLLM engine spans (a "
+                                           "divisor of the job's GPUs)")
+    vllm_max_model_length: int | None = Field(None, ge=1, description="use_vllm: vLLM's context window (null: the "
+                                              "model config's)")
+    vllm_enable_sleep_mode: bool = Field(False, description="use_vllm colocate: offload vLLM's weights and KV cache "
+                                         "during the optimiser step (less memory, slower steps)")
+    vllm_importance_sampling_correction: bool = Field(
+        True, description="use_vllm: correct the loss for the gap between vLLM's sampling probabilities and the "
+        "policy's (TRL's truncated importance sampling)")
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,248 @@
+"""GRPO at the paper's scale: batch shares over processes, master-weight precision, FSDP and vLLM wiring, resume.
+
+The multi-process and resume runs go through ``tests/grpo_counting_run.py``, which counts every completion
+the task scores in every process: what TRL actually did, not our arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from esrepro import numerics
+from esrepro.rl import trl_resume
+from esrepro.rl.grpo import _policy, cpu_overrides, grpo_config_kwargs
+from esrepro.rl.grpo_parallel import check_launch, decoder_layer_classes, fsdp_kwargs, process_batch
+from esrepro.tasks.countdown import prepare
+from esrepro.train.resume import ResumeMismatch
+from test_rl_trainers import GRPO
+
+HERE = Path(__file__).resolve().parent
+RUN = HERE / "grpo_counting_run.py"
+BIN = Path(sys.executable).parent
+
+
+# --- batch shares ----------------------------------------------------------------------------------------------
+
+
+def test_process_batch_divides_accumulation_first_then_the_micro_batch():
+    s = {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 8}
+    assert process_batch(s, 1) == {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 8}
+    assert process_batch(s, 4) == {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 2}
+    assert process_batch({**s, "gradient_accumulation_steps": 2}, 4) == {
+        "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}
+    for w in (1, 2, 4, 8):  # the paper config's grpo30: 30 x 8 = 240 completions per step on 1 to 8 GPUs
+        share = process_batch({"per_device_train_batch_size": 30, "gradient_accumulation_steps": 8}, w)
+        assert share["per_device_train_batch_size"] * share["gradient_accumulation_steps"] * w == 240
+
+
+def test_process_batch_names_the_fields_when_the_processes_cannot_share_it():
+    named = r"per_device_train_batch_size \(30\) x gradient_accumulation_steps \(1\).*by 4 training"
+    with pytest.raises(ValueError, match=named):
+        process_batch({"per_device_train_batch_size": 30, "gradient_accumulation_steps": 1}, 4)
+
+
+def test_one_process_seeing_several_gpus_is_told_to_run_under_torchrun():
+    check_launch(1, 1)
+    check_launch(4, 4)
+    with pytest.raises(RuntimeError, match="--nproc-per-node 8 --no-python esrepro train"):
+        check_launch(1, 8)
+
+
+# --- master weights -------------------------------------------------------------------------------------------
+
+
+def test_policy_master_weights_are_float32_whatever_the_registry_dtype(tiny_model_dir):
+    assert _policy(tiny_model_dir, None, "bfloat16") == (str(tiny_model_dir), {"dtype": torch.float32})
+
+
+@pytest.mark.parametrize("master", [torch.float32, torch.bfloat16])
+def test_an_lr_1e6_step_moves_float32_master_weights_not_bf16_ones(master):
+    """The GPU path's scheme (float32 master, bf16 autocast) against pure bf16 weights, with the trainer's AdamW."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64, bias=False)
+    with torch.no_grad():  # magnitudes 0.01 to 1, either sign
+        layer.weight.copy_(torch.empty(64, 64).uniform_(0.01, 1.0) * torch.randint(0, 2, (64, 64)).mul(2).sub(1))
+    layer.to(master)
+    before = layer.weight.detach().clone()
+    opt = numerics.adamw(layer.parameters(), lr=1e-6, weight_decay=0.0)
+    x = torch.randn(8, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = layer(x.to(master)).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    moved = (layer.weight.detach() != before).float().mean().item()
+    assert moved == (1.0 if master == torch.float32 else 0.0)
+
+
+# --- FSDP and vLLM wiring -------------------------------------------------------------------------------------
+
+
+def test_fsdp_wiring_shards_each_decoder_layer_and_gathers_the_full_state(tiny_model_dir):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from trl import GRPOConfig
+
+    from esrepro.models.loading import load_model
+
+    layers = decoder_layer_classes(tiny_model_dir)
+    assert layers == ["Qwen2DecoderLayer"]
+    assert {type(m).__name__ for m in load_model(tiny_model_dir).modules()} >= set(layers)
+    settings = {**GRPO, "sharding": "fsdp", "bf16": False}
+    kw = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=False, fsdp_layers=layers)
+    assert kw["gradient_checkpointing"] is False and kw["fsdp_config"]["activation_checkpointing"] is True
+    args = GRPOConfig(**{**kw, "use_cpu": True}).fsdp_plugin_args  # TrainingArguments' translation for accelerate
+    assert args == {"fsdp_version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                    "transformer_cls_names_to_wrap": "Qwen2DecoderLayer", "cpu_ram_efficient_loading": False,
+                    "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True,
+                    "reshard_after_forward": True}
+    plugin = FullyShardedDataParallelPlugin(**args)
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert fsdp_kwargs(layers, False)["fsdp_config"]["activation_checkpointing"] is False
+    on_cpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=True, fsdp_layers=layers)
+    assert "fsdp" not in on_cpu and cpu_overrides(settings)["sharding"] == "ddp"
+
+
+def test_vllm_colocate_settings_reach_trl_on_gpu_and_are_forced_off_on_cpu():
+    from trl import GRPOConfig
+
+    settings = {**GRPO, "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.35,
+                "vllm_tensor_parallel_size": 2, "vllm_enable_sleep_mode": True}
+    gpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=False)
+    assert {k: gpu[k] for k in ("use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
+                                "vllm_enable_sleep_mode")} == {
+        "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.35,
+        "vllm_tensor_parallel_size": 2, "vllm_enable_sleep_mode": True}
+    assert set(gpu) <= set(GRPOConfig.__dataclass_fields__)  # every key is a GRPOConfig field
+    cpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=True)
+    assert cpu["use_vllm"] is False and cpu_overrides(settings)["use_vllm"] is False
+
+
+# --- resume state ---------------------------------------------------------------------------------------------
+
+
+def test_resume_state_refuses_other_settings_and_drops_an_interrupted_save(tmp_path):
+    key = trl_resume.resume_key({"learning_rate": 1e-6, "resume_every": 5}, seed=0, steps=4, world_size=1)
+    assert key == trl_resume.resume_key({"learning_rate": 1e-6, "resume_every": 9}, seed=0, steps=4, world_size=1)
+    (tmp_path / "checkpoint-2").mkdir()
+    rows = [{"step": 0}, {"step": 1}, {"step": 2}]
+    trl_resume.mark_complete(tmp_path / "checkpoint-2", key, 2, rows, {"periodic": [{"iteration": 0}]})
+    (tmp_path / "checkpoint-3").mkdir()  # killed while saving: no marker
+    periodic: list[dict] = []
+    checkpoint, log = trl_resume.open_state(tmp_path, key, {"periodic": periodic})
+    assert checkpoint == tmp_path / "checkpoint-2" and log == rows[:2] and periodic == [{"iteration": 0}]
+    assert not (tmp_path / "checkpoint-3").exists()
+    other = trl_resume.resume_key({"learning_rate": 3e-6}, seed=0, steps=4, world_size=1)
+    with pytest.raises(ResumeMismatch, match=f"delete {tmp_path}"):
+        trl_resume.open_state(tmp_path, other)
+
+
+# --- real runs ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def countdown(tmp_path_factory):
+    out = tmp_path_factory.mktemp("countdown8")
+    prepare(out, {"kind": "generated", "n_train": 8, "n_test": 4}, seed=0)
+    return out
+
+
+def _kwargs(model_dir: Path, data_dir: Path, out: Path, **extra) -> str:
+    spec = {**GRPO, "train_examples": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+            **extra}  # 4 completions (2 groups of 2) per optimiser step
+    return json.dumps(dict(task="countdown", model="test", model_dir=str(model_dir), data_dir=str(data_dir),
+                           spec=spec, method="grpo", out=str(out), seed=0, threads=1))
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent / "src")}
+
+
+def _count(counts: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in counts.glob("rank*.txt"))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_two_processes_score_the_budget_of_one(tiny_model_dir, countdown, tmp_path):
+    """torchrun with 2 CPU processes (gloo): as many completions per step and steps as one process; the main
+    process alone keeps snapshots and evaluates; resume states are written (and dropped at the end) by both."""
+    extra = dict(sample_budget=16, resume_every=1, keep_every=2, eval_every=2, eval_limit=2, eval_max_new_tokens=4)
+    one = _kwargs(tiny_model_dir, countdown, tmp_path / "one", **extra)
+    two = _kwargs(tiny_model_dir, countdown, tmp_path / "two", **extra)
+    subprocess.run([sys.executable, str(RUN), str(tmp_path / "c1"), one], check=True, env=_env(), timeout=300)
+    subprocess.run([str(BIN / "torchrun"), "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+                    str(RUN), str(tmp_path / "c2"), two], check=True, env=_env(), timeout=300)
+    evaluated = 3 * 2  # 2 test problems at steps 0, 2 and 4, on the main process
+    assert _count(tmp_path / "c1") == _count(tmp_path / "c2") == 16 + evaluated  # 4 steps x 4 completions
+    assert [len((tmp_path / "c2" / f"rank{r}.txt").read_text().splitlines()) for r in (0, 1)] == [8 + evaluated, 8]
+    assert len(_rows(tmp_path / "two" / "periodic_eval.jsonl")) == 3
+    assert (tmp_path / "two" / "checkpoints" / "iter000002" / "model.safetensors").exists()
+    assert not (tmp_path / "two" / "resume").exists()
+    accel = json.loads((tmp_path / "c2" / "accelerate0.json").read_text())
+    assert accel["distributed_type"].endswith("MULTI_CPU") and accel["num_processes"] == 2
+    assert len(_rows(tmp_path / "two" / "log.jsonl")) == len(_rows(tmp_path / "one" / "log.jsonl")) == 4
+    manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    assert manifest["per_process"] == {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}
+    assert manifest["budget"]["samples_per_step"] == 4 and manifest["budget"]["steps"] == 4
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tiny_model_dir, countdown, tmp_path):
+    """SIGKILL once the state of step 3 exists (in the second pass over the 4 problems: 2 per step), rerun: log,
+    periodic rows, snapshots and weights bit-equal."""
+    extra = dict(sample_budget=24, train_examples=4, resume_every=1, keep_every=2, eval_every=2, eval_limit=2,
+                 eval_max_new_tokens=4)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run([sys.executable, str(RUN), str(tmp_path / "cw"), _kwargs(tiny_model_dir, countdown, whole, **extra)],
+                   check=True, env=_env(), timeout=300)
+    args = [sys.executable, str(RUN), None, _kwargs(tiny_model_dir, countdown, cut, **extra)]
+    args[2] = str(tmp_path / "c1")
+    first = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = cut / "resume" / "checkpoint-3" / trl_resume.MARKER
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert first.poll() is None, "the run ended before its step-3 state existed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    resumed_from = int(trl_resume.last_complete(cut / "resume").name.split("-")[1])
+    assert 3 <= resumed_from < 6
+    args[2] = str(tmp_path / "c2")
+    subprocess.run(args, check=True, env=_env(), timeout=300)
+    assert _rows(cut / "log.jsonl") == _rows(whole / "log.jsonl") and len(_rows(whole / "log.jsonl")) == 6
+    assert _rows(cut / "periodic_eval.jsonl") == _rows(whole / "periodic_eval.jsonl")
+    for rel in ("checkpoint", "checkpoints/iter000002", "checkpoints/iter000004"):
+        a, b = load_file(str(whole / rel / "model.safetensors")), load_file(str(cut / rel / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rel
+    assert not (cut / "resume").exists() and not (whole / "resume").exists()
+    # scored: 6 steps x 4 completions, plus 2 test problems per evaluation (steps 0, 2, 4, 6)
+    assert _count(tmp_path / "cw") == 24 + 4 * 2
+    later = [s for s in (2, 4, 6) if s > resumed_from]  # the rerun's evaluations
+    assert _count(tmp_path / "c2") == (6 - resumed_from) * 4 + 2 * len(later)
+
+
+def test_no_resume_state_is_kept_after_the_last_step(tiny_model_dir, tmp_path):
+    """A state at the last step would make a rerun train a step beyond the run (the Trainer resumes into one more)."""
+    from esrepro.rl.grpo import train_grpo
+    from test_rl_trainers import SHORT, LengthTask
+
+    torch.set_num_threads(1)
+    _, _, rows = train_grpo(tiny_model_dir, LengthTask(), SHORT, {**GRPO, "resume_every": 1}, steps=2, seed=0,
+                            resume_dir=tmp_path)
+    assert len(rows) == 2
+    assert [p.name for p in sorted(tmp_path.glob("checkpoint-*"))] == ["checkpoint-1"]
+    assert trl_resume.last_complete(tmp_path) == tmp_path / "checkpoint-1"
