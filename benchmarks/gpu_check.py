@@ -9,9 +9,10 @@ device given (``--device cuda``):
     drawing a 0.5B model's noise in esrepro's chunks against one call per tensor.
 [2] mixed precision: one AdamW step at lr 1e-6 under bf16 autocast on float32 master weights against the same
     step on bf16 weights: the share of weights that moved.
-[3] GRPO (TRL's GRPOTrainer) and [4] PPO (esrepro.rl.ppo): two optimiser steps each at the registry's bf16
-    through the trainers' own mixed-precision path; seconds per step, peak GPU memory, the share of weights
-    that moved, and the master weights' dtype.
+[3] GRPO (TRL's GRPOTrainer, two steps) and [4] PPO (esrepro.rl.ppo, one step) from a bf16 registry model
+    through the trainers' own mixed-precision path (``--sharding ddp`` or ``fsdp``, the latter under torchrun):
+    seconds per step, peak GPU memory, the returned policy's dtype, and from the resume state written after
+    step 1 the master weights' dtype and the share of them that moved from the base.
 [5] ES on the transformers engine: seconds per iteration, ES against pure inference on the same engine, the
     perturb + restore + update share (benchmarks/es_engine.py, the device synchronised around each section),
     then two short runs from one seed compared bit for bit.
@@ -154,49 +155,76 @@ def _problems(n: int) -> list[dict]:
     return generate_problems(n, seed=5)
 
 
-def grpo_check(device: str, model_dir: Path, new_tokens: int) -> dict:
+def _master_after_step_one(state: Path) -> dict[str, torch.Tensor]:
+    """The float32 master weights a trainer's resume state holds after its first step."""
     from safetensors.torch import load_file
 
+    if (state / "actor.pt").exists():  # PPO
+        return torch.load(state / "actor.pt", map_location="cpu", weights_only=True)
+    from esrepro.rl.trl_resume import last_complete  # GRPO: TRL's checkpoint
+
+    checkpoint = last_complete(state)
+    if checkpoint is None:
+        raise RuntimeError(f"{state}: no complete checkpoint after step 1")
+    return load_file(str(checkpoint / "model.safetensors"))
+
+
+def _rl_figures(device: str, model_dir: Path, rows: list[dict], seconds: float, model: torch.nn.Module,
+                state: Path) -> dict:
+    """Seconds, peak memory, the returned policy's dtype, and the master weights' dtype and movement after step 1
+    (read from the resume state) against the bf16 base."""
+    from safetensors.torch import load_file
+
+    before = load_file(str(model_dir / "model.safetensors"))
+    master = _master_after_step_one(state)
+    moved = {k: v for k, v in master.items() if k.removeprefix("module.") in before}
+    changed = total = 0
+    for key, value in moved.items():
+        diff = value.float() != before[key.removeprefix("module.")].float()
+        changed, total = changed + int(diff.sum()), total + diff.numel()
+    dtypes = sorted({str(v.dtype) for v in master.values() if v.is_floating_point()})
+    return {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
+            "peak_gib": peak_gib(device), "returned_dtype": str(next(model.parameters()).dtype),
+            "master_dtypes_after_step1": dtypes, "master_moved_share_after_step1": changed / max(1, total),
+            "reward_mean": [r.get("reward_mean") for r in rows]}
+
+
+def grpo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> dict:
     from esrepro.rl.grpo import train_grpo
     from esrepro.settings.methods import GRPOSettings
     from esrepro.tasks import get_task
 
     settings = GRPOSettings(algorithm="grpo", loss_type="grpo", scale_rewards="group", num_generations=4,
                             per_device_train_batch_size=16, gradient_accumulation_steps=1, max_new_tokens=new_tokens,
-                            learning_rate=1e-6, sample_budget=32).as_dict()
-    before = load_file(str(model_dir / "model.safetensors"))
+                            learning_rate=1e-6, sample_budget=32, resume_every=1, sharding=sharding).as_dict()
     reset_peak(device)
-    t0 = clock(device)
-    model, _, rows = train_grpo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
-                                dtype="bfloat16")
-    seconds = clock(device) - t0
-    out = {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
-           "peak_gib": peak_gib(device), "master_dtype": str(next(model.parameters()).dtype),
-           "completions_per_step": 16, **moved_share(before, model)}
-    print(f"[3] GRPO: {json.dumps(out)}")
+    with tempfile.TemporaryDirectory(prefix="grpo-state-") as state:
+        t0 = clock(device)
+        model, _, rows = train_grpo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
+                                    dtype="bfloat16", resume_dir=Path(state))
+        out = _rl_figures(device, model_dir, rows, clock(device) - t0, model, Path(state))
+    out.update(completions_per_step=16, sharding=sharding)
+    print(f"[3] GRPO: {json.dumps(out)}", flush=True)
     del model
     reset_peak(device)
     return out
 
 
-def ppo_check(device: str, model_dir: Path, new_tokens: int) -> dict:
-    from safetensors.torch import load_file
-
+def ppo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> dict:
     from esrepro.rl.ppo import train_ppo
     from esrepro.tasks import get_task
 
     settings = {"prompts_per_step": 16, "mini_batch_size": 16, "micro_batch_size": 8, "max_new_tokens": new_tokens,
-                "actor_learning_rate": 1e-6, "critic_learning_rate": 1e-5}
-    before = load_file(str(model_dir / "model.safetensors"))
+                "actor_learning_rate": 1e-6, "critic_learning_rate": 1e-5, "resume_every": 1, "sharding": sharding}
     reset_peak(device)
-    t0 = clock(device)
-    model, _, rows = train_ppo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
-                               dtype="bfloat16", progress=False)
-    seconds = clock(device) - t0
-    out = {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
-           "peak_gib": peak_gib(device), "master_dtype": str(next(model.parameters()).dtype),
-           **moved_share(before, model)}
-    print(f"[4] PPO: {json.dumps(out)}")
+    with tempfile.TemporaryDirectory(prefix="ppo-state-") as tmp:
+        state = Path(tmp) / "resume"
+        t0 = clock(device)
+        model, _, rows = train_ppo(model_dir, get_task("countdown"), _problems(16), settings, steps=1, seed=0,
+                                   dtype="bfloat16", progress=False, resume_dir=state)
+        out = _rl_figures(device, model_dir, rows, clock(device) - t0, model, state)
+    out["sharding"] = sharding
+    print(f"[4] PPO: {json.dumps(out)}", flush=True)
     del model
     reset_peak(device)
     return out
@@ -246,6 +274,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32, help="ES timing: prompts per member")
     ap.add_argument("--new-tokens", type=int, default=128, help="new tokens (ES timing, GRPO, PPO)")
     ap.add_argument("--only", default="noise,precision,grpo,ppo,es", help="sections to run, comma-separated")
+    ap.add_argument("--sharding", choices=["ddp", "fsdp"], default="ddp",
+                    help="GRPO and PPO: ddp, or fsdp (run under torchrun: torchrun --standalone --nproc-per-node 1 "
+                    "benchmarks/gpu_check.py --only grpo,ppo --sharding fsdp)")
     ap.add_argument("--json", type=Path, help="write the figures to this JSON file")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -253,14 +284,12 @@ def main() -> None:
     result: dict = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
                     "torch": torch.__version__, "shape": args.shape}
     sections = {"noise": lambda d: noise_check(args.device, d), "precision": lambda d: precision_check(args.device, d),
-                "grpo": lambda d: grpo_check(args.device, d, args.new_tokens),
-                "ppo": lambda d: ppo_check(args.device, d, args.new_tokens),
+                "grpo": lambda d: grpo_check(args.device, d, args.new_tokens, args.sharding),
+                "ppo": lambda d: ppo_check(args.device, d, args.new_tokens, args.sharding),
                 "es": lambda d: es_check(args.device, d, args)}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         model_dir = _es_engine().build_model(args.shape, Path(tmp) / args.shape)
-        if args.shape != "qwen2.5-0.5b":  # the small shapes are saved in float32; the check wants the bf16 registry
-            pass
         for name in args.only.split(","):
             t0 = time.perf_counter()
             try:

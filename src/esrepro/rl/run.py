@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import shutil
 from pathlib import Path
 
@@ -26,7 +25,9 @@ def _resuming(algorithm: str, resume_dir: Path) -> bool:
         from esrepro.rl.trl_resume import last_complete
 
         return last_complete(resume_dir) is not None
-    return False
+    from esrepro.train.resume import has_state
+
+    return has_state(resume_dir)
 
 
 def train_rl(ctx: TrainContext) -> TrainOutcome:
@@ -35,7 +36,7 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
     With ``ctx.adapter_dir`` (GRPO only) the policy is that peft adapter on ``ctx.model_dir``, and the
     outcome's ``save`` writes the trained adapter (peft format), not a checkpoint.
 
-    The trainer keeps its resume state in ``<run>/resume/`` (GRPO: every ``resume_every`` steps); a restarted run
+    The trainer keeps its resume state in ``<run>/resume/`` every ``resume_every`` steps; a restarted run
     continues from it with its snapshots and periodic-evaluation rows, a fresh one starts without them. The state
     is removed once the run directory is complete.
     """
@@ -58,9 +59,7 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
     if here.is_main and not _resuming(algorithm, resume_dir):  # a fresh run: no stale snapshots or points
         shutil.rmtree(snapshots, ignore_errors=True)
         clear_periodic(ctx.run_dir)
-    extra: dict = {}
-    if "resume_dir" in inspect.signature(trainer).parameters:
-        extra["resume_dir"] = resume_dir
+    extra: dict = {"resume_dir": resume_dir}
     if ctx.adapter_dir is not None:
         if algorithm == "ppo":
             raise ValueError("training a LoRA adapter (adapter_dir) is not implemented for PPO; GRPO only")
@@ -87,6 +86,14 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
             from esrepro.rl.grpo import cpu_overrides
 
             manifest["cpu_overrides"] = cpu_overrides(settings)
+    else:
+        from esrepro.rl.ppo import cpu_overrides
+        from esrepro.rl.ppo_parallel import shares
+
+        manifest["per_process"] = shares(ctx.settings, here.world_size).as_dict()
+        manifest["sharding"] = settings.get("sharding", "ddp")
+        if overrides := cpu_overrides(settings, ctx.device):
+            manifest["cpu_overrides"] = overrides
 
     def save(path: Path) -> None:
         from esrepro.rl.grpo import save_policy
