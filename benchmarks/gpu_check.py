@@ -4,9 +4,9 @@ Builds a model with Qwen2.5-0.5B's configuration (random weights, a small local 
 device given (``--device cuda``):
 
 [1] noise: CUDA's normal kernel draws element i from Philox subsequence i only while one pass of its grid covers
-    the tensor (SMs x threads per SM elements); above that the bits depend on the SM count. Shown as a prefix
-    test (the first half of a draw equals a draw of half the size) below and above the bound, and the cost of
-    drawing a 0.5B model's noise in esrepro's chunks against one call per tensor.
+    the tensor (SMs x threads per SM elements); above that the bits depend on the SM count. Shown below the
+    bound as a prefix test (the first half of a draw equals a draw of half the size), with the cost of drawing
+    a 0.5B model's noise in chunks within the bound against one call per tensor (ES's way).
 [2] mixed precision: one AdamW step at lr 1e-6 under bf16 autocast on float32 master weights against the same
     step on bf16 weights: the share of weights that moved.
 [3] GRPO (TRL's GRPOTrainer, two steps) and [4] PPO (esrepro.rl.ppo, one step) from a bf16 registry model
@@ -83,43 +83,46 @@ def moved_share(before: dict[str, torch.Tensor], model: torch.nn.Module) -> dict
 
 
 # --- [1] noise ------------------------------------------------------------------------------------------------
+#: A chunk size within one pass of CUDA's normal kernel on every H100 (114 to 132 SMs of 2,048 threads).
+CHUNK = 1 << 17
+
+
 def noise_check(device: str, model_dir: Path) -> dict:
+    """Whether noise drawn in chunks that one pass of the kernel covers (bits independent of the SM count) would
+    be affordable: a model's noise drawn per tensor in one call, as ES draws it, against drawn in chunks."""
     from transformers import AutoModelForCausalLM
 
     from esrepro.devices import noise_device
-    from esrepro.perturb.noise import CUDA_NOISE_CHUNK, noise_like
 
-    out: dict = {"chunk": CUDA_NOISE_CHUNK, "noise_device": noise_device(device)}
+    out: dict = {"noise_device": noise_device(device), "chunk": CHUNK}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         bound = props.multi_processor_count * props.max_threads_per_multi_processor
         gen = torch.Generator(device=device)
-
-        def prefix_holds(n: int) -> bool:
-            gen.manual_seed(7)
-            whole = torch.randn(n, generator=gen, device=device)
-            gen.manual_seed(7)
-            half = torch.randn(n // 2, generator=gen, device=device)
-            return bool(torch.equal(whole[: n // 2], half))
-
+        gen.manual_seed(7)
+        whole = torch.randn(bound, generator=gen, device=device)
+        gen.manual_seed(7)
+        half = torch.randn(bound // 2, generator=gen, device=device)
+        # below the bound a draw's element i does not depend on the draw's size, nor so on its grid
         out.update(gpu=props.name, sms=props.multi_processor_count, one_pass_elements=bound,
-                   prefix_below_bound=prefix_holds(bound), prefix_above_bound=prefix_holds(4 * bound),
-                   chunk_within_bound=CUDA_NOISE_CHUNK <= bound)
+                   prefix_below_bound=bool(torch.equal(whole[: bound // 2], half)))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
     shapes = [p.shape for p in model.parameters()]
     out["tensors"], out["elements"] = len(shapes), sum(p.numel() for p in model.parameters())
     del model
-    for label in ("chunked", "one_call"):
+    gen = torch.Generator(device=device)
+    for label in ("one_call", "chunked"):
         t0 = clock(device)
-        for i, shape in enumerate(shapes):
-            if label == "chunked":
-                noise_like(shape, device, 11, i, "iid")
+        for shape in shapes:
+            gen.manual_seed(11)
+            if label == "one_call":
+                torch.randn(tuple(shape), generator=gen, device=device)
             else:
-                g = torch.Generator(device=device)
-                g.manual_seed(11)
-                torch.randn(tuple(shape), generator=g, device=device)
+                flat = torch.empty(int(torch.Size(shape).numel()), device=device)
+                for start in range(0, flat.numel(), CHUNK):
+                    flat[start:start + CHUNK].normal_(generator=gen)
         out[f"seconds_{label}"] = clock(device) - t0
-    print(f"[1] noise on {device}: {json.dumps(out)}")
+    print(f"[1] noise on {device}: {json.dumps(out)}", flush=True)
     return out
 
 
@@ -189,10 +192,22 @@ def _rl_figures(device: str, model_dir: Path, rows: list[dict], seconds: float, 
             "reward_mean": [r.get("reward_mean") for r in rows]}
 
 
+def _length_task():
+    """Countdown's prompts, rewarded by the response's length in characters (/100): a random-weight model scores 0
+    on Countdown in every completion, which leaves GRPO's group advantages, and so its update, at zero."""
+    from esrepro.tasks.base import Score
+    from esrepro.tasks.countdown import CountdownTask
+
+    class TextLength(CountdownTask):
+        def score(self, response: str, example: dict) -> Score:
+            return Score(len(response) / 100, False, {})
+
+    return TextLength()
+
+
 def grpo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> dict:
     from esrepro.rl.grpo import train_grpo
     from esrepro.settings.methods import GRPOSettings
-    from esrepro.tasks import get_task
 
     settings = GRPOSettings(algorithm="grpo", loss_type="grpo", scale_rewards="group", num_generations=4,
                             per_device_train_batch_size=16, gradient_accumulation_steps=1, max_new_tokens=new_tokens,
@@ -200,7 +215,7 @@ def grpo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> 
     reset_peak(device)
     with tempfile.TemporaryDirectory(prefix="grpo-state-") as state:
         t0 = clock(device)
-        model, _, rows = train_grpo(model_dir, get_task("countdown"), _problems(16), settings, steps=2, seed=0,
+        model, _, rows = train_grpo(model_dir, _length_task(), _problems(16), settings, steps=2, seed=0,
                                     dtype="bfloat16", resume_dir=Path(state))
         out = _rl_figures(device, model_dir, rows, clock(device) - t0, model, Path(state))
     out.update(completions_per_step=16, sharding=sharding)

@@ -77,3 +77,20 @@ def test_resume_with_other_settings_is_refused(tiny_model_dir, data_dir, tmp_pat
     other = ESSettings(iterations=2, population=2, sigma=0.02, alpha=0.01, max_new_tokens=2, resume_every=1)
     with pytest.raises(ResumeMismatch, match="delete"):
         run_es(evaluator, other, tmp_path / "state", progress=False)
+
+
+def test_resume_on_another_noise_device_is_refused_unless_allowed(tiny_model_dir, data_dir, tmp_path):
+    """A state written on another GPU variant (CUDA's noise follows the SM count) is refused, naming the option
+    that continues it; with the option the run resumes and finishes."""
+    examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][:1]
+    evaluator = SerialEvaluator(EngineSpec(str(tiny_model_dir)), Scoring("countdown", examples, 2))
+    cfg = ESSettings(iterations=3, population=2, sigma=0.01, alpha=0.01, max_new_tokens=2, resume_every=1)
+    state = tmp_path / "state"
+    run_es(evaluator, ESSettings(**{**cfg.model_dump(), "iterations": 2}), state, progress=False)
+    meta = json.loads((state / "state.json").read_text())
+    meta["noise_device"], meta["config"]["iterations"] = "NVIDIA H100 PCIe (114 SMs)", 3
+    (state / "state.json").write_text(json.dumps(meta))
+    with pytest.raises(ResumeMismatch, match=r"H100 PCIe \(114 SMs\).*resume_on_other_gpu: true"):
+        run_es(evaluator, cfg, state, progress=False)
+    log = run_es(evaluator, ESSettings(**{**cfg.model_dump(), "resume_on_other_gpu": True}), state, progress=False)
+    assert len(log) == 3

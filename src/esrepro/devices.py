@@ -29,33 +29,17 @@ def pick_device(requested: str | None = None) -> str:
     return want
 
 
-#: What CUDA noise depends on when a GPU can draw each chunk in one pass (esrepro.perturb.noise.CUDA_NOISE_CHUNK).
-CUDA_PORTABLE_NOISE = "cuda (Philox, chunked draws)"
-
-
-def describe_gpu(device: "torch.device | str") -> str:
-    """A GPU's name and count of streaming multiprocessors, e.g. ``NVIDIA H100 80GB HBM3 (132 SMs)``."""
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.device(device))
-    return f"{props.name} ({props.multi_processor_count} SMs)"
-
-
 def noise_device(device: "torch.device | str") -> str:
-    """What the ES noise generated on ``device`` depends on: ``cpu``, or on CUDA :data:`CUDA_PORTABLE_NOISE` (the
-    same noise on any GPU whose threads cover one chunk, so a resume may move between H100 variants), else the
-    GPU's name and SM count (a small GPU, where CUDA's kernel splits a chunk by SM count)."""
+    """What the ES noise generated on ``device`` depends on: ``cpu``, or the GPU's name and its count of
+    streaming multiprocessors (CUDA's ``randn`` splits work by SM count, so an H100 PCIe and an H100 SXM draw
+    other noise from one seed)."""
     import torch
-
-    from esrepro.perturb.noise import CUDA_NOISE_CHUNK
 
     device = torch.device(device)
     if device.type != "cuda":
         return device.type
     props = torch.cuda.get_device_properties(device)
-    if props.multi_processor_count * props.max_threads_per_multi_processor >= CUDA_NOISE_CHUNK:
-        return CUDA_PORTABLE_NOISE
-    return describe_gpu(device)
+    return f"{props.name} ({props.multi_processor_count} SMs)"
 
 
 def synchronize(device: "torch.device | str") -> None:

@@ -5,8 +5,9 @@ Memory is per GPU, in GB (1e9 bytes), before activations and the KV cache:
 - ES and ESSA engines hold the model in its registry dtype (2 bytes a parameter in bf16) on each GPU.
 - GRPO and PPO train float32 master weights with AdamW: 4 (weights) + 4 (gradients) + 8 (two moments) = 16
   bytes a parameter for each trained model (the policy; PPO's critic too), on every process under ``ddp``, a
-  1/W share under ``fsdp``; the frozen reference (``beta > 0``) is 2 bytes a parameter (sharded under
-  ``fsdp``); GRPO's colocated vLLM (``use_vllm``) keeps its own bf16 copy (2 bytes a parameter) and KV cache;
+  1/W share under ``fsdp``; the frozen reference (``beta > 0``) is 2 bytes a parameter for PPO and 4 for GRPO
+  (TRL builds it as it builds the policy; sharded under ``fsdp``); GRPO's colocated vLLM (``use_vllm``) takes
+  its ``vllm_gpu_memory_utilization`` of the GPU for its bf16 copy and KV cache;
   PPO's rollout under ``fsdp`` gathers the whole policy in bf16 (2 bytes a parameter).
 
 Time is the work of one run at its settings, as upper bounds (every completion runs to ``max_new_tokens``):
@@ -23,9 +24,10 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from esrepro.pipeline import Pipeline
+from esrepro.pipeline import ESSA_GRPO, Pipeline
 
 PEAK_FLOPS = 989e12  # H100 SXM, bf16 dense
+GPU_MEMORY_GB = 80.0  # an H100
 TRAIN_EFFICIENCY = 0.35  # share of the peak a training forward + backward reaches (assumed)
 GENERATION_EFFICIENCY = {"vllm": 0.25, "hf": 0.05}  # decoding at large batch: vLLM; transformers generate
 #: Decoded tokens per second per GPU at most, whatever the model's size: a small model's decoding is bound by
@@ -107,9 +109,14 @@ def job_cost(p: Pipeline, task: str, model: str, method: str) -> JobCost:
         trained = completions * (PROMPT_TOKENS + s["max_new_tokens"])
         share = gpus if s.get("sharding") == "fsdp" else 1
         trained_models = 2 if algo == "ppo" else 1
-        memory = {"float32 master, gradients, AdamW": 16 * params * trained_models / share / 1e9}
-        if s.get("beta", 0) > 0:
-            memory["reference (bf16)"] = bf16 / share
+        study = p.essa_study()
+        if study is not None and method == ESSA_GRPO and study.grpo_trains == "adapter":  # LoRA on a frozen base
+            memory = {"frozen base (bf16)": bf16}
+        else:
+            memory = {"float32 master, gradients, AdamW": 16 * params * trained_models / share / 1e9}
+        if s.get("beta", 0) > 0:  # TRL builds GRPO's reference as it builds the policy: float32
+            memory["reference (bf16)" if algo == "ppo" else "reference (float32)"] = bf16 * (1 if algo == "ppo"
+                                                                                              else 2) / share
         if algo == "ppo":
             if share > 1:
                 memory["policy gathered for rollouts (bf16)"] = bf16
@@ -117,8 +124,8 @@ def job_cost(p: Pipeline, task: str, model: str, method: str) -> JobCost:
             flops = 3 * FORWARD_FLOPS + 2 * TRAIN_FLOPS
             backend = "hf"
         else:
-            if s.get("use_vllm"):
-                memory["vLLM copy (bf16)"] = bf16
+            if s.get("use_vllm"):  # the colocated engine's share of an 80 GB GPU: weights and KV cache
+                memory["colocated vLLM"] = GPU_MEMORY_GB * (s.get("vllm_gpu_memory_utilization") or 0.3)
             flops = TRAIN_FLOPS + (FORWARD_FLOPS if s.get("beta", 0) > 0 else 0)
             backend = "vllm" if s.get("use_vllm") else "hf"
         seconds = _generation_seconds(gen, params, gpus, backend) + _training_seconds(trained, params, gpus, flops)
@@ -145,3 +152,8 @@ def markdown_table(costs: list[JobCost]) -> str:
                     f"{c.trained_tokens:.2e} | {c.memory_total_gb:.1f} ({mem}) | {c.hours:.1f} | "
                     f"{c.runtime_hours:g} | {attempts(c)} |")
     return head + "\n".join(rows) + "\n"
+
+
+def table1_costs(p: Pipeline, task: str = "countdown") -> list[JobCost]:
+    """The costs of one seed of every ``task`` run of the config (Table 1's models and methods)."""
+    return [job_cost(p, task, model, method) for model in p.train_models(task) for method in p.train_methods(task)]

@@ -22,7 +22,7 @@ from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
 from esrepro.train.resume import ResumeMismatch, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "tensor_parallel_size", *ENGINE_FIELDS}
+NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_parallel_size", *ENGINE_FIELDS}
 
 
 def _state_key(cfg: ESSettings, seed: int) -> dict:
@@ -47,10 +47,14 @@ def _load_state(state_dir: Path, cfg: ESSettings, seed: int, evaluator,
     meta, log = read_state(state_dir, _state_key(cfg, seed), extra)
     written_on, here = meta.get("noise_device"), evaluator.noise_device()
     if written_on is not None and written_on != here:
-        raise ResumeMismatch(
-            f"{state_dir} was written by engines drawing noise on {written_on}, these draw it on {here}: the same "
-            f"seeds would give other noise; resume on {written_on} or delete {state_dir} to start afresh"
-        )
+        if not cfg.resume_on_other_gpu:
+            raise ResumeMismatch(
+                f"{state_dir} was written by engines drawing noise on {written_on}, these draw it on {here}: the same "
+                f"seeds would give other noise; resume on {written_on}, or set the ES option resume_on_other_gpu: "
+                f"true to go on with this GPU's noise, or delete {state_dir} to start afresh"
+            )
+        print(f"ES: resuming on {here} a state written on {written_on} (resume_on_other_gpu): from iteration "
+              f"{meta['completed_iterations']} on, members draw this GPU's noise", flush=True)
     evaluator.load_state(state_dir)
     return meta["completed_iterations"], log
 

@@ -13,15 +13,6 @@ import torch
 
 NoiseVariant = Literal["iid", "correlated"]
 
-#: Elements drawn per call of CUDA's normal kernel. That kernel (ATen's DistributionTemplates.h,
-#: ``calc_execution_policy``) launches ceil(n / 256) blocks of 256 threads, capped at the GPU's SMs x
-#: (threads per SM / 256); below the cap, element i is the first normal of Philox(seed, subsequence i,
-#: offset), and every call advances the offset by 4, whatever the GPU. Above it, a thread draws several
-#: elements and the values depend on the SM count (an H100 PCIe has 114 SMs, an SXM 132). So noise is drawn in
-#: chunks of this size: the same bits on every GPU with at least CUDA_NOISE_CHUNK threads in all (64 SMs of
-#: 2,048 threads: V100, A100, H100, H200, B200, L40S).
-CUDA_NOISE_CHUNK = 1 << 17
-
 
 def _hash_words(*words: int, n: int = 1) -> list[int]:
     """Well-mixed 32-bit words from integers (numpy's SeedSequence hash)."""
@@ -67,13 +58,7 @@ def noise_like(
     device = torch.device(device)
     gen = generator if generator is not None else torch.Generator(device=device)
     gen.manual_seed(tensor_seed(seed, index, variant))
-    if device.type != "cuda":
-        return torch.randn(tuple(shape), generator=gen, dtype=torch.float32, device=device)
-    out = torch.empty(tuple(shape), dtype=torch.float32, device=device)
-    flat = out.view(-1)
-    for start in range(0, flat.numel(), CUDA_NOISE_CHUNK):  # see CUDA_NOISE_CHUNK: bits independent of the SMs
-        flat[start:start + CUDA_NOISE_CHUNK].normal_(generator=gen)
-    return out
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32, device=device)
 
 
 def tensor_noise(

@@ -93,6 +93,10 @@ class ESSettings(PopulationSettings):
     master_weights: Literal["float32"] | None = Field(
         None, description="float32: keep fp32 master weights for bf16/fp16 models, so updates below a bf16 ulp survive")
     resume_every: int = Field(50, ge=1, description="write the resume state (<run>/resume/) every K iterations")
+    resume_on_other_gpu: bool = Field(
+        False, description="continue a resume state written by engines whose noise differs (another GPU variant: "
+        "CUDA's noise follows the SM count); the run then goes on with this GPU's noise and no longer follows from "
+        "its seed bit for bit. false: such a resume is refused with this option named")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
     generation: Generation = Field(
         "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "

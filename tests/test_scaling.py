@@ -1,0 +1,47 @@
+"""The memory and time arithmetic of the paper's runs (esrepro.scaling) and docs/scaling.md's table of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from esrepro.config import load_pipeline, load_yaml
+from esrepro.scaling import attempts, job_cost, markdown_table, parameters, table1_costs
+
+GPU_GB = 80
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
+
+
+def test_parameters():
+    assert parameters("0.5B") == 5e8 and parameters("1.0M") == 1e6 and parameters("32B") == 3.2e10
+    with pytest.raises(ValueError, match="registry size 'big'"):
+        parameters("big")
+
+
+def test_docs_table_is_the_arithmetic_of_the_paper_config(paper):
+    text = (REPO / "docs" / "scaling.md").read_text()
+    assert markdown_table(table1_costs(paper)) in text, \
+        "docs/scaling.md's table is stale: regenerate it from esrepro.scaling.markdown_table(table1_costs(...))"
+
+
+def test_every_table1_run_fits_its_gpus_and_finishes_within_its_attempts(paper):
+    """With the paper config's sharding every run's state fits an 80 GB GPU with room for activations, and a
+    run finishes within the profile's three attempts (retries: 2) at its registry runtime."""
+    for cost in table1_costs(paper):
+        assert cost.memory_total_gb < 0.75 * GPU_GB, (cost.model, cost.method, cost.memory_gb)
+        assert attempts(cost) <= 3, (cost.model, cost.method, cost.hours, cost.runtime_hours)
+        assert cost.completions == 3_000_000  # every method at the ES sample budget
+
+
+def test_unsharded_rl_would_not_fit(paper):
+    """16 bytes a parameter of float32 master, gradients and AdamW: 7B PPO (actor and critic) needs ~240 GB on
+    one GPU under ddp, which is why the paper config shards."""
+    cost = job_cost(paper, "countdown", "qwen2.5-7b-instruct", "ppo")
+    assert cost.memory_gb["float32 master, gradients, AdamW"] == pytest.approx(16 * 7 * 2 / 8, rel=0.01)
+    settings = paper.method_settings("qwen2.5-7b-instruct", "countdown", "ppo")
+    assert settings.sharding == "fsdp"
+    assert 16 * 7e9 * 2 / 1e9 > GPU_GB
