@@ -27,6 +27,12 @@ def threads_of(rule_name):
     return lambda wildcards: PIPELINE.resources(wildcards.model, rule_name).threads()
 
 
+def rl_settings(wildcards):
+    """An RL job's method settings (a grid cell's where the job has one): its per-step batch sets its processes."""
+    return specs.method_spec(PIPELINE, wildcards.model, wildcards.task, wildcards.method,
+                             getattr(wildcards, "cell", None))
+
+
 def dtype_of(wildcards):
     return PIPELINE.model(wildcards.model).dtype
 

@@ -27,10 +27,6 @@ TRAIN_RESOURCES = {
 }
 # An RL job outside `train` (a grid cell, the ESSA study's GRPO baseline): the registry's `train` entry, with as
 # many processes (GPUs) as share the run's per-step batch evenly (esrepro.cluster.rl_job).
-def rl_settings(w):
-    return specs.method_spec(PIPELINE, w.model, w.task, w.method, getattr(w, "cell", None))
-
-
 RL_RESOURCES = {
     k: (lambda w, k=k: cluster.slurm_resource(cluster.rl_job(PIPELINE, w.model, rl_settings(w)), k))
     for k in cluster.TRAIN_RESOURCES
