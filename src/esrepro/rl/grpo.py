@@ -7,7 +7,7 @@ GRPO = ``loss_type: grpo`` with ``scale_rewards: group``; Dr.GRPO = ``loss_type:
 with ``scale_rewards: none``. The reward is the task's own ``Task.score``.
 
 Mixed precision as the libraries intend it: the policy's master weights are float32 whatever
-the registry dtype (an AdamW step of lr 1e-6 is below half a bf16 ulp of any weight above ~4e-3,
+the registry dtype (an AdamW step of lr 1e-6 is below half a bf16 ulp of any weight above ~4e-4,
 so bf16 master weights would not move) and ``bf16: true`` autocasts the forward and backward
 passes. TRL 1.16 builds the reference model from the same ``model_init_kwargs``, so it is
 float32 too. The final checkpoint is saved in the registry dtype, as every method's.

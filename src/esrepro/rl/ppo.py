@@ -139,7 +139,7 @@ class Critic(nn.Module):
 
 def load_master(model_dir: str | Path, device: str) -> nn.Module:
     """A trained model's float32 master weights, whatever the registry dtype: an AdamW update of ``lr`` 1e-6
-    to a bf16 weight above ~1e-3 rounds back to the same bf16 value; to a float32 one it does not."""
+    to a bf16 weight above ~4e-4 rounds back to the same bf16 value; to a float32 one it does not."""
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
