@@ -31,7 +31,7 @@ TRAIN_LOG = "log.jsonl"  # one row per iteration / step
 MANIFEST = "manifest.json"
 SELECTION = "selection.json"  # RL: the grid cell kept
 SNAPSHOTS = "checkpoints"  # weights kept every keep_every iterations: checkpoints/iter000010/ ...
-RESUME = "resume"  # resume state of ES / ESSA / PPO (esrepro.train.resume) and GRPO (esrepro.rl.trl_resume); not a declared output
+RESUME = "resume"  # resume state: ES, ESSA, PPO (esrepro.train.resume), GRPO (esrepro.rl.trl_resume); not an output
 CMA_STATE = "cma_state.npz"  # ESSA: the CMA-ES state, in the resume state and beside the final run
 
 # Tables and figures (stems: .csv/.md/.tex or .png/.pdf are added).

@@ -1,8 +1,8 @@
 """The resume state of a TRL-trained RL run: TRL's own checkpoints under ``<run>/resume/``, kept whole.
 
 Every ``resume_every`` optimiser steps the Trainer writes ``checkpoint-N`` (weights, optimiser, scheduler,
-every process's RNG state, the trainer state), but not after the last step. Its writes are not atomic, so the checkpoint counts as complete
-only once :class:`ResumeCallback` (run after the Trainer's save, rank 0) has added :data:`MARKER`: the key of
+every process's RNG state, the trainer state), but not after the last step. Its writes are not atomic, so the
+checkpoint counts as complete only once :class:`ResumeCallback` (run after the Trainer's save, rank 0) has added :data:`MARKER`: the key of
 the settings it was written with, the per-step log rows so far and the periodic-evaluation rows. Then the
 older checkpoints are deleted: the folder holds the last complete checkpoint (and, for a moment, the one
 being written). A restarted run continues from the last complete checkpoint; a checkpoint written with other
