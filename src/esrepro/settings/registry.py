@@ -103,7 +103,8 @@ class ModelEntry(Settings):
 
     display: str = Field(description="name printed in tables")
     family: str = Field("", description="architecture family (informational, e.g. qwen2, llama)")
-    size: str = Field("", description="parameter count as text (informational)")
+    size: str = Field("", description="parameter count as text, e.g. 7B (docs/scaling.md's memory and time "
+                      "arithmetic, esrepro.scaling)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="dtype weights are loaded and trained in")
     chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
     build: Build | None = Field(None, description="a locally built model (the tiny default)")
