@@ -37,9 +37,9 @@ def paper_with_es(**es) -> dict:
 
 
 @pytest.mark.parametrize("es, message", [
-    ({"engines": 6}, r"qwen2\.5-0\.5b-instruct\.resources\.train: es on countdown: 6 engines cannot share 4 GPUs"),
+    ({"engines": 6}, r"qwen2\.5-0\.5b-instruct\.resources\.train_es: es on countdown: 6 engines cannot share 4 GPUs"),
     ({"tensor_parallel_size": 8},
-     r"resources\.train: es on countdown: tensor_parallel_size 8 is more than the 4 GPUs of one node"),
+     r"resources\.train_es: es on countdown: tensor_parallel_size 8 is more than the 4 GPUs of one node"),
     ({"engines": 8, "gpu_memory_utilization": 0.5},
      r"es on countdown: 2 engines share each GPU at gpu_memory_utilization 0\.5, 1\.00 of its memory"),
 ])

@@ -69,7 +69,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("esrepro.report",)),
     ("provenance", ("esrepro.provenance",)),
     ("wiring", ("esrepro.pipeline", "esrepro.config", "esrepro.checks", "esrepro.plan", "esrepro.specs",
-                "esrepro.cluster", "esrepro.steps", "esrepro.cli", "esrepro.forkserver")),
+                "esrepro.cluster", "esrepro.scaling", "esrepro.steps", "esrepro.cli", "esrepro.forkserver")),
 ]
 
 PACKAGE_LAYERS = {"esrepro.provenance": "foundation"}
