@@ -111,8 +111,9 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
-    from esrepro.cluster import train_job
+    from esrepro.cluster import rl_job, train_job
     from esrepro.config import load_pipeline
+    from esrepro.specs import method_spec
 
     repo = copy_repo(tmp_path)
     env = snakemake_env()
@@ -136,23 +137,31 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         if es and "train_es" in pipeline.model(model).resources:
             key = "train_es"
         # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
-        # GPUs takes more of its nodes: esrepro.cluster.train_job)
-        res = train_job(pipeline, job["wildcards"]["task"], model, method) if rule == "train" else \
-            pipeline.resources(model, key)
-        expected = res.model_dump(exclude_none=True, exclude={"ray_cluster"})
+        # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job)
+        if rule == "train":
+            res = train_job(pipeline, job["wildcards"]["task"], model, method)
+        elif rule == "train_cell":
+            res = rl_job(pipeline, model, method_spec(pipeline, model, job["wildcards"]["task"], method,
+                                                      job["wildcards"]["cell"]))
+        else:
+            res = pipeline.resources(model, key)
+        expected = res.model_dump(exclude_none=True, exclude={"ray_cluster", "processes"})
         resources = job["resources"]
         if expected["nodes"] > 1:
             # several nodes: GPUs per node (gres), one task per node, the plugin's mpi path
             gpus = f"gpu:{expected.pop('gpu_model')}:{expected.pop('gpu')}"
             expected.update(gres=gpus, tasks=expected["nodes"], tasks_per_gpu=0, mpi="srun")
             assert "gpu" not in resources and "gpu_model" not in resources, (rule, model, resources)
-            launcher = re.match(r"(\S+/scripts/ray-slurm) --cluster --layout '([^']+)' -- esrepro train ", job["shell"])
+            launcher = re.match(r"(?:ESREPRO_TRAIN_PROCESSES=\d+ )?(\S+/scripts/ray-slurm) --cluster --layout '([^']+)' "
+                                r"-- esrepro train ", job["shell"])
             assert launcher, job["shell"][:300]
             assert os.access(launcher.group(1), os.X_OK)
             layouts[model, method] = launcher.group(2)
         else:
             assert "gres" not in resources and "mpi" not in resources and "tasks" not in resources
-            assert "ray-slurm" not in job["shell"] and job["shell"].startswith("esrepro "), job["shell"][:200]
+            # one process (or torchrun's one per GPU for PPO and GRPO; an ESSA job's SFT processes)
+            prefix = r"(ESREPRO_TRAIN_PROCESSES=\d+ |torchrun --standalone --nnodes 1 --nproc-per-node \d+ --no-python )?"
+            assert "ray-slurm" not in job["shell"] and re.match(prefix + "esrepro ", job["shell"]), job["shell"][:200]
         for k, value in expected.items():
             assert resources.get(k) == str(value), (rule, model, k, resources)
         assert "slurm_extra" not in resources
