@@ -152,15 +152,16 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
             gpus = f"gpu:{expected.pop('gpu_model')}:{expected.pop('gpu')}"
             expected.update(gres=gpus, tasks=expected["nodes"], tasks_per_gpu=0, mpi="srun")
             assert "gpu" not in resources and "gpu_model" not in resources, (rule, model, resources)
-            launcher = re.match(r"(?:ESREPRO_TRAIN_PROCESSES=\d+ )?(\S+/scripts/ray-slurm) --cluster --layout '([^']+)' "
-                                r"-- esrepro train ", job["shell"])
+            launcher = re.match(r"(?:ESREPRO_TRAIN_PROCESSES=\d+ )?(\S+/scripts/ray-slurm) --cluster "
+                                r"--layout '([^']+)' -- esrepro train ", job["shell"])
             assert launcher, job["shell"][:300]
             assert os.access(launcher.group(1), os.X_OK)
             layouts[model, method] = launcher.group(2)
         else:
             assert "gres" not in resources and "mpi" not in resources and "tasks" not in resources
             # one process (or torchrun's one per GPU for PPO and GRPO; an ESSA job's SFT processes)
-            prefix = r"(ESREPRO_TRAIN_PROCESSES=\d+ |torchrun --standalone --nnodes 1 --nproc-per-node \d+ --no-python )?"
+            prefix = r"(ESREPRO_TRAIN_PROCESSES=\d+ |torchrun --standalone --nnodes 1 --nproc-per-node \d+ " \
+                     r"--no-python )?"
             assert "ray-slurm" not in job["shell"] and re.match(prefix + "esrepro ", job["shell"]), job["shell"][:200]
         for k, value in expected.items():
             assert resources.get(k) == str(value), (rule, model, k, resources)
