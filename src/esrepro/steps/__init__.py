@@ -13,10 +13,13 @@ from esrepro.io import write_json
 
 
 def set_threads(n: int) -> None:
-    """Use ``n`` CPU threads in torch, and deterministic kernels where torch has them."""
+    """Use the job's ``n`` CPU threads in torch, shared by its training processes on this node (a distributed
+    launcher's ``LOCAL_WORLD_SIZE``; all of them for one process), and deterministic kernels where torch has them."""
     import torch
 
-    torch.set_num_threads(max(1, int(n)))
+    from esrepro.distributed import world
+
+    torch.set_num_threads(max(1, int(n) // world().local_world_size))
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 

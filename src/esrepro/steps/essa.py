@@ -103,7 +103,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     if trains not in TRAINS:
         raise ValueError(f"trains must be one of {', '.join(TRAINS)}, got {trains!r}")
     here = world()  # under torchrun: every process trains, rank 0 writes
-    set_threads(max(1, threads // here.local_world_size))
+    set_threads(threads)
     started = now()
     verify_sft(Path(sft_dir))
     inputs = verify_inputs({"base_model": model_dir, "sft_adapter": Path(sft_dir) / SFT_ADAPTER,

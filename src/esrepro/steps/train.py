@@ -32,7 +32,7 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     from esrepro.train.context import TrainContext
 
     here = world()
-    set_threads(max(1, threads // here.local_world_size))  # the job's threads, shared by its processes on a node
+    set_threads(threads)
     started = now()
     inputs = verify_inputs({"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"})
     options = dict(spec.get("task_options", {}))
