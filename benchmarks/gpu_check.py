@@ -35,6 +35,7 @@ import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterable
 
 import torch
 
@@ -66,11 +67,12 @@ def reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def moved_share(before: dict[str, torch.Tensor], model: torch.nn.Module) -> dict:
-    """Share of the weights (elements) that differ from ``before``, and the largest change."""
+def moved_share(before: dict[str, torch.Tensor], after: Iterable[tuple[str, torch.Tensor]]) -> dict:
+    """Share of the weights (elements) of ``after`` (name, tensor) that differ from ``before``, and the largest
+    change."""
     changed = total = 0
     largest = 0.0
-    for name, p in model.named_parameters():
+    for name, p in after:
         key = name.removeprefix("module.")
         if key not in before:
             continue
@@ -144,7 +146,7 @@ def precision_check(device: str, model_dir: Path) -> dict:
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
-        out[label] = moved_share(before, model)
+        out[label] = moved_share(before, model.named_parameters())
         del model, opt, before
         reset_peak(device)
     print(f"[2] one AdamW step at lr 1e-6: {json.dumps(out)}")
@@ -180,15 +182,11 @@ def _rl_figures(device: str, model_dir: Path, rows: list[dict], seconds: float, 
 
     before = load_file(str(model_dir / "model.safetensors"))
     master = _master_after_step_one(state)
-    moved = {k: v for k, v in master.items() if k.removeprefix("module.") in before}
-    changed = total = 0
-    for key, value in moved.items():
-        diff = value.float() != before[key.removeprefix("module.")].float()
-        changed, total = changed + int(diff.sum()), total + diff.numel()
     dtypes = sorted({str(v.dtype) for v in master.values() if v.is_floating_point()})
     return {"steps": len(rows), "seconds": seconds, "seconds_per_step": [r["seconds"] for r in rows],
             "peak_gib": peak_gib(device), "returned_dtype": str(next(model.parameters()).dtype),
-            "master_dtypes_after_step1": dtypes, "master_moved_share_after_step1": changed / max(1, total),
+            "master_dtypes_after_step1": dtypes,
+            "master_moved_share_after_step1": moved_share(before, master.items())["moved_share"],
             "reward_mean": [r.get("reward_mean") for r in rows]}
 
 
