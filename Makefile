@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install reproduce golden test dry-run-paper benchmark benchmark-vllm benchmark-default clean
+.PHONY: install reproduce golden test rehearse dry-run-paper benchmark benchmark-vllm benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,16 @@ test: install $(VENV)-vllm/bin/esrepro
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not vllm"
 	# the real vLLM (its CPU build) in its own environment
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra -m vllm
+
+# The paper's run (config/paper.yaml) rehearsed at toy size on this machine, offline: random-weight replicas of
+# the hub models and copies (or labelled stand-ins) of the data files from a local mirror, vLLM's CPU build,
+# the SLURM profile against a local slurmctld (root; scripts/slurm-local); the report lists every rule of the
+# paper's DAG with its seconds and work (docs/rehearsal.md). SHARED_DATA: real copies of the papers' data files.
+SHARED_DATA ?= ../shared/data
+rehearse: install $(VENV)-vllm/bin/esrepro
+	scripts/install-debs slurm
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" $(VENV)-vllm/bin/esrepro rehearse \
+		$(if $(wildcard $(SHARED_DATA)),--shared-data $(SHARED_DATA))
 
 dry-run-paper: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/paper.yaml

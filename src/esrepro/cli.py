@@ -58,6 +58,13 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "registry": ("--registry", dict(required=True, help="the model registry (config/models.yaml)")),
     "models": ("--models", dict(nargs="+", required=True, help="registry keys, in table order")),
     "split": ("--split", dict(default="test", help="split the table reports")),
+    "slice_only": ("--slice", dict(action="store_true", help="only the slice CI runs: one Qwen2 and one Llama "
+                                   "replica, ES and GRPO, their evaluation and KL")),
+    "shared_data": ("--shared-data", dict(default=None, help="a folder with real copies of the papers' data files "
+                                          "(the authors' Countdown and math sets); stand-ins where absent")),
+    "jobs": ("--jobs", dict(type=int, default=2, help="jobs at once")),
+    "local": ("--local", dict(action="store_true", help="run the jobs with Snakemake's local executor instead of "
+                              "the SLURM profile")),
     "note": ("--note", dict(action="append", default=[], help="a note printed under the table (repeat)")),
     "selection": ("--selection", dict(nargs="+", required=True, help="selection.json of each RL run")),
     "log": ("--log", dict(action="append", required=True, help="LABEL=PATH of a training log.jsonl (repeat)")),
@@ -183,6 +190,8 @@ VERBS: dict[str, Verb] = {
     "train-tasks-table": Verb("esrepro.steps.report:train_tasks_table", "accuracy per training task and test set"),
     "math-table": Verb("esrepro.steps.report:math_table", "the math table beside the published RL baselines"),
     "puzzle-table": Verb("esrepro.steps.report:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
+    "rehearse": Verb("esrepro.steps.rehearsal:rehearse",
+                     "rehearse the paper's run on this machine at toy size (config/rehearsal.yaml) and report"),
     "stability-table": Verb("esrepro.steps.report:stability_table", "accuracy mean and std over seeds per method"),
 }
 

@@ -99,6 +99,10 @@ def load_pipeline(config: dict, source: str | Path, root: str | Path = "."):
     cfg = validate_block(PipelineConfig, config, source)
     root = Path(root)
     registry = load_registry(root / cfg.registry, cfg.registry)
+    if cfg.rehearsal is not None:
+        from esrepro.rehearsal.registry import rehearsal_registry
+
+        registry = rehearsal_registry(registry, cfg.rehearsal)
     validate_published(root / cfg.published, cfg.published)
     pipeline = Pipeline(cfg, registry, source=source, registry_source=cfg.registry)
     check_pipeline(pipeline)

@@ -388,12 +388,27 @@ class Defaults(Settings):
     essa: Partial = Field(default_factory=dict, description="over ESSASettings' defaults (esrepro options essa)")
 
 
+class Rehearsal(Settings):
+    """The paper run rehearsed on one CPU machine: what stands in for the cluster's GPUs (config/rehearsal.yaml)."""
+
+    cpus: int = Field(1, ge=1, description="CPU cores (and threads) of every job, in place of the registry's")
+    processes: int = Field(2, ge=1, description="training processes (gloo) standing in for an RL job's or an ESSA "
+                           "SFT's GPUs: at most this many, as many as divide the per-step batch")
+    mem_mb: int = Field(3000, ge=100, description="memory of every job, MB")
+    runtime: int = Field(30, ge=1, description="wall-clock limit of every job, minutes")
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="dtype every model is loaded in instead of the registry's (null: the registry's)")
+    grid: Literal["first"] = Field("first", description="RL hyperparameter grids: the first value of every "
+                                   "setting only, and no extra cells (one cell per model and method)")
+
+
 class PipelineConfig(Settings):
     """A whole pipeline run (config/config.yaml for the tiny default, config/paper.yaml for the paper)."""
 
     extends: str | None = Field(None, description="another config file this one builds on (read first, this one's "
                                 "options on top; config/README.md, 'How settings combine')")
-    scale: Literal["tiny", "paper"] = Field(description="labels every table: tiny numbers are not the paper's")
+    scale: Literal["tiny", "paper", "rehearsal"] = Field(description="labels every table: tiny numbers are not the "
+                                                          "paper's; rehearsal: the paper run at toy size")
     workspace: str | None = Field(None, description="folder (relative to the repository) this config's prepared "
                                   "data and results go under, so configs with different workspaces run in one "
                                   "checkout without overwriting or rerunning each other's jobs (not inherited "
@@ -418,6 +433,8 @@ class PipelineConfig(Settings):
     studies: Studies = Field(default_factory=Studies, description="hyperparameter studies")
     stability: Stability | None = Field(None, description="cross-run stability: extra seeds of some runs")
     report: Report = Field(default_factory=Report, description="tables and figures")
+    rehearsal: Rehearsal | None = Field(None, description="rehearse the run on one CPU machine: every job on CPUs, "
+                                        "RL grids thinned (null: run as the registry says)")
 
     @field_validator("models", "seeds")
     @classmethod

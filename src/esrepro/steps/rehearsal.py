@@ -1,0 +1,12 @@
+"""The rehearsal verb: the paper's DAG at toy size on this machine (esrepro.rehearsal.run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def rehearse(slice_only: bool, shared_data: str | None, jobs: int, local: bool) -> int:
+    """Rehearse config/paper.yaml on this machine (config/rehearsal.yaml) and write its report."""
+    from esrepro.rehearsal.run import rehearse as run
+
+    return run(Path.cwd(), slice_only=slice_only, shared_data=shared_data, jobs=jobs, slurm=not local)

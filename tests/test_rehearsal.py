@@ -1,0 +1,117 @@
+"""The rehearsal of the paper's run: config/rehearsal.yaml is config/paper.yaml with only the CPU switch and
+thinned budgets; its DAG has every rule of the paper's; the report reads Snakemake's own job records."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from esrepro.config import load_pipeline, workflow_config
+from esrepro.rehearsal.report import Job, finished_jobs, job_stats, report_rows, write_report
+from esrepro.rehearsal.run import slice_targets
+from esrepro.plan import Plan
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def _pipeline(*files):
+    raw, source = workflow_config(list(files), {})
+    return load_pipeline(raw, source, REPO)
+
+
+def test_rehearsal_keeps_the_papers_models_and_layouts_on_cpus():
+    paper, rehearsal = _pipeline("config/paper.yaml"), _pipeline("config/rehearsal.yaml")
+    for key, entry in rehearsal.registry.items():
+        real = paper.registry[key]
+        assert (entry.hub_id, entry.revision, entry.family, entry.dtype) == (real.hub_id, real.revision,
+                                                                             real.family, real.dtype)
+        for rule, res in entry.resources.items():
+            was = real.resources[rule]
+            assert res.gpu == 0 and res.cpus_per_task == 1
+            assert res.nodes == 1 and res.ray_cluster == (was.ray_cluster or was.nodes > 1), (key, rule)
+            if was.gpu > 1:
+                assert res.training_processes() == 2, (key, rule)
+    # the 7B's ES layout (2 nodes x 4 GPUs) becomes a Ray cluster on one node, under scripts/ray-slurm
+    assert paper.registry["qwen2.5-7b-instruct"].resources["train_es"].nodes == 2
+    assert rehearsal.registry["qwen2.5-7b-instruct"].resources["train_es"].ray_cluster
+    # one grid cell per model and method, and no extra cells
+    grid = rehearsal.registry["qwen2.5-0.5b-instruct"].methods["grpo8"]
+    assert "cells" not in grid and all(len(v) == 1 for v in grid["grid"].values())
+    assert rehearsal.cfg.scale == "rehearsal" and rehearsal.cfg.workspace == "work/rehearsal"
+    # the paper's engines, sharding and vLLM settings are kept
+    assert rehearsal.cfg.defaults.es["backend"] == "vllm" and rehearsal.cfg.defaults.grpo["sharding"] == "fsdp"
+    assert rehearsal.cfg.methods["grpo8"]["use_vllm"] is True
+
+
+def test_rehearsal_dag_has_every_rule_of_the_papers():
+    def rules(config):
+        out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--forceall", "--configfile", config],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return job_stats(out.stdout + out.stderr)
+
+    paper, rehearsal = rules("config/paper.yaml"), rules("config/rehearsal.yaml")
+    assert set(paper) == set(rehearsal), set(paper) ^ set(rehearsal)
+    assert sum(rehearsal.values()) < sum(paper.values()) / 3
+    # both families train with every Table 1 method
+    plan = Plan(_pipeline("config/rehearsal.yaml"))
+    families = {(plan.p.model(model).family, method) for model, method, _ in plan.train_runs("countdown")}
+    assert {f for f, _ in families} == {"qwen2", "llama"}
+    assert {m for _, m in families} >= {"es", "ppo", "grpo8", "grpo30", "drgrpo"}
+
+
+def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():
+    out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/rehearsal.yaml", "--",
+                          *slice_targets()], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    stats = job_stats(out.stdout + out.stderr)
+    assert {"fetch_model", "prepare_data", "train", "train_cell", "select_rl", "evaluate", "kl"} <= set(stats)
+    assert stats["fetch_model"] == 2 and sum(stats.values()) < 30
+
+
+def test_job_stats_reads_the_first_table():
+    text = "Job stats:\njob          count\n---------  -------\nfetch_model      7\nall    1\ntotal  8\n"
+    assert job_stats(text) == {"fetch_model": 7, "all": 1}
+    with pytest.raises(ValueError, match="Job stats"):
+        job_stats("nothing to do")
+
+
+def test_report_reads_snakemake_metadata_and_each_jobs_work(tmp_path):
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    run = tmp_path / "work/rehearsal/results/runs/countdown/m/es/seed0"
+    run.mkdir(parents=True)
+    (run / "log.jsonl").write_text("".join(json.dumps({"iteration": i, "rewards": [0.0] * 4}) + "\n"
+                                           for i in range(2)))
+    ev = tmp_path / "work/rehearsal/results/eval/countdown/m/es/seed0/test"
+    ev.mkdir(parents=True)
+    (ev / "metrics.json").write_text(json.dumps({"n": 4, "accuracy": 0.0}))
+
+    def record(path, rule, start, end, job_hash):
+        name = base64.urlsafe_b64encode(str(path).encode()).decode()
+        (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "job_hash": job_hash,
+                                             "incomplete": False, "external_jobid": "12"}))
+
+    record(run, "train", 10.0, 40.0, 1)
+    record(ev / "metrics.json", "evaluate", 50.0, 55.5, 2)
+    record(tmp_path / "elsewhere/x", "evaluate", 0.0, 1.0, 3)  # another workspace's job: not counted
+    jobs = finished_jobs(meta, str(tmp_path / "work/rehearsal"))
+    assert sorted((j.rule, j.seconds) for j in jobs) == [("evaluate", 5.5), ("train", 30.0)]
+    rows = report_rows({"train": 5, "evaluate": 9, "kl": 3}, {"train": 1, "evaluate": 1, "kl": 1}, jobs)
+    by_rule = {r["rule"]: r for r in rows}
+    assert by_rule["train"]["optimiser_steps"] == 2 and by_rule["train"]["scored_samples"] == 8
+    assert by_rule["evaluate"]["prompts_evaluated"] == 4 and by_rule["evaluate"]["ran"] == "yes"
+    assert by_rule["kl"]["ran"] == "no" and by_rule["kl"]["jobs_ran"] == 0
+    md = write_report(rows, tmp_path / "report", wall_seconds=90)
+    assert "Rules of the paper's DAG that ran: 2 of 3" in md and "1.5 min" in md
+    assert (tmp_path / "report.csv").read_text().splitlines()[0].startswith("rule,jobs_paper,jobs_planned")
+
+
+def test_a_job_without_a_record_counts_as_not_run():
+    rows = report_rows({"kl": 2}, {"kl": 2}, [Job("kl", 3.0)])
+    assert rows[0]["ran"] == "partly"
