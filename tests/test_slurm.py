@@ -111,9 +111,8 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
-    from esrepro.cluster import rl_job, train_job
+    from esrepro.cluster import timed_job
     from esrepro.config import load_pipeline
-    from esrepro.specs import method_spec
 
     repo = copy_repo(tmp_path)
     env = snakemake_env()
@@ -137,12 +136,11 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         if es and "train_es" in pipeline.model(model).resources:
             key = "train_es"
         # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
-        # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job)
-        if rule == "train":
-            res = train_job(pipeline, job["wildcards"]["task"], model, method)
-        elif rule == "train_cell":
-            res = rl_job(pipeline, model, method_spec(pipeline, model, job["wildcards"]["task"], method,
-                                                      job["wildcards"]["cell"]))
+        # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job),
+        # its runtime from its estimate, at most the registry's (esrepro.cluster.timed_job)
+        if rule in ("train", "train_cell"):
+            res = timed_job(pipeline, job["wildcards"]["task"], model, method, job["wildcards"].get("cell"))
+            assert res.runtime <= pipeline.resources(model, key).runtime
         else:
             res = pipeline.resources(model, key)
         expected = res.model_dump(exclude_none=True, exclude={"ray_cluster", "processes"})

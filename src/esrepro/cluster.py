@@ -73,6 +73,30 @@ def train_job(p: Pipeline, task: str, model: str, method: str) -> Resources:
     return res
 
 
+def layout(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> Resources:
+    """A train job's resources (:func:`train_job`; one grid ``cell``'s with ``cell``: :func:`rl_job`)."""
+    if cell is None:
+        return train_job(p, task, model, method)
+    return rl_job(p, model, p.method_settings(model, task, method, cell).as_dict())
+
+
+def timed_job(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> Resources:
+    """A train job's :func:`layout` with its runtime set from its estimated time (esrepro.scaling.schedule): the
+    registry's ``runtime`` is only the ceiling of one attempt."""
+    from esrepro.scaling import job_cost
+
+    minutes = round(job_cost(p, task, model, method, cell).runtime_hours * 60)
+    return layout(p, task, model, method, cell).model_copy(update={"runtime": minutes})
+
+
+def train_resource(p: Pipeline, task: str, model: str, method: str, key: str, cell: str | None = None) -> Any:
+    """One Snakemake resource of a train, grid-cell or GRPO-baseline job (:func:`slurm_resource`); its runtime from
+    its estimate (:func:`timed_job`)."""
+    if key == "runtime":
+        return timed_job(p, task, model, method, cell).runtime
+    return slurm_resource(layout(p, task, model, method, cell), key)
+
+
 def on_ray_cluster(res: Resources) -> bool:
     """Whether a job runs under scripts/ray-slurm (several nodes, or ``ray_cluster``)."""
     return res.nodes > 1 or res.ray_cluster

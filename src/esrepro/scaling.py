@@ -16,6 +16,16 @@ efficiency, at most DECODE_CAP tokens a second per GPU), plus the tokens trained
 (prompt + completion) x FLOPs per token over the job's GPUs at the training efficiency. The peak is the H100
 SXM's dense bf16 (989 TFLOP/s, NVIDIA's H100 datasheet); the efficiencies are assumptions, stated here and
 in docs/scaling.md, to be replaced by measured throughput (benchmarks/gpu_check.py, docs/benchmarks.md).
+Small batches are bound by latency instead: an iteration (ES) or optimiser step (RL) decodes its
+``max_new_tokens`` one step after another, each step reading the bf16 weights once (the H100 SXM's 3.35 TB/s,
+NVIDIA's datasheet, at an assumed half of it), and an ES iteration draws and applies its noise for each member an
+engine scores and for the update (6 ms a draw of a 0.5B model on an H100, benchmarks/gpu_check.py [1], doubled for
+applying it); an iteration's or step's time is the larger of the two, plus the noise. Every job adds STARTUP
+(loading the model, starting engines: assumed).
+
+A job's SLURM runtime follows from its estimate (:func:`schedule`): MARGIN x the estimate, split evenly over as
+few attempts as the registry ``runtime`` (the per-attempt ceiling, a site's wall-clock limit) allows, each later
+attempt continuing from the previous one's resume state; so a job asks for between 1x and 2x its estimate.
 """
 
 from __future__ import annotations
@@ -38,6 +48,11 @@ PROMPT_TOKENS = 128  # a Countdown / GSM8K prompt with its chat template, about
 #: under gradient checkpointing (2P); a frozen model's forward is 2P.
 TRAIN_FLOPS = 8
 FORWARD_FLOPS = 2
+HBM_BYTES_PER_S = 3.35e12 * 0.5  # H100 SXM memory bandwidth, at an assumed half in a decode step
+NOISE_SECONDS_PER_PARAM = 2 * 6e-3 / 0.5e9  # draw and apply one member's noise (benchmarks/gpu_check.py [1])
+STARTUP_SECONDS = 600  # loading the model, starting engines and processes (assumed)
+#: A training job asks for this multiple of its estimated time (rounded up: :func:`schedule`).
+MARGIN = 1.25
 
 
 def parameters(size: str) -> float:
@@ -61,7 +76,8 @@ class JobCost:
     trained_tokens: int  # tokens through a training pass (RL: prompt + completion of every completion)
     memory_gb: dict[str, float]
     hours: float
-    runtime_hours: float  # what the registry asks for one attempt
+    runtime_hours: float  # what the job asks for one attempt (:func:`schedule`)
+    attempts: int  # attempts at that runtime, each continuing from the previous one's resume state
 
     @property
     def memory_total_gb(self) -> float:
@@ -76,28 +92,49 @@ def _generation_seconds(tokens: float, params: float, gpus: int, backend: str) -
     return tokens / (gpus * per_gpu)
 
 
+def _latency_seconds(rounds: float, tokens: int, params: float) -> float:
+    """``rounds`` of decoding ``tokens`` one after another, each step reading the bf16 weights once."""
+    return rounds * tokens * 2 * params / HBM_BYTES_PER_S
+
+
 def _training_seconds(tokens: float, params: float, gpus: int, flops_per_param: float) -> float:
     return tokens * flops_per_param * params / (gpus * PEAK_FLOPS * TRAIN_EFFICIENCY)
 
 
-def job_cost(p: Pipeline, task: str, model: str, method: str) -> JobCost:
-    """The arithmetic of one ``task`` x ``model`` x ``method`` training run of the pipeline's config."""
-    from esrepro.cluster import train_job
+def schedule(hours: float, ceiling: int) -> tuple[int, int]:
+    """(minutes per attempt, attempts) of a job estimated at ``hours``: MARGIN x the estimate, split evenly over
+    the fewest attempts of at most ``ceiling`` minutes, each rounded up to the hour (to 15 or 5 minutes when
+    shorter than 4 hours or 1 hour); in all between 1x and 2x the estimate for any job of 20 minutes or more."""
+    need = MARGIN * hours * 60
+    n = max(1, math.ceil(need / ceiling))
+    per = need / n
+    step = 60 if per >= 240 else 15 if per >= 60 else 5
+    return min(ceiling, max(step, math.ceil(per / step) * step)), n
+
+
+def job_cost(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> JobCost:
+    """The arithmetic of one ``task`` x ``model`` x ``method`` training run of the pipeline's config (one grid
+    ``cell`` of an RL method with ``cell``)."""
+    from esrepro.cluster import layout
     from esrepro.essa.data import essa_sample_budget
-    from esrepro.rl.budget import es_sample_budget
+    from esrepro.rl.budget import es_sample_budget, samples_per_step
 
     entry = p.model(model)
     params = parameters(entry.size)
-    s = p.method_settings(model, task, method).as_dict()
+    s = p.method_settings(model, task, method, cell).as_dict()
     algo = p.algorithm_of(task, method).name
-    res = train_job(p, task, model, method)
+    res = layout(p, task, model, method, cell)
     gpus = max(1, res.nodes * (res.gpu or 0))
     bf16 = 2 * params / 1e9
     if algo == "es":
         completions = es_sample_budget(s)
         gen, trained = completions * s["max_new_tokens"], 0
         memory = {"weights (bf16)": bf16}
-        seconds = _generation_seconds(gen, params, gpus, s["backend"])
+        engines = s.get("engines") or max(1, gpus // (s.get("tensor_parallel_size") or 1))
+        members = math.ceil(s["population"] / engines)  # scored one after another on an engine
+        noise = s["iterations"] * (2 * members + s["population"]) * params * NOISE_SECONDS_PER_PARAM
+        seconds = max(_generation_seconds(gen, params, gpus, s["backend"]),
+                      _latency_seconds(s["iterations"] * members, s["max_new_tokens"], params)) + noise
     elif algo == "essa":
         completions = essa_sample_budget(s)
         gen, trained = completions * s["max_new_tokens"], 0
@@ -128,16 +165,21 @@ def job_cost(p: Pipeline, task: str, model: str, method: str) -> JobCost:
                 memory["colocated vLLM"] = GPU_MEMORY_GB * (s.get("vllm_gpu_memory_utilization") or 0.3)
             flops = TRAIN_FLOPS + (FORWARD_FLOPS if s.get("beta", 0) > 0 else 0)
             backend = "vllm" if s.get("use_vllm") else "hf"
-        seconds = _generation_seconds(gen, params, gpus, backend) + _training_seconds(trained, params, gpus, flops)
+        steps = max(1, completions // samples_per_step(s))
+        seconds = max(_generation_seconds(gen, params, gpus, backend),
+                      _latency_seconds(steps, s["max_new_tokens"], params)) + \
+            _training_seconds(trained, params, gpus, flops)
+    seconds += STARTUP_SECONDS
+    minutes, n = schedule(seconds / 3600, res.runtime)
     return JobCost(model=model, method=method, algorithm=algo, gpus=gpus, completions=completions,
                    generated_tokens=gen, trained_tokens=trained,
                    memory_gb={k: round(v, 1) for k, v in memory.items()}, hours=seconds / 3600,
-                   runtime_hours=res.runtime / 60)
+                   runtime_hours=minutes / 60, attempts=n)
 
 
 def attempts(cost: JobCost) -> int:
-    """SLURM attempts a run needs at its registry runtime (each continues from the previous one's resume state)."""
-    return max(1, math.ceil(cost.hours / cost.runtime_hours))
+    """SLURM attempts a run takes at its runtime (each continues from the previous one's resume state)."""
+    return cost.attempts
 
 
 def markdown_table(costs: list[JobCost]) -> str:
@@ -150,7 +192,7 @@ def markdown_table(costs: list[JobCost]) -> str:
         mem = "; ".join(f"{k} {v:g}" for k, v in c.memory_gb.items())
         rows.append(f"| {c.model} | {c.method} | {c.gpus} | {c.completions:,} | {c.generated_tokens:.2e} | "
                     f"{c.trained_tokens:.2e} | {c.memory_total_gb:.1f} ({mem}) | {c.hours:.1f} | "
-                    f"{c.runtime_hours:g} | {attempts(c)} |")
+                    f"{c.runtime_hours:g} | {c.attempts} |")
     return head + "\n".join(rows) + "\n"
 
 

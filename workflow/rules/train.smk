@@ -20,15 +20,17 @@ TRAIN_SHELL = (
 # A train job's cluster layout (esrepro.cluster): ES jobs take the registry's train_es resources
 # where a model has them; a job on several nodes runs under scripts/ray-slurm; PPO and GRPO jobs
 # run one training process per GPU under torchrun (the registry's `processes` for CPU processes).
+# Its runtime is its estimated time with a margin (esrepro.scaling.schedule), the registry's `runtime`
+# being the ceiling of one attempt; a longer job continues from its resume state on the next attempt.
 RAY_SLURM = os.path.join(workflow.basedir, "scripts", "ray-slurm")
 TRAIN_RESOURCES = {
-    k: (lambda w, k=k: cluster.slurm_resource(cluster.train_job(PIPELINE, w.task, w.model, w.method), k))
+    k: (lambda w, k=k: cluster.train_resource(PIPELINE, w.task, w.model, w.method, k))
     for k in cluster.TRAIN_RESOURCES
 }
 # An RL job outside `train` (a grid cell, the ESSA study's GRPO baseline): the registry's `train` entry, with as
 # many processes (GPUs) as share the run's per-step batch evenly (esrepro.cluster.rl_job).
 RL_RESOURCES = {
-    k: (lambda w, k=k: cluster.slurm_resource(cluster.rl_job(PIPELINE, w.model, rl_settings(w)), k))
+    k: (lambda w, k=k: cluster.train_resource(PIPELINE, w.task, w.model, w.method, k, getattr(w, "cell", None)))
     for k in cluster.TRAIN_RESOURCES
 }
 
