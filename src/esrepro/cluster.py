@@ -85,6 +85,8 @@ def timed_job(p: Pipeline, task: str, model: str, method: str, cell: str | None 
     registry's ``runtime`` is only the ceiling of one attempt."""
     from esrepro.scaling import job_cost
 
+    if p.cfg.rehearsal is not None:  # toy budgets on CPUs: the paper-size estimate does not apply
+        return layout(p, task, model, method, cell)
     minutes = round(job_cost(p, task, model, method, cell).runtime_hours * 60)
     return layout(p, task, model, method, cell).model_copy(update={"runtime": minutes})
 
