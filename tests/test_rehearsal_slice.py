@@ -1,0 +1,60 @@
+"""The rehearsal's slice through a real SLURM cluster: one Qwen2 and one Llama replica fetched from the local
+mirror, ES on vLLM engines (the CPU build) and GRPO under torchrun, their evaluation and KL.
+
+Runs in the vLLM environment (`pytest -m vllm`) as root (scripts/slurm-local), as `make test` does."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, copy_repo
+from esrepro.rehearsal.run import SLICE_MODELS, WORKSPACE
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "scripts/slurm-local needs root"
+    if subprocess.run(["bash", "-c", "command -v slurmctld"], capture_output=True).returncode != 0:
+        return "SLURM is not installed (scripts/install-debs slurm)"
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return "vLLM is not installed"
+    return None
+
+
+def test_rehearsal_slice_runs_through_slurm(tmp_path):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    repo = copy_repo(tmp_path / "repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RAY_", "HF_"))}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "esrepro.cli", "rehearse", "--slice"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=900)
+    minutes = (time.monotonic() - started) / 60
+    assert out.returncode == 0, (out.stdout + out.stderr)[-8000:]
+    work = repo / WORKSPACE
+    rows = {r["rule"]: r for r in csv.DictReader((work / "results" / "rehearsal_slice.csv").open())}
+    for rule in ("fetch_model", "prepare_data", "train", "train_cell", "select_rl", "evaluate", "kl"):
+        assert rows[rule]["ran"] == "yes", rows
+    assert minutes < 12, f"the slice took {minutes:.1f} min"
+
+    for model in SLICE_MODELS:
+        base = json.loads((work / f"results/models/{model}/base/manifest.json").read_text())
+        assert len(base["resolved"]["commit"]) == 40, base  # the branch resolved through the mirror, and recorded
+        es = json.loads((work / f"results/runs/countdown/{model}/es/seed0/manifest.json").read_text())
+        assert es["backend"] == "vllm" and es["engines"] == 2 and es["host"]["slurm_job_id"], es
+    # the Llama repository is gated: the mirror served it only with the token
+    llama = work / f"results/models/{SLICE_MODELS[1]}/base"
+    assert not (llama / "original").exists()  # only the files the model needs were downloaded
