@@ -112,6 +112,14 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
                                                                 "training task whose runs it evaluates (repeat)")),
     "sampled_coords": ("--sampled-coords", dict(type=int, default=0, help="also simulate each run's random walk on "
                                                 "this many coordinates (0: closed form only)")),
+    # the rehearsal's mirror
+    "mirror_root": ("mirror_root", dict(metavar="ROOT", help="the mirror's folder")),
+    "config": ("--config", dict(default="config/paper.yaml", help="the run's config (its models and data sources)")),
+    "shared_data": ("--shared-data", dict(default=None, help="folder of the authors' files (countdown.json, "
+                                          "datasets/): real copies where they match, else stand-ins")),
+    "port": ("--port", dict(type=int, default=0, help="port to listen on (0: any free port)")),
+    "url_file": ("--url-file", dict(default=None, help="write the mirror's URL to this file")),
+    "request_log": ("--request-log", dict(default=None, help="append one line per request here (default: stderr)")),
     "kind": ("--kind", dict(default="points", choices=["points", "relative"],
                             help="improvement in percentage points (the paper's bars) or relative to the base")),
 }
@@ -198,6 +206,10 @@ VERBS: dict[str, Verb] = {
     "rehearse": Verb("esrepro.steps.rehearsal:rehearse",
                      "rehearse the paper's run on this machine at toy size (config/rehearsal.yaml) and report"),
     "stability-table": Verb("esrepro.steps.report:stability_table", "accuracy mean and std over seeds per method"),
+    "mirror-build": Verb("esrepro.steps.mirror:mirror_build",
+                         "build a local hub/URL mirror of a config's models (random-weight replicas) and data"),
+    "mirror-serve": Verb("esrepro.steps.mirror:mirror_serve",
+                         "serve a mirror for HF_ENDPOINT and ESREPRO_URL_MIRROR until killed"),
 }
 
 
