@@ -62,7 +62,7 @@ test: install $(VENV)-vllm/bin/esrepro
 # the hub models and copies (or labelled stand-ins) of the data files from a local mirror, vLLM's CPU build,
 # the SLURM profile against a local slurmctld (root; scripts/slurm-local); the report lists every rule of the
 # paper's DAG with its seconds and work (docs/rehearsal.md). SHARED_DATA: real copies of the papers' data files.
-SHARED_DATA ?= ../shared/data
+SHARED_DATA ?= ../shared/data/es-at-scale
 rehearse: install $(VENV)-vllm/bin/esrepro
 	scripts/install-debs slurm
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" $(VENV)-vllm/bin/esrepro rehearse \

@@ -60,8 +60,6 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "split": ("--split", dict(default="test", help="split the table reports")),
     "slice_only": ("--slice", dict(action="store_true", help="only the slice CI runs: one Qwen2 and one Llama "
                                    "replica, ES and GRPO, their evaluation and KL")),
-    "shared_data": ("--shared-data", dict(default=None, help="a folder with real copies of the papers' data files "
-                                          "(the authors' Countdown and math sets); stand-ins where absent")),
     "jobs": ("--jobs", dict(type=int, default=2, help="jobs at once")),
     "local": ("--local", dict(action="store_true", help="run the jobs with Snakemake's local executor instead of "
                               "the SLURM profile")),

@@ -32,7 +32,7 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
     pipeline = load_pipeline(config, config_path, workdir)
     shared = Path(shared_data) if shared_data else None
     index: dict[str, Any] = {"config": str(config_path), "config_sha256": sha256_file(config_path),
-                             "repos": {}, "urls": {}}
+                             "root": str(Path(root).resolve()), "repos": {}, "urls": {}, "local": {}}
     pins: dict[str, Any] = {}
     with atomic_path(root, is_dir=True) as tmp:
         for name in pipeline.all_models():
@@ -41,7 +41,7 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
                 _model(tmp, name, entry, seed, index)
         for task, block in (config.get("data") or {}).items():
             source = (block or {}).get("source") or {}
-            builder = {"authors": _authors, "url": _url, "hub": _hub}.get(source.get("kind"))
+            builder = {"authors": _authors, "url": _url, "hub": _hub, "local": _local}.get(source.get("kind"))
             if builder is not None:
                 builder(tmp, task, source, shared, seed, index, pins)
         write_index(tmp, index)
@@ -103,6 +103,19 @@ def _hub(root: Path, task: str, source: dict, shared: Path | None, seed: int, in
         root, "dataset", repo_id, revision if isinstance(revision, str) else None, origin="stand-in",
         built_from="; ".join(made))
     _pin(pins, task, {"repo_id": repo_id, "files": files})
+
+
+def _local(root: Path, task: str, source: dict, shared: Path | None, seed: int, index: dict, pins: dict) -> None:
+    """A local folder the run reads (the authors' math_lvl3to5_8k): a stand-in under ``ROOT/local/<task>``, which
+    ``sources.yaml`` points the task at (the mirror's absolute path)."""
+    if task != "math_train":
+        raise ValueError(f"data.{task}: the mirror has no stand-in for a local source of this task")
+    dest = root / "local" / task
+    origin, built_from = stand_ins.math_train_folder(dest, seed)
+    final = Path(index["root"]) / "local" / task
+    index["local"][task] = {"path": final.as_posix(), "origin": origin, "built_from": built_from,
+                            "replaces": source.get("path")}
+    _pin(pins, task, {"path": final.as_posix()})
 
 
 def _add_url(root: Path, url: str, origin: str, built_from: str, index: dict) -> str:

@@ -20,6 +20,7 @@ MATH_MEMBERS = {"math500": "math500", "aime24": "aime", "amc23": "amc", "minerva
                 "olympiad_bench": "olympiad_bench"}
 GSM8K_SIZES = {"train": 7473, "test": 1319}
 PRM800K_SIZES = {"train": 12000, "test": 500}
+MATH_TRAIN_SIZE = 8523  # the authors' math_lvl3to5_8k
 COUNTDOWN_SIZE = 2200
 
 
@@ -94,6 +95,19 @@ def math_set_file(task: str, dest: Path, fields: dict[str, str], shared: Path | 
     rows = [{fields.get("problem", "problem"): r["problem"], fields.get("answer", "answer"): r["answer"]} for r in raw]
     _write_table(dest, rows)
     return "stand-in", f"{source}, {len(rows)} rows, columns renamed to the hub file's"
+
+
+def math_train_folder(dest: Path, seed: int = 0) -> tuple[str, str]:
+    """The authors' ``math_lvl3to5_8k`` stand-in: a ``datasets.save_to_disk`` DatasetDict with one ``train`` split of
+    its row count and columns (problem, answer), esrepro's MATH-style generator; (origin, built_from)."""
+    from datasets import Dataset, DatasetDict
+
+    from esrepro.tasks.math_train import generated_rows
+
+    rows, _ = generated_rows(MATH_TRAIN_SIZE, 0, seed, max_number=999)
+    DatasetDict({"train": Dataset.from_list([{"problem": r["problem"], "answer": r["answer"]} for r in rows])}
+                ).save_to_disk(str(dest))
+    return "stand-in", f"esrepro.tasks.math_train.generated_rows({MATH_TRAIN_SIZE}, max_number=999, seed={seed})"
 
 
 def _write_table(dest: Path, rows: list[dict[str, Any]]) -> None:
