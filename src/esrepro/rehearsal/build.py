@@ -14,7 +14,7 @@ import yaml
 
 from esrepro.io import atomic_path, sha256_file
 from esrepro.rehearsal import stand_ins
-from esrepro.rehearsal.mirror_layout import SOURCES, repo_dir, repo_key, repo_record, url_path, write_index
+from esrepro.rehearsal.mirror_layout import PINS, SOURCES, repo_dir, repo_key, repo_record, url_path, write_index
 from esrepro.rehearsal.replicas import build_replica
 
 #: Hub organisations whose repositories are gated (a token is required to download their files).
@@ -46,6 +46,7 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
                 builder(tmp, task, source, shared, seed, index, pins)
         write_index(tmp, index)
         _write_sources(tmp / SOURCES, str(config_path), pins)
+        _write_sources(tmp / PINS, None, pins)
     return index
 
 
@@ -130,9 +131,12 @@ def _pin(pins: dict, task: str, source: dict) -> None:
     pins.setdefault("data", {}).setdefault(task, {})["source"] = source
 
 
-def _write_sources(path: Path, config_path: str, pins: dict) -> None:
-    """The config fragment over ``config_path`` pinning the stand-ins (only them) by their own sha256."""
+def _write_sources(path: Path, config_path: str | None, pins: dict) -> None:
+    """The config fragment over ``config_path`` pinning the stand-ins (only them) by their own sha256; without
+    ``config_path``, the pins alone, to give after a run's own config (``--configfile CONFIG pins.yaml``)."""
+    use = ("Use this file as the run's config, or extend it." if config_path else
+           "Give it after the run's config: --configfile CONFIG " + path.name + ".")
     header = ("# Written by `esrepro mirror-build`: the mirror's stand-in data files, pinned by their own sha256\n"
-              "# (real copies keep the config's pins). Use this file as the run's config, or extend it.\n")
-    body = yaml.safe_dump({"extends": config_path, **pins}, sort_keys=False)
+              f"# (real copies keep the config's pins). {use}\n")
+    body = yaml.safe_dump({**({"extends": config_path} if config_path else {}), **pins}, sort_keys=False)
     path.write_text(header + body, encoding="utf-8")

@@ -26,6 +26,7 @@ from esrepro.io import sha256_file, write_json
 
 INDEX = "index.json"
 SOURCES = "sources.yaml"
+PINS = "pins.yaml"  # the same pins without `extends`, layered after a run's own config
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 #: Files the hub keeps in Git LFS (listed with an ``lfs`` block, served with X-Linked-Etag).
 LFS_SUFFIXES = (".safetensors", ".pth", ".bin", ".parquet", ".arrow", ".pt")

@@ -10,13 +10,15 @@ if TYPE_CHECKING:
 
 
 def cpu_resources(res: "Resources", rehearsal: "Rehearsal") -> "Resources":
-    """One rule's resources on CPUs: no GPUs; a multi-node job keeps its Ray cluster on one node
-    (scripts/ray-slurm); a job of several GPUs keeps several training processes (at most ``rehearsal.processes``)."""
+    """One rule's resources on CPUs: no GPUs; a multi-node job keeps its Ray cluster on one node (scripts/ray-slurm)
+    with ``rehearsal.ray_cpus`` CPUs for its engines; a job of several GPUs keeps several training processes (at
+    most ``rehearsal.processes``)."""
     processes = min(res.training_processes(), rehearsal.processes) if res.gpu > 1 or res.processes else None
+    ray = res.ray_cluster or res.nodes > 1
     return res.model_copy(update={
-        "gpu": 0, "gpu_model": None, "cpus_per_gpu": None, "cpus_per_task": rehearsal.cpus,
+        "gpu": 0, "gpu_model": None, "cpus_per_gpu": None, "cpus_per_task": rehearsal.ray_cpus if ray else rehearsal.cpus,
         "mem_mb": rehearsal.mem_mb, "runtime": rehearsal.runtime, "nodes": 1, "processes": processes,
-        "ray_cluster": res.ray_cluster or res.nodes > 1})
+        "ray_cluster": ray})
 
 
 def thin_grid(method: dict) -> dict:

@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from esrepro.rehearsal.mirror_layout import PINS
 from esrepro.rehearsal.report import dag_jobs, finished_jobs, report_rows, write_report
 
 CONFIG = "config/rehearsal.yaml"
@@ -27,6 +28,8 @@ TOKEN = "hf_rehearsal"
 #: What a machine without slurmdbd needs beside the profile (as tests/test_slurm.py runs it).
 LOCAL_CLUSTER_ARGS = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
                       "--default-resources", "slurm_partition='local'"]
+#: A rehearsal shows each defect once: no resubmission of a failed job (the profile's retries: 2).
+NO_RETRIES = ["--retries", "0"]
 #: The slice CI runs: one Qwen2 and one Llama replica, ES on vLLM engines and GRPO, their evaluation and KL.
 SLICE_MODELS = ("qwen2.5-0.5b-instruct", "llama-3.2-1b-instruct")
 SLICE_METHODS = ("es", "grpo8")
@@ -92,18 +95,18 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
     if shared_data:
         build += ["--shared-data", shared_data]
     subprocess.run(build, cwd=repo, check=True)
-    configs = [CONFIG, str((mirror / "sources.yaml").relative_to(repo))]
+    configs = [CONFIG, str((mirror / PINS).relative_to(repo))]
     env = {**os.environ, "HF_TOKEN": TOKEN, "HF_HOME": str(work / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
            "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("HF_HUB_OFFLINE", None)
     with ExitStack() as stack:
         url = stack.enter_context(serving(mirror, logs / "mirror.log"))
         env.update({"HF_ENDPOINT": url, "ESREPRO_URL_MIRROR": url})
-        cmd = [snakemake, "--jobs", str(jobs), "--configfile", *configs]
+        cmd = [snakemake, "--jobs", str(jobs), *NO_RETRIES, "--configfile", *configs]
         if slurm:
             env.update(stack.enter_context(slurm_cluster(work / "slurm", repo)))
             cmd = [snakemake, "--profile", "workflow/profiles/slurm", *LOCAL_CLUSTER_ARGS, "--jobs", str(jobs),
-                   "--configfile", *configs]
+                   *NO_RETRIES, "--configfile", *configs]
         if slice_only:
             cmd += ["--", *slice_targets()]
         print("+ " + " ".join(cmd), flush=True)

@@ -394,6 +394,8 @@ class Rehearsal(Settings):
     cpus: int = Field(1, ge=1, description="CPU cores (and threads) of every job, in place of the registry's")
     processes: int = Field(2, ge=1, description="training processes (gloo) standing in for an RL job's or an ESSA "
                            "SFT's GPUs: at most this many, as many as divide the per-step batch")
+    ray_cpus: int = Field(2, ge=1, description="CPU cores of a job on a Ray cluster (a multi-node layout on one "
+                          "node, scripts/ray-slurm): at least the engines it places, one CPU each")
     mem_mb: int = Field(3000, ge=100, description="memory of every job, MB")
     runtime: int = Field(30, ge=1, description="wall-clock limit of every job, minutes")
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
