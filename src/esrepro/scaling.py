@@ -26,6 +26,11 @@ applying it); an iteration's or step's time is the larger of the two, plus the n
 A job's SLURM runtime follows from its estimate (:func:`schedule`): MARGIN x the estimate, split evenly over as
 few attempts as the registry ``runtime`` (the per-attempt ceiling, a site's wall-clock limit) allows, each later
 attempt continuing from the previous one's resume state; so a job asks for between 1x and 2x its estimate.
+
+The steps around training (:func:`step_cost`) are estimated the same way: an evaluation's or KL job's generation
+through transformers' generate at its batch size (KL: for the final weights and every kept snapshot, with both
+models' forward passes over the sampled responses), a download at DOWNLOAD_BYTES_PER_S, checkpoint reads at
+READ_BYTES_PER_S; they ask for MARGIN x the estimate in one attempt (:func:`step_minutes`).
 """
 
 from __future__ import annotations
