@@ -51,7 +51,10 @@ def test_requests_are_within_one_and_two_times_the_estimates(paper):
     pairs = job_rows(paper)
     rows = [r for _, r in pairs]
     estimated = [r for r in rows if r.estimated_gpu_h]
-    assert len(estimated) == sum(j.rule in ("train", "train_cell", "essa_grpo") for j, _ in pairs) == 383
+    gpu_jobs = [r for r in rows if r.gpu_jobs]
+    assert estimated == gpu_jobs and len(gpu_jobs) == 646  # every GPU job has an estimate: train, evaluate, KL
+    assert sum(j.rule in ("train", "train_cell", "essa_grpo") for j, r in pairs if r.estimated_gpu_h) == 383
+    assert all(r.unestimated_gpu_h == 0 for r in rows)
     assert within(estimated) and within(summary(paper))
     total = summary(paper)[-1]
     assert total.estimated_gpu_h <= total.requested_gpu_h <= 2 * total.estimated_gpu_h
@@ -87,3 +90,40 @@ def test_docs_show_the_commands_output(paper):
     assert text in (REPO / "docs" / "scaling.md").read_text(), \
         "docs/scaling.md's cost table is stale: paste `esrepro cost config/paper.yaml` into it"
     assert csv_text(summary(paper)).count("\n") == len(summary(paper)) + 1
+
+
+def test_steps_ask_for_their_estimate_at_least_a_floor(paper):
+    """Evaluation and KL jobs ask for 1.25x their estimate in one attempt; CPU steps for at least 15 minutes;
+    every runtime at most the registry's."""
+    from esrepro.cluster import timed_step
+    from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES, step_cost
+
+    steps = [j for j in plan_jobs(paper) if j.rule in STEP_RULES]
+    assert {j.rule for j in steps} == set(STEP_RULES)
+    for job in steps:
+        c, res = step_cost(paper, job.rule, job.wildcards), timed_step(paper, job.rule, job.wildcards)
+        ceiling = paper.resources(job.wildcards["model"], STEP_RULES[job.rule]).runtime
+        assert STEP_FLOOR_MINUTES <= res.runtime <= ceiling and res.runtime == round(c.runtime_hours * 60)
+        assert (c.gpus > 0) == (job.rule in ("evaluate", "kl")), job
+        if c.gpus:
+            assert 1 <= c.runtime_hours / c.hours <= 2, (job, c)
+
+
+def test_kl_scores_every_kept_snapshot(paper):
+    """A conciseness run keeps every 100th of its 1,000 iterations: its KL job scores ten checkpoints."""
+    from esrepro.scaling import kept_snapshots, kl_seconds
+
+    run = next(j.wildcards for j in plan_jobs(paper) if j.rule == "kl" and j.wildcards["method"].startswith("es_"))
+    assert kept_snapshots(paper, run["task"], run["model"], run["method"]) == 9
+    _, tokens = kl_seconds(paper, run["task"], run["model"], run["method"])
+    _, base = kl_seconds(paper, run["task"], run["model"], "base")
+    assert tokens == 10 * base
+
+
+def test_split_rows_count_published_sizes(paper):
+    from esrepro.scaling import split_rows
+
+    assert [split_rows(paper, t, "test") for t in ("countdown", "gsm8k", "math500", "minerva", "olympiad_bench",
+                                                   "aime24", "amc23", "sudoku")] == [2000, 1319, 500, 272, 675, 30,
+                                                                                     40, 500]
+    assert split_rows(paper, "countdown", "test", limit=200) == 200

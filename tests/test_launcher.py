@@ -100,3 +100,18 @@ def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
     cpu_only = [j for j in jobs if j["rule"] in ("select_rl", "param_shift_histogram")]
     assert cpu_only and all(int(j["resources"].get("gpu", 0)) == 0 for j in cpu_only)
     assert all("gpu_model" not in j["resources"] for j in cpu_only)
+
+
+def test_paper_steps_ask_for_their_estimated_runtimes(dry_run, paper):
+    """Evaluation, KL, download, selection and parameter-shift jobs ask for runtimes from their estimates
+    (esrepro.cluster.timed_step): at least the 15-minute floor, at most their registry runtime."""
+    from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES
+
+    steps = [j for j in _jobs(dry_run) if j["rule"] in STEP_RULES]
+    assert {j["rule"] for j in steps} == set(STEP_RULES)
+    for job in steps:
+        model = re.search(r"--model (\S+)", job["shell"]).group(1)
+        ceiling = paper.resources(model, STEP_RULES[job["rule"]]).runtime
+        assert STEP_FLOOR_MINUTES <= int(job["resources"]["runtime"]) <= ceiling, (job["rule"], model)
+    gpu_steps = [j for j in steps if j["rule"] in ("evaluate", "kl")]
+    assert max(int(j["resources"]["runtime"]) for j in gpu_steps) < 120  # far below the registry's 2-12 hours

@@ -45,3 +45,13 @@ def test_unsharded_rl_would_not_fit(paper):
     settings = paper.method_settings("qwen2.5-7b-instruct", "countdown", "ppo")
     assert settings.sharding == "fsdp"
     assert 16 * 7e9 * 2 / 1e9 > GPU_GB
+
+
+@pytest.mark.parametrize("hours", [0.01, 0.17, 0.3, 0.65, 1.4, 5.0])
+def test_a_step_asks_for_its_estimate_in_one_attempt(hours):
+    """1.25x the estimate rounded up, at least 15 minutes, at most the registry's runtime."""
+    from esrepro.scaling import STEP_FLOOR_MINUTES, step_minutes
+
+    minutes = step_minutes(hours, ceiling=720)
+    assert minutes >= max(STEP_FLOOR_MINUTES, 1.25 * hours * 60) and minutes <= 2 * max(hours * 60, 15)
+    assert step_minutes(hours, ceiling=20) <= 20

@@ -111,7 +111,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
-    from esrepro.cluster import timed_job
+    from esrepro.cluster import timed_job, timed_step
     from esrepro.config import load_pipeline
 
     repo = copy_repo(tmp_path)
@@ -141,8 +141,11 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         if rule in ("train", "train_cell"):
             res = timed_job(pipeline, job["wildcards"]["task"], model, method, job["wildcards"].get("cell"))
             assert res.runtime <= pipeline.resources(model, key).runtime
-        else:
-            res = pipeline.resources(model, key)
+        else:  # evaluation and download: their runtime from their estimate too (esrepro.cluster.timed_step)
+            res = timed_step(pipeline, rule, job["wildcards"])
+            assert res.runtime <= pipeline.resources(model, key).runtime
+            assert res.model_copy(update={"runtime": None}) == \
+                pipeline.resources(model, key).model_copy(update={"runtime": None})
         expected = res.model_dump(exclude_none=True, exclude={"ray_cluster", "processes"})
         resources = job["resources"]
         if expected["nodes"] > 1:

@@ -99,6 +99,22 @@ def train_resource(p: Pipeline, task: str, model: str, method: str, key: str, ce
     return slurm_resource(layout(p, task, model, method, cell), key)
 
 
+def timed_step(p: Pipeline, rule: str, wildcards: dict) -> Resources:
+    """The registry resources of an evaluation, KL, download, selection or parameter-shift job (``rule``: a key of
+    esrepro.scaling.STEP_RULES) with its runtime set from its estimate (esrepro.scaling.step_cost); the registry's
+    ``runtime`` is the ceiling."""
+    from esrepro.scaling import STEP_RULES, step_cost
+
+    res = p.resources(wildcards["model"], STEP_RULES[rule])
+    if p.cfg.rehearsal is not None:  # toy budgets on CPUs: the paper-size estimate does not apply
+        return res
+    try:
+        minutes = round(step_cost(p, rule, wildcards).runtime_hours * 60)
+    except ValueError:  # a split whose size only its prepared data can tell: the registry's runtime
+        return res
+    return res.model_copy(update={"runtime": minutes})
+
+
 def on_ray_cluster(res: Resources) -> bool:
     """Whether a job runs under scripts/ray-slurm (several nodes, or ``ray_cluster``)."""
     return res.nodes > 1 or res.ray_cluster

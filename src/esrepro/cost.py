@@ -2,10 +2,12 @@
 paper table or figure and in total (``esrepro cost CONFIG``).
 
 Requested GPU-hours are what the jobs ask SLURM for: GPUs x nodes x runtime of one attempt x attempts (train jobs:
-:func:`esrepro.cluster.timed_job`; other jobs: their registry entry). Estimated GPU-hours are the work of a train
-job at its settings (:mod:`esrepro.scaling`, whose throughput assumptions for an H100 are stated there and in
-docs/scaling.md); evaluation, KL and the CPU steps have no estimate and are counted at their request. Disk: the
-final checkpoints and kept snapshots in the registry dtype, and the resume states a run holds while it runs.
+:func:`esrepro.cluster.timed_job`; evaluation, KL, downloads, selections and parameter shifts:
+:func:`esrepro.cluster.timed_step`; other jobs: their registry entry). Estimated GPU-hours are the work of a job at
+its settings (:mod:`esrepro.scaling`, whose throughput assumptions for an H100 are stated there and in
+docs/scaling.md); the CPU steps (downloads, selections, parameter shifts, data, reports) hold no GPU and count no
+GPU-hours. Disk: the final checkpoints and kept snapshots in the registry dtype, and the resume states a run holds
+while it runs.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from pathlib import Path
 
 from esrepro.jobs import Job, plan_jobs
 from esrepro.pipeline import ESSA_GRPO, Pipeline
+from esrepro.scaling import STEP_RULES
 
-#: The registry entry of each rule's jobs outside training (esrepro.pipeline.models.Pipeline.resources).
-REGISTRY_RULE = {"evaluate": "evaluate", "kl": "kl", "fetch_model": "fetch", "build_tiny": "build",
-                 "select_rl": "select", "param_shift_histogram": "param_shift"}
+#: The registry entry of each rule's jobs without an estimate (esrepro.pipeline.models.Pipeline.resources).
+REGISTRY_RULE = {"build_tiny": "build"}
 TRAINING = ("train", "train_cell", "essa_grpo")
 #: Resume-state bytes per parameter: ES the bf16 weights; PPO and GRPO float32 weights and two AdamW moments per
 #: trained model (PPO: policy and critic); ESSA a few kilobytes (CMA-ES state).
@@ -51,18 +53,13 @@ class Row:
         return self.requested_estimated_gpu_h / self.estimated_gpu_h if self.estimated_gpu_h else None
 
 
-def _weights_bytes(p: Pipeline, model: str) -> float:
-    from esrepro.scaling import parameters
-
-    entry = p.model(model)
-    return parameters(entry.size) * (4 if entry.dtype == "float32" else 2)
-
-
 def job_row(p: Pipeline, job: Job) -> Row:
     """One job's cost."""
     w = job.wildcards
     if job.rule in TRAINING:
         return _training_row(p, job)
+    if job.rule in STEP_RULES:
+        return _step_row(p, job)
     if job.rule in REGISTRY_RULE:
         res = p.resources(w["model"], REGISTRY_RULE[job.rule])
         gpus = res.gpu * res.nodes
@@ -71,19 +68,25 @@ def job_row(p: Pipeline, job: Job) -> Row:
     return Row(job.group, 1, 0, 0, 0.0, 0.0, 0.0, 0.0, 1, 0.0, 0.0)  # a report or data step: CPU, minutes
 
 
+def _step_row(p: Pipeline, job: Job) -> Row:
+    """An evaluation, KL, download, selection or parameter-shift job: its estimate and one attempt's request."""
+    from esrepro.scaling import step_cost
+
+    c = step_cost(p, job.rule, job.wildcards)
+    requested = c.gpus * c.runtime_hours
+    return Row(job.group, 1, int(c.gpus > 0), c.gpus, requested, c.gpus * c.hours, requested, 0.0, 1, 0.0, 0.0)
+
+
 def _training_row(p: Pipeline, job: Job) -> Row:
-    from esrepro.rl.budget import samples_per_step
-    from esrepro.scaling import job_cost
+    from esrepro.scaling import job_cost, kept_snapshots, weight_bytes
 
     w = job.wildcards
     task, model, method, cell = w["task"], w["model"], w["method"], w.get("cell")
     c = job_cost(p, task, model, method, cell)
-    s = p.method_settings(model, task, method, cell).as_dict()
-    weights = _weights_bytes(p, model)
-    steps = s["iterations"] if c.algorithm in ("es", "essa") else max(1, c.completions // samples_per_step(s))
+    weights = weight_bytes(p, model)
     study = p.essa_study()
     adapter = method == ESSA_GRPO and study is not None and study.grpo_trains == "adapter"
-    snapshots = (steps - 1) // s["keep_every"] if s.get("keep_every") and not adapter else 0
+    snapshots = kept_snapshots(p, task, model, method, cell)
     params = weights / (4 if p.model(model).dtype == "float32" else 2)
     resume = params * RESUME_BYTES[c.algorithm] if not adapter else 0.0
     requested = c.gpus * c.runtime_hours * c.attempts
@@ -161,13 +164,19 @@ def markdown(rows: list[Row], figures: list[PaperFigure]) -> str:
     total = rows[-1]
     out = head + body + (
         f"\nRequested: GPUs x nodes x runtime of one attempt x attempts, as the jobs ask SLURM. Estimated: the "
-        f"training jobs' work at the papers' sizes (esrepro.scaling, upper bounds: every completion at "
+        f"jobs' work at the papers' sizes (esrepro.scaling, upper bounds: every completion at "
         f"max_new_tokens) on H100s at {S.TRAIN_EFFICIENCY:.0%} of {S.PEAK_FLOPS / 1e12:.0f} TFLOP/s for training, "
         f"{S.GENERATION_EFFICIENCY['vllm']:.0%} (vLLM, at most {S.DECODE_CAP['vllm']:,} tokens/s) or "
         f"{S.GENERATION_EFFICIENCY['hf']:.0%} (transformers, at most {S.DECODE_CAP['hf']:,}) for generation, "
-        f"{S.STARTUP_SECONDS // 60:.0f} minutes to start; assumed, not measured. A training job asks for "
-        f"{S.MARGIN:g}x its estimate, in attempts no longer than its registry runtime. Evaluation, KL and CPU steps "
-        f"have no estimate: their registry request is counted ({total.unestimated_gpu_h:,.0f} GPU-h in all).\n")
+        f"{S.STARTUP_SECONDS // 60:.0f} minutes to start; assumed, not measured. Evaluation and KL: their prompts x "
+        f"max_new_tokens (KL: sampled responses too, and both models' forward passes over them, for the final "
+        f"weights and every kept snapshot) through transformers' generate at their batch sizes, each checkpoint "
+        f"read at {S.READ_BYTES_PER_S / 1e9:g} GB/s. A training job asks for {S.MARGIN:g}x its estimate, in "
+        f"attempts no longer than its registry runtime; an evaluation or KL job {S.MARGIN:g}x its estimate, at "
+        f"least {S.STEP_FLOOR_MINUTES} minutes, in one attempt. CPU steps hold no GPU: downloads are estimated at "
+        f"{S.DOWNLOAD_BYTES_PER_S / 1e6:g} MB/s, selections and parameter shifts at their checkpoint reads, each "
+        f"asking for at least {S.STEP_FLOOR_MINUTES} minutes; data preparation, model builds and reports have no "
+        f"estimate. GPU jobs without an estimate: {total.unestimated_gpu_h:,.0f} GPU-h at their registry request.\n")
     if figures:
         out += "\nThe papers' own figures:\n\n| where | what | GPUs | minutes | GPU-h |\n|---|---|---:|---:|---:|\n"
         out += "".join(f"| {f.where} | {f.text} | {f.gpus} | {f.minutes:g} | {f.gpu_hours:.1f} |\n" for f in figures)

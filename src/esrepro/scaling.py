@@ -26,6 +26,11 @@ applying it); an iteration's or step's time is the larger of the two, plus the n
 A job's SLURM runtime follows from its estimate (:func:`schedule`): MARGIN x the estimate, split evenly over as
 few attempts as the registry ``runtime`` (the per-attempt ceiling, a site's wall-clock limit) allows, each later
 attempt continuing from the previous one's resume state; so a job asks for between 1x and 2x its estimate.
+
+The steps around training (:func:`step_cost`) are estimated the same way: an evaluation's or KL job's generation
+through transformers' generate at its batch size (KL: for the final weights and every kept snapshot, with both
+models' forward passes over the sampled responses), a download at DOWNLOAD_BYTES_PER_S, checkpoint reads at
+READ_BYTES_PER_S; they ask for MARGIN x the estimate in one attempt (:func:`step_minutes`).
 """
 
 from __future__ import annotations
@@ -199,3 +204,149 @@ def markdown_table(costs: list[JobCost]) -> str:
 def table1_costs(p: Pipeline, task: str = "countdown") -> list[JobCost]:
     """The costs of one seed of every ``task`` run of the config (Table 1's models and methods)."""
     return [job_cost(p, task, model, method) for model in p.train_models(task) for method in p.train_methods(task)]
+
+
+# --- the steps around training: evaluation, KL, downloads, selection, parameter shifts ---------------------------
+#: Test-split sizes of the sets prepared from the hub, a URL or a local copy, whose rows only the data can tell
+#: (esrepro.tasks.split_sizes gives None): the published counts.
+PUBLISHED_SPLITS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
+                    ("minerva", "test"): 272, ("olympiad_bench", "test"): 675, ("aime24", "test"): 30,
+                    ("amc23", "test"): 40, ("prm800k", "test"): 500, ("prm800k", "train"): 12000,
+                    ("math_train", "train"): 8523}
+DOWNLOAD_BYTES_PER_S = 100e6  # fetching a model from the hub (assumed)
+READ_BYTES_PER_S = 1e9  # reading, copying or loading a checkpoint on the cluster's storage (assumed)
+STEP_FLOOR_MINUTES = 15  # the least runtime a step asks for
+#: The Snakemake rules of the steps with an estimate, and their registry resources entry.
+STEP_RULES = {"evaluate": "evaluate", "kl": "kl", "fetch_model": "fetch", "select_rl": "select",
+              "param_shift_histogram": "param_shift"}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One evaluation, KL, download, selection or parameter-shift job: its GPUs, estimated hours and what it asks
+    for (one attempt: a step does not resume)."""
+
+    rule: str
+    gpus: int
+    generated_tokens: int
+    hours: float
+    runtime_hours: float
+
+
+def split_rows(p: Pipeline, task: str, split: str, limit: int | None = None) -> int:
+    """Rows of ``task``'s prepared ``split`` (at most ``limit``): from its source, else the published count."""
+    from esrepro.tasks import split_sizes
+
+    n = split_sizes(task, p.cfg.data[task].source.model_dump(exclude_none=True)).get(split)
+    if n is None:
+        if (task, split) not in PUBLISHED_SPLITS:
+            raise ValueError(f"{task}: the size of its {split} split is known only once prepared")
+        n = PUBLISHED_SPLITS[task, split]
+        n_test = p.cfg.data[task].source.n_test if split == "test" else None
+        n = min(n, n_test) if n_test else n
+    return min(n, limit) if limit else n
+
+
+def step_minutes(hours: float, ceiling: int) -> int:
+    """A step's runtime: MARGIN x its estimate, rounded up as :func:`schedule` does, at least
+    STEP_FLOOR_MINUTES, at most the registry's ``ceiling`` (one attempt: a step starts over when retried)."""
+    minutes, n = schedule(hours, 10**9)
+    return min(ceiling, max(STEP_FLOOR_MINUTES, minutes * n))
+
+
+def _decoding_seconds(completions: int, max_new_tokens: int, batch_size: int, params: float) -> float:
+    """``completions`` generated through transformers' generate, ``batch_size`` at a time, each to ``max_new_tokens``:
+    the larger of the throughput bound and the latency of the batches' decode steps."""
+    batches = math.ceil(completions / batch_size)
+    return max(_generation_seconds(completions * max_new_tokens, params, 1, "hf"),
+               _latency_seconds(batches, max_new_tokens, params))
+
+
+def _load_seconds(p: Pipeline, model: str, copies: int = 1) -> float:
+    """Reading ``copies`` checkpoints of ``model`` in its registry dtype."""
+    return copies * weight_bytes(p, model) / READ_BYTES_PER_S
+
+
+def weight_bytes(p: Pipeline, model: str) -> float:
+    """A checkpoint's bytes in the registry dtype."""
+    entry = p.model(model)
+    return parameters(entry.size) * (4 if entry.dtype == "float32" else 2)
+
+
+def run_steps(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> int:
+    """Iterations (ES, ESSA) or optimiser steps (RL: the sample budget over the completions per step) of a run."""
+    from esrepro.rl.budget import samples_per_step
+
+    s = p.method_settings(model, task, method, cell).as_dict()
+    if p.algorithm_of(task, method).name in ("es", "essa"):
+        return int(s["iterations"])
+    return max(1, int(s["sample_budget"]) // samples_per_step(s))
+
+
+def kept_snapshots(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> int:
+    """Weights a run keeps before its final checkpoint (every ``keep_every`` iterations or steps); an ESSA study's
+    GRPO baseline on an adapter keeps adapters only (counted as none)."""
+    s = p.method_settings(model, task, method, cell).as_dict()
+    study = p.essa_study()
+    if method == ESSA_GRPO and study is not None and study.grpo_trains == "adapter":
+        return 0
+    every = s.get("keep_every")
+    return (run_steps(p, task, model, method, cell) - 1) // every if every else 0
+
+
+def _selected(p: Pipeline, task: str, method: str) -> bool:
+    """Whether a run is the best cell of an RL grid that ``select_rl`` keeps (it keeps no snapshots)."""
+    return task in p.cfg.train and method in p.train_methods(task) and p.is_rl(task, method)
+
+
+def evaluate_seconds(p: Pipeline, task: str, model: str) -> tuple[float, int]:
+    """(seconds, generated tokens) of a greedy evaluation: the split's prompts x ``max_new_tokens``."""
+    s = p.eval_settings(task)
+    prompts = split_rows(p, task, s.split, s.limit)
+    params = parameters(p.model(model).size)
+    return _decoding_seconds(prompts, s.max_new_tokens, s.batch_size, params), prompts * s.max_new_tokens
+
+
+def kl_seconds(p: Pipeline, task: str, model: str, method: str) -> tuple[float, int]:
+    """(seconds, generated tokens) of a KL job: for the final weights and every kept snapshot, loading them, the
+    greedy reward's generation, ``n_samples`` sampled responses a prompt, and both models' forward passes over
+    every sampled response (prompt and response tokens)."""
+    from esrepro.pipeline import BASE
+
+    s = p.kl_settings(task)
+    prompts = split_rows(p, task, s.split, s.limit)
+    params = parameters(p.model(model).size)
+    checkpoints = 1 if method == BASE or _selected(p, task, method) else 1 + kept_snapshots(p, task, model, method)
+    greedy = s.eval_max_new_tokens or s.max_new_tokens
+    sampled = prompts * s.n_samples
+    one = (_decoding_seconds(prompts, greedy, s.batch_size, params)
+           + _decoding_seconds(sampled, s.max_new_tokens, s.batch_size, params)
+           + _training_seconds(sampled * (PROMPT_TOKENS + s.max_new_tokens), params, 1, 2 * FORWARD_FLOPS)
+           + _load_seconds(p, model))
+    return checkpoints * one + _load_seconds(p, model), checkpoints * (prompts * greedy + sampled * s.max_new_tokens)
+
+
+def _cpu_seconds(p: Pipeline, rule: str, model: str) -> float:
+    """A CPU step's time: a download at DOWNLOAD_BYTES_PER_S (``fetch_model``), a checkpoint copied (``select_rl``:
+    hard-linked where it can be) or two read (``param_shift_histogram``) at READ_BYTES_PER_S."""
+    if rule == "fetch_model":
+        return weight_bytes(p, model) / DOWNLOAD_BYTES_PER_S
+    return _load_seconds(p, model, 2)  # select: read and write one copy; param_shift: the base and the final weights
+
+
+def step_cost(p: Pipeline, rule: str, wildcards: dict) -> StepCost:
+    """The estimate of one step job (``rule``: a key of :data:`STEP_RULES`; ``wildcards``: its job's) and the
+    runtime it asks for (:func:`step_minutes`). GPU steps add STARTUP; CPU steps none."""
+    w = wildcards
+    res = p.resources(w["model"], STEP_RULES[rule])
+    gpus = (res.gpu or 0) * res.nodes
+    tokens = 0
+    if rule == "evaluate":
+        seconds, tokens = evaluate_seconds(p, w["task"], w["model"])
+    elif rule == "kl":
+        seconds, tokens = kl_seconds(p, w["task"], w["model"], w["method"])
+    else:
+        seconds = _cpu_seconds(p, rule, w["model"])
+    seconds += STARTUP_SECONDS if gpus else 0
+    return StepCost(rule=rule, gpus=gpus, generated_tokens=tokens, hours=seconds / 3600,
+                    runtime_hours=step_minutes(seconds / 3600, res.runtime) / 60)

@@ -22,6 +22,15 @@ def resources_of(rule_name):
     return {k: (lambda wildcards, k=k: getattr(PIPELINE.resources(wildcards.model, rule_name), k)) for k in keys}
 
 
+def timed_resources_of(rule_name, snakemake_rule):
+    """:func:`resources_of`, with the runtime of ``snakemake_rule``'s jobs from their estimate (the registry's
+    runtime as its ceiling; esrepro.cluster.timed_step)."""
+    res = resources_of(rule_name)
+    if "runtime" in res:
+        res["runtime"] = lambda wildcards: cluster.timed_step(PIPELINE, snakemake_rule, dict(wildcards.items())).runtime
+    return res
+
+
 def threads_of(rule_name):
     """CPU threads of a rule's jobs: the registry resources' cpus_per_task (or cpus_per_gpu x gpu)."""
     return lambda wildcards: PIPELINE.resources(wildcards.model, rule_name).threads()

@@ -17,7 +17,7 @@ rule evaluate:
         out=folder_of_manifest,
     threads: threads_of("evaluate")
     resources:
-        **resources_of("evaluate"),
+        **timed_resources_of("evaluate", "evaluate"),
     conda:
         ENV
     log:

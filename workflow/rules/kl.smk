@@ -21,7 +21,7 @@ rule kl:
         out=folder_of_manifest,
     threads: threads_of("kl")
     resources:
-        **resources_of("kl"),
+        **timed_resources_of("kl", "kl"),
     conda:
         ENV
     log:

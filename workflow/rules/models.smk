@@ -32,7 +32,7 @@ rule fetch_model:
     params:
         spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
     resources:
-        **resources_of("fetch"),
+        **timed_resources_of("fetch", "fetch_model"),
     conda:
         ENV
     log:

@@ -189,7 +189,7 @@ rule param_shift_histogram:
         out=folder_of_manifest,
     threads: threads_of("param_shift")
     resources:
-        **resources_of("param_shift"),
+        **timed_resources_of("param_shift", "param_shift_histogram"),
     conda:
         ENV
     log:

@@ -105,7 +105,7 @@ rule select_rl:
                                                                    PLAN.cell_runs(w.task, w.model, w.method, w.seed))),
         run=folder_of_manifest,
     resources:
-        **resources_of("select"),
+        **timed_resources_of("select", "select_rl"),
     conda:
         ENV
     log:
