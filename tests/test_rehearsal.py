@@ -67,7 +67,7 @@ def test_rehearsal_dag_has_every_rule_of_the_papers():
 
 
 def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():
-    out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/rehearsal.yaml", "--",
+    out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--forceall", "--configfile", "config/rehearsal.yaml", "--",
                           *slice_targets()], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     stats = job_stats(out.stdout + out.stderr)

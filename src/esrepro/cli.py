@@ -112,7 +112,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
                                                 "this many coordinates (0: closed form only)")),
     # the rehearsal's mirror
     "mirror_root": ("mirror_root", dict(metavar="ROOT", help="the mirror's folder")),
-    "config": ("--config", dict(default="config/paper.yaml", help="the run's config (its models and data sources)")),
+    "mirror_config": ("--run-config", dict(default="config/paper.yaml", help="the run's config (its models and data sources)")),
     "shared_data": ("--shared-data", dict(default=None, help="folder of the authors' files (countdown.json, "
                                           "datasets/): real copies where they match, else stand-ins")),
     "port": ("--port", dict(type=int, default=0, help="port to listen on (0: any free port)")),

@@ -91,7 +91,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
     mirror, logs = work / "mirror", work / "results" / "logs" / "rehearsal"
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    build = [sys.executable, "-m", "esrepro.cli", "mirror-build", str(mirror), "--config", PAPER]
+    build = [sys.executable, "-m", "esrepro.cli", "mirror-build", str(mirror), "--run-config", PAPER]
     if shared_data:
         build += ["--shared-data", shared_data]
     subprocess.run(build, cwd=repo, check=True)

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 
-def mirror_build(mirror_root: str, config: str = "config/paper.yaml", shared_data: str | None = None) -> None:
-    """Build the mirror of ``config`` at ``mirror_root`` (replicas, data copies and stand-ins, sources.yaml)."""
+def mirror_build(mirror_root: str, mirror_config: str = "config/paper.yaml", shared_data: str | None = None) -> None:
+    """Build the mirror of ``mirror_config`` at ``mirror_root`` (replicas, data copies and stand-ins, sources.yaml)."""
     from esrepro.rehearsal.build import build_mirror
 
-    index = build_mirror(mirror_root, config, shared_data)
+    index = build_mirror(mirror_root, mirror_config, shared_data)
     for key, repo in index["repos"].items():
         print(f"{key}@{repo['commit']} ({repo['origin']}{', gated' if repo['gated'] else ''})")
     for url, rec in index["urls"].items():
