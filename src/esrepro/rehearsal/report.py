@@ -97,8 +97,9 @@ def job_work(job: Job) -> dict[str, float]:
     work: dict[str, float] = {}
     for out in job.outputs:
         p = Path(out)
-        if p.name == "log.jsonl" or (p / "log.jsonl").is_file():
-            log = read_jsonl(p if p.name == "log.jsonl" else p / "log.jsonl")
+        log_file = p if p.name == "log.jsonl" else p / "log.jsonl"
+        if log_file.is_file():
+            log = read_jsonl(log_file)
             work["optimiser_steps"] = work.get("optimiser_steps", 0) + len(log)
             scored = sum(len(r.get("rewards", [])) * r.get("problems", 1) for r in log)
             if scored:
