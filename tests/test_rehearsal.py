@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import load_pipeline, workflow_config
-from esrepro.rehearsal.report import Job, finished_jobs, job_stats, report_rows, write_report
+from esrepro.rehearsal.report import job_stats, local_jobs, outputs_work, report_rows, slurm_jobs, write_report
 from esrepro.rehearsal.run import slice_targets
 from esrepro.plan import Plan
 
@@ -43,6 +43,9 @@ def test_rehearsal_keeps_the_papers_models_and_layouts_on_cpus():
     # one grid cell per model and method, and no extra cells
     grid = rehearsal.registry["qwen2.5-0.5b-instruct"].methods["grpo8"]
     assert "cells" not in grid and all(len(v) == 1 for v in grid["grid"].values())
+    # at most a CPU's worth of engines per job: the 32B's 16 ESSA engines become 2
+    assert paper.registry["qwen2.5-32b"].methods["essa"]["engines"] == 16
+    assert rehearsal.registry["qwen2.5-32b"].methods["essa"]["engines"] == 2
     assert rehearsal.cfg.scale == "rehearsal" and rehearsal.cfg.workspace == "work/rehearsal"
     # the paper's engines, sharding and vLLM settings are kept
     assert rehearsal.cfg.defaults.es["backend"] == "vllm" and rehearsal.cfg.defaults.grpo["sharding"] == "fsdp"
@@ -82,37 +85,52 @@ def test_job_stats_reads_the_first_table():
         job_stats("nothing to do")
 
 
-def test_report_reads_snakemake_metadata_and_each_jobs_work(tmp_path):
-    meta = tmp_path / "metadata"
-    meta.mkdir()
-    run = tmp_path / "work/rehearsal/results/runs/countdown/m/es/seed0"
+def test_report_reads_slurms_and_snakemakes_job_records_and_each_rules_work(tmp_path):
+    repo = tmp_path / "repo"
+    work = repo / "work/rehearsal"
+    run = work / "results/runs/countdown/m/es/seed0"
     run.mkdir(parents=True)
     (run / "log.jsonl").write_text("".join(json.dumps({"iteration": i, "rewards": [0.0] * 4}) + "\n"
                                            for i in range(2)))
-    ev = tmp_path / "work/rehearsal/results/eval/countdown/m/es/seed0/test"
+    cell = work / "results/runs/countdown/m/grpo8/grid/c0/seed0"
+    cell.mkdir(parents=True)
+    (cell / "log.jsonl").write_text(json.dumps({"step": 0}) + "\n")
+    ev = work / "results/eval/countdown/m/es/seed0/test"
     ev.mkdir(parents=True)
     (ev / "metrics.json").write_text(json.dumps({"n": 4, "accuracy": 0.0}))
 
-    def record(path, rule, start, end, job_hash):
-        name = base64.urlsafe_b64encode(str(path).encode()).decode()
-        (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "job_hash": job_hash,
-                                             "incomplete": False, "external_jobid": "12"}))
+    logs = f"{repo.resolve()}/.snakemake/slurm_logs"
+    scontrol = "\n".join([
+        f"JobId=1 JobState=COMPLETED RunTime=00:01:05 WorkDir={repo.resolve()} StdOut={logs}/rule_train/a_0/1.log",
+        f"JobId=2 JobState=FAILED RunTime=00:00:09 WorkDir={repo.resolve()} StdOut={logs}/rule_train_cell/b/2.log",
+        f"JobId=3 JobState=RUNNING RunTime=00:00:02 WorkDir={repo.resolve()} StdOut={logs}/rule_evaluate/c/3.log",
+        f"JobId=4 JobState=COMPLETED RunTime=1-00:00:00 WorkDir=/elsewhere StdOut=/elsewhere/.snakemake/"
+        "slurm_logs/rule_train/d/4.log",
+    ])
+    jobs = slurm_jobs(scontrol, repo)
+    assert [(j.rule, j.seconds, j.ok) for j in jobs] == [("train", 65, True), ("train_cell", 9, False)]
 
-    record(run, "train", 10.0, 40.0, 1)
-    record(ev / "metrics.json", "evaluate", 50.0, 55.5, 2)
-    record(tmp_path / "elsewhere/x", "evaluate", 0.0, 1.0, 3)  # another workspace's job: not counted
-    jobs = finished_jobs(meta, str(tmp_path / "work/rehearsal"))
-    assert sorted((j.rule, j.seconds) for j in jobs) == [("evaluate", 5.5), ("train", 30.0)]
-    rows = report_rows({"train": 5, "evaluate": 9, "kl": 3}, {"train": 1, "evaluate": 1, "kl": 1}, jobs)
+    meta = repo / ".snakemake/metadata"
+    meta.mkdir(parents=True)
+    for path, rule, start, end in [("work/rehearsal/data/prepared/countdown", "prepare_data", 10.0, 12.5),
+                                   ("work/rehearsal/results/x", "train", 0.0, 0.01),  # a submitted job's record
+                                   ("elsewhere/y", "prepare_data", 0.0, 9.0)]:
+        name = base64.urlsafe_b64encode(path.encode()).decode()
+        (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "job_hash": 1,
+                                             "incomplete": False}))
+    jobs += local_jobs(meta, "work/rehearsal", {"prepare_data"})
+    work_done = outputs_work(work)
+    assert work_done["train"] == {"optimiser_steps": 2, "scored_samples": 8}
+    assert work_done["train_cell"] == {"optimiser_steps": 1} and work_done["evaluate"] == {"prompts_evaluated": 4}
+    planned = {"prepare_data": 1, "train": 1, "train_cell": 1, "evaluate": 1, "kl": 1, "all": 1}
+    rows = report_rows({**planned, "kl": 3}, planned, jobs, work_done, finished=False)
     by_rule = {r["rule"]: r for r in rows}
-    assert by_rule["train"]["optimiser_steps"] == 2 and by_rule["train"]["scored_samples"] == 8
-    assert by_rule["evaluate"]["prompts_evaluated"] == 4 and by_rule["evaluate"]["ran"] == "yes"
-    assert by_rule["kl"]["ran"] == "no" and by_rule["kl"]["jobs_ran"] == 0
+    assert (by_rule["prepare_data"]["ran"], by_rule["prepare_data"]["where"], by_rule["prepare_data"]["seconds"]) \
+        == ("yes", "local", 2.5)
+    assert by_rule["train"]["ran"] == "yes" and by_rule["train"]["seconds"] == 65
+    assert by_rule["train_cell"]["ran"] == "failed" and by_rule["evaluate"]["ran"] == "no"
+    assert by_rule["kl"]["jobs_paper"] == 3 and by_rule["all"]["ran"] == "no"
+    assert report_rows(planned, planned, jobs, finished=True)[-1]["ran"] == "yes"  # `all` ran: the run finished
     md = write_report(rows, tmp_path / "report", wall_seconds=90)
-    assert "Rules of the paper's DAG that ran: 2 of 3" in md and "1.5 min" in md
+    assert "Rules of the paper's DAG that ran: 2 of 6" in md and "1.5 min" in md
     assert (tmp_path / "report.csv").read_text().splitlines()[0].startswith("rule,jobs_paper,jobs_planned")
-
-
-def test_a_job_without_a_record_counts_as_not_run():
-    rows = report_rows({"kl": 2}, {"kl": 2}, [Job("kl", 3.0)])
-    assert rows[0]["ran"] == "partly"

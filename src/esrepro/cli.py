@@ -60,7 +60,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "split": ("--split", dict(default="test", help="split the table reports")),
     "slice_only": ("--slice", dict(action="store_true", help="only the slice CI runs: one Qwen2 and one Llama "
                                    "replica, ES and GRPO, their evaluation and KL")),
-    "jobs": ("--jobs", dict(type=int, default=2, help="jobs at once")),
+    "jobs": ("--jobs", dict(type=int, default=4, help="jobs submitted at once (the cluster runs as many as its "
+                            "CPUs hold)")),
     "local": ("--local", dict(action="store_true", help="run the jobs with Snakemake's local executor instead of "
                               "the SLURM profile")),
     "note": ("--note", dict(action="append", default=[], help="a note printed under the table (repeat)")),

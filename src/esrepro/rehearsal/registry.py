@@ -21,21 +21,24 @@ def cpu_resources(res: "Resources", rehearsal: "Rehearsal") -> "Resources":
         "ray_cluster": ray})
 
 
-def thin_grid(method: dict) -> dict:
-    """A registry method entry with its RL grid cut to the first value of every setting, and no extra cells."""
+def thin_method(method: dict, rehearsal: "Rehearsal") -> dict:
+    """A registry method entry with its RL grid cut to the first value of every setting, no extra cells, and at
+    most ``rehearsal.ray_cpus`` engines (one CPU each)."""
     out = {k: v for k, v in method.items() if k != "cells"}
+    if isinstance(out.get("engines"), int):
+        out["engines"] = min(out["engines"], rehearsal.ray_cpus)
     if isinstance(out.get("grid"), dict):
         out["grid"] = {k: list(v)[:1] for k, v in out["grid"].items()}
     return out
 
 
 def rehearsal_registry(registry: dict[str, "ModelEntry"], rehearsal: "Rehearsal") -> dict[str, "ModelEntry"]:
-    """Every registry entry as the rehearsal runs it (:func:`cpu_resources`, :func:`thin_grid`, the dtype)."""
+    """Every registry entry as the rehearsal runs it (:func:`cpu_resources`, :func:`thin_method`, the dtype)."""
     out = {}
     for key, entry in registry.items():
         update: dict = {
             "resources": {rule: cpu_resources(r, rehearsal) for rule, r in entry.resources.items()},
-            "methods": {name: thin_grid(dict(m)) for name, m in entry.methods.items()},
+            "methods": {name: thin_method(dict(m), rehearsal) for name, m in entry.methods.items()},
         }
         if rehearsal.dtype:
             update["dtype"] = rehearsal.dtype

@@ -1,7 +1,8 @@
 """The rehearsal's report: every rule of the paper's DAG, whether its jobs ran, their seconds and their work.
 
-Seconds come from Snakemake's own job records (``.snakemake/metadata``: start and end of every job, kept per
-output file); the work from each job's outputs (training logs, evaluation metrics, KL estimates).
+Seconds come from the cluster's own records: SLURM's (``scontrol show job``: run time and state of every job the
+cluster ran) for submitted jobs, Snakemake's (``.snakemake/metadata``) for the jobs it ran on the submitting host
+(``localrule``). The work is read from the run's outputs: training logs, evaluation metrics, KL estimates.
 """
 
 from __future__ import annotations
@@ -10,20 +11,28 @@ import base64
 import json
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from esrepro.io import read_jsonl, write_text
 
 #: Columns of the report, in order.
-COLUMNS = ("rule", "jobs_paper", "jobs_planned", "jobs_ran", "seconds", "seconds_max", "optimiser_steps",
+COLUMNS = ("rule", "jobs_paper", "jobs_planned", "jobs_ran", "where", "seconds", "seconds_max", "optimiser_steps",
            "scored_samples", "prompts_evaluated", "tokens_sampled", "ran")
+#: Work read from the run's outputs, per rule: (glob under the workspace, what it counts).
+WORK_FILES = {
+    "train": "results/runs/*/*/*/seed*/log.jsonl",
+    "train_cell": "results/runs/*/*/*/grid/*/seed*/log.jsonl",
+    "essa_grpo": "results/runs/*/*/essa_grpo/seed*/log.jsonl",
+    "evaluate": "results/eval/*/*/*/seed*/*/metrics.json",
+    "kl": "results/kl/*/*/*/seed*/kl.json",
+}
 
 
 def dag_jobs(config_files: Iterable[str], snakemake: str = "snakemake", cwd: str | Path = ".",
              env: dict | None = None) -> dict[str, int]:
-    """Jobs per rule of a config's whole DAG, from Snakemake's own dry run (``snakemake -n``)."""
+    """Jobs per rule of a config's whole DAG, from Snakemake's own dry run (``snakemake -n --forceall``)."""
     cmd = [snakemake, "-n", "--quiet", "rules", "--forceall", "--configfile", *config_files]
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -56,12 +65,35 @@ def job_stats(text: str) -> dict[str, int]:
 
 @dataclass
 class Job:
-    """One finished job, as Snakemake recorded it."""
+    """One job that ended: its rule, seconds, where it ran and whether it succeeded."""
 
     rule: str
     seconds: float
-    outputs: list[str] = field(default_factory=list)
-    slurm_job: str | None = None
+    where: str = "slurm"
+    ok: bool = True
+
+
+def _seconds(text: str) -> float:
+    """SLURM's ``[D-]HH:MM:SS`` as seconds."""
+    days, _, clock = text.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return ((int(days) if days else 0) * 24 + h) * 3600 + m * 60 + s
+
+
+def slurm_jobs(scontrol_output: str, workdir: str | Path) -> list[Job]:
+    """The jobs Snakemake submitted from ``workdir`` that ended, from ``scontrol show job -o`` (one job a line;
+    Snakemake's SLURM executor writes each job's log under .snakemake/slurm_logs/rule_<rule>/)."""
+    jobs = []
+    for line in scontrol_output.splitlines():
+        rec = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        m = re.search(r"/\.snakemake/slurm_logs/rule_([^/]+)/", rec.get("StdOut", ""))
+        if not m or rec.get("WorkDir") != str(Path(workdir).resolve()):
+            continue
+        state = rec.get("JobState", "")
+        if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            continue
+        jobs.append(Job(m.group(1), _seconds(rec.get("RunTime", "0:0:0")), "slurm", state == "COMPLETED"))
+    return jobs
 
 
 def _decode(rel: str) -> str | None:
@@ -71,11 +103,12 @@ def _decode(rel: str) -> str | None:
         return None
 
 
-def finished_jobs(metadata_dir: str | Path, prefix: str = "") -> list[Job]:
-    """Every complete job whose outputs lie under ``prefix``, from Snakemake's metadata folder."""
-    jobs: dict[tuple, Job] = {}
+def local_jobs(metadata_dir: str | Path, prefix: str, rules: Iterable[str]) -> list[Job]:
+    """The jobs of ``rules`` Snakemake ran itself (on the submitting host) with outputs under ``prefix``, from its
+    metadata folder (one record per output file; a job's outputs share its start)."""
+    wanted, seen = set(rules), {}
     root = Path(metadata_dir)
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+    for f in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
         path = _decode(str(f.relative_to(root)))
         if path is None or not path.startswith(prefix):
             continue
@@ -83,52 +116,54 @@ def finished_jobs(metadata_dir: str | Path, prefix: str = "") -> list[Job]:
             rec = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if rec.get("incomplete") or rec.get("starttime") is None or rec.get("endtime") is None:
+        if rec.get("rule") not in wanted or rec.get("incomplete") or rec.get("starttime") is None:
             continue
-        key = (rec.get("rule"), rec.get("job_hash"), rec["starttime"])
-        job = jobs.setdefault(key, Job(rec["rule"], float(rec["endtime"]) - float(rec["starttime"]),
-                                       slurm_job=rec.get("external_jobid")))
-        job.outputs.append(path)
-    return list(jobs.values())
+        key = (rec["rule"], rec.get("job_hash"), rec["starttime"])
+        seen[key] = Job(rec["rule"], max(0.0, float(rec["endtime"]) - float(rec["starttime"])), "local")
+    return list(seen.values())
 
 
-def job_work(job: Job) -> dict[str, float]:
-    """What one job did, read from its outputs: optimiser steps, scored samples, prompts, sampled tokens."""
-    work: dict[str, float] = {}
-    for out in job.outputs:
-        p = Path(out)
-        log_file = p if p.name == "log.jsonl" else p / "log.jsonl"
-        if log_file.is_file():
-            log = read_jsonl(log_file)
-            work["optimiser_steps"] = work.get("optimiser_steps", 0) + len(log)
-            scored = sum(len(r.get("rewards", [])) * r.get("problems", 1) for r in log)
-            if scored:
-                work["scored_samples"] = work.get("scored_samples", 0) + scored
-        if p.name == "metrics.json" and p.is_file():
-            work["prompts_evaluated"] = work.get("prompts_evaluated", 0) + json.loads(p.read_text()).get("n", 0)
-        if p.name == "kl.json" and p.is_file():
-            kl = json.loads(p.read_text())
-            work["tokens_sampled"] = work.get("tokens_sampled", 0) + round(
-                (kl.get("n_responses") or 0) * (kl.get("mean_tokens") or 0))
-        if p.name == "manifest.json" and p.is_file() and "scored_samples" not in work:
-            budget = (json.loads(p.read_text()).get("budget") or {}).get("sample_budget")
-            if budget:
-                work["scored_samples"] = budget
+def outputs_work(workspace: str | Path) -> dict[str, dict[str, float]]:
+    """Per rule, what its jobs did, read from their outputs under ``workspace``: optimiser steps (log rows),
+    scored samples (members x problems), prompts evaluated, tokens sampled for KL."""
+    root, work = Path(workspace), {}
+    for rule, pattern in WORK_FILES.items():
+        files = [f for f in root.glob(pattern)
+                 if rule != "train" or ("/grid/" not in f.as_posix() and "/essa_grpo/" not in f.as_posix())]
+        totals: dict[str, float] = {}
+        for f in files:
+            if f.name == "log.jsonl":
+                log = read_jsonl(f)
+                totals["optimiser_steps"] = totals.get("optimiser_steps", 0) + len(log)
+                scored = sum(len(r.get("rewards", [])) * r.get("problems", 1) for r in log)
+                totals["scored_samples"] = totals.get("scored_samples", 0) + scored
+            elif f.name == "metrics.json":
+                totals["prompts_evaluated"] = totals.get("prompts_evaluated", 0) + json.loads(f.read_text())["n"]
+            elif f.name == "kl.json":
+                kl = json.loads(f.read_text())
+                totals["tokens_sampled"] = totals.get("tokens_sampled", 0) + round(
+                    (kl.get("n_responses") or 0) * (kl.get("mean_tokens") or 0))
+        work[rule] = {k: v for k, v in totals.items() if v}
     return work
 
 
-def report_rows(paper: dict[str, int], planned: dict[str, int], jobs: list[Job]) -> list[dict[str, Any]]:
-    """One row per rule of the paper's DAG (and any the rehearsal ran besides), with the totals of its jobs."""
+def report_rows(paper: dict[str, int], planned: dict[str, int], jobs: list[Job],
+                work: dict[str, dict[str, float]] | None = None, finished: bool = False) -> list[dict[str, Any]]:
+    """One row per rule of the paper's DAG (and any the rehearsal planned besides) with its jobs' totals. A rule
+    ran when as many of its jobs succeeded as were planned; Snakemake's own target rule (``all``) ran when the
+    whole run ``finished``."""
     rows = []
     for rule in list(paper) + [r for r in planned if r not in paper]:
-        mine = [j for j in jobs if j.rule == rule]
-        row: dict[str, Any] = {"rule": rule, "jobs_paper": paper.get(rule, 0), "jobs_planned": planned.get(rule, 0),
-                               "jobs_ran": len(mine), "seconds": round(sum(j.seconds for j in mine), 1),
-                               "seconds_max": round(max((j.seconds for j in mine), default=0.0), 1)}
-        for j in mine:
-            for k, v in job_work(j).items():
-                row[k] = row.get(k, 0) + v
-        row["ran"] = "yes" if mine and len(mine) >= planned.get(rule, 0) else ("partly" if mine else "no")
+        mine = [j for j in jobs if j.rule == rule and j.ok]
+        failed = sum(1 for j in jobs if j.rule == rule and not j.ok)
+        done = len(mine) + (planned.get(rule, 0) if rule == "all" and finished else 0)
+        row: dict[str, Any] = {
+            "rule": rule, "jobs_paper": paper.get(rule, 0), "jobs_planned": planned.get(rule, 0), "jobs_ran": done,
+            "where": "/".join(sorted({j.where for j in mine})) or ("local" if done else ""),
+            "seconds": round(sum(j.seconds for j in mine), 1),
+            "seconds_max": round(max((j.seconds for j in mine), default=0.0), 1), **(work or {}).get(rule, {})}
+        row["ran"] = ("failed" if failed and done < planned.get(rule, 0) else
+                      "yes" if done and done >= planned.get(rule, 0) else "partly" if done else "no")
         rows.append({c: row.get(c, "") for c in COLUMNS})
     return rows
 

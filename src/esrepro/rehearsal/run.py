@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterator
 
 from esrepro.rehearsal.mirror_layout import PINS
-from esrepro.rehearsal.report import dag_jobs, finished_jobs, report_rows, write_report
+from esrepro.rehearsal.report import (Job, dag_jobs, job_stats, local_jobs, outputs_work, report_rows, slurm_jobs,
+                                      write_report)
 
 CONFIG = "config/rehearsal.yaml"
 PAPER = "config/paper.yaml"
@@ -84,7 +85,7 @@ def slurm_cluster(state: Path, repo: Path) -> Iterator[dict[str, str]]:
         subprocess.run([str(script), "stop", str(state)], check=False, stdout=subprocess.DEVNULL)
 
 
-def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = None, jobs: int = 2,
+def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = None, jobs: int = 4,
              slurm: bool = True, snakemake: str = "snakemake") -> int:
     """Run the rehearsal from ``repo``; returns Snakemake's exit status (the report is written either way)."""
     work = repo / WORKSPACE
@@ -99,6 +100,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
     env = {**os.environ, "HF_TOKEN": TOKEN, "HF_HOME": str(work / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
            "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("HF_HUB_OFFLINE", None)
+    submitted: list[Job] = []
     with ExitStack() as stack:
         url = stack.enter_context(serving(mirror, logs / "mirror.log"))
         env.update({"HF_ENDPOINT": url, "ESREPRO_URL_MIRROR": url})
@@ -111,16 +113,27 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
             cmd += ["--", *slice_targets()]
         print("+ " + " ".join(cmd), flush=True)
         status = subprocess.run(cmd, cwd=repo, env=env).returncode
+        if slurm:  # before the cluster stops: its records of every job it ran
+            shown = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True)
+            submitted = slurm_jobs(shown.stdout, repo)
     wall = time.monotonic() - started
+    planned = dag_jobs(configs, snakemake, repo, env) if not slice_only else _slice_jobs(configs, snakemake, repo, env)
     paper = dag_jobs([PAPER], snakemake, repo, env)
-    planned = dag_jobs(configs, snakemake, repo, env)
     if slice_only:
-        paper = {r: n for r, n in paper.items() if r in {j.rule for j in finished_jobs(repo / ".snakemake" /
-                                                                                          "metadata", WORKSPACE)}}
-    rows = report_rows(paper, planned if not slice_only else {}, finished_jobs(repo / ".snakemake" / "metadata",
-                                                                                WORKSPACE))
+        paper = {r: n for r, n in paper.items() if r in planned}
+    on_host = set(planned) - {j.rule for j in submitted}
+    ran = submitted + local_jobs(repo / ".snakemake" / "metadata", WORKSPACE, on_host)
+    rows = report_rows(paper, planned, ran, outputs_work(work), finished=status == 0)
     stem = work / "results" / ("rehearsal_slice" if slice_only else "rehearsal")
     print(write_report(rows, stem, wall))
     print(f"rehearsal: {'slice ' if slice_only else ''}finished in {wall / 60:.1f} min (Snakemake exit status "
           f"{status}); report: {stem}.csv, {stem}.md", flush=True)
     return status
+
+
+def _slice_jobs(configs: list[str], snakemake: str, repo: Path, env: dict) -> dict[str, int]:
+    cmd = [snakemake, "-n", "--quiet", "rules", "--forceall", "--configfile", *configs, "--", *slice_targets()]
+    out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return job_stats(out.stdout + out.stderr)
