@@ -116,3 +116,15 @@ def test_two_processes_score_the_one_process_budget(tiny_model_dir, tmp_path, sh
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert all(weights[k].dtype == base[k].dtype for k in base)
     assert any(not torch.equal(weights[k], base[k]) for k in base)
+
+
+@pytest.mark.slow
+def test_a_sharded_actor_generates_in_step_when_one_process_ends_early(tiny_model_dir, tmp_path):
+    """Under FSDP2 every forward gathers the shards of all processes: a process whose sequences all ended must
+    keep stepping while another's run on, or both wait on each other for ever."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    job = Path(__file__).with_name("fsdp_generate_job.py")
+    subprocess.run([str(torchrun), "--standalone", "--nnodes", "1", "--nproc-per-node", "2", str(job),
+                    str(tiny_model_dir), str(tmp_path)], env=_env(), check=True, timeout=90)
+    widths = [json.loads((tmp_path / f"rank{r}.json").read_text())["width"] for r in (0, 1)]
+    assert widths == [1, 12]  # rank 0 ended at its first token and stepped on (gathering) until rank 1 had 12
