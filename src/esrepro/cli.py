@@ -103,6 +103,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
                                                                 "training task whose runs it evaluates (repeat)")),
     "sampled_coords": ("--sampled-coords", dict(type=int, default=0, help="also simulate each run's random walk on "
                                                 "this many coordinates (0: closed form only)")),
+    "packages": ("packages", dict(nargs="+", help="modules to import (e.g. vllm ray bitsandbytes)")),
     "kind": ("--kind", dict(default="points", choices=["points", "relative"],
                             help="improvement in percentage points (the paper's bars) or relative to the base")),
 }
@@ -140,6 +141,7 @@ class Verb:
 
     target: str
     help: str
+    hidden: bool = False  # left out of `esrepro --help` (called by the pipeline, not by hand)
 
     def function(self):
         module, name = self.target.split(":")
@@ -184,6 +186,8 @@ VERBS: dict[str, Verb] = {
     "math-table": Verb("esrepro.steps.report:math_table", "the math table beside the published RL baselines"),
     "puzzle-table": Verb("esrepro.steps.report:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
     "stability-table": Verb("esrepro.steps.report:stability_table", "accuracy mean and std over seeds per method"),
+    "check-packages": Verb("esrepro.preflight:check_packages", "import modules in this environment and print which "
+                           "fail (the pre-flight check of a run)", hidden=True),
 }
 
 
@@ -218,10 +222,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> list[str]:
 def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     """The parser; only ``verb``'s (or, with None, every verb's) options are added, so a call imports one module."""
     parser = argparse.ArgumentParser(prog="esrepro", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
+    shown = "{" + ",".join(n for n, v in VERBS.items() if not v.hidden) + "}"
+    sub = parser.add_subparsers(dest="verb", required=True, metavar=shown)
     params: dict[str, list[str]] = {}
     for name, target in VERBS.items():
-        p = sub.add_parser(name, help=target.help, description=target.help)
+        p = sub.add_parser(name, description=target.help, **({} if target.hidden else {"help": target.help}))
         if verb is None or verb == name:
             params[name] = add_arguments(p, name)
     return parser, params
