@@ -152,7 +152,8 @@ def test_offline_names_every_download_still_to_do(tmp_path):
     assert "hub models are not fetched" in text and "Qwen/Qwen2.5-7B-Instruct@main" in text
     assert "gated" not in text  # no download, no token needed
     assert "data.gsm8k downloads" in text and "revision is not a commit" in text
-    assert "data.countdown downloads" in text and "data/raw/countdown/countdown.json" in text
+    assert "data/raw/gsm8k/gsm8k/<commit>/" in text
+    assert "data.countdown downloads" in text and "put data/raw/countdown/countdown.json there" in text
     assert "data.prm800k downloads" in text and "data.sudoku" not in text
     # a copy of the authors' file under raw_dir is used instead of the download
     (tmp_path / "data/raw/countdown").mkdir(parents=True)

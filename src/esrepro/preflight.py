@@ -134,13 +134,13 @@ def offline_problems(p: Pipeline, plan: Plan, root: Path, switch: str, jobs: set
         files = download_files(task, source)
         if files is not None and all((root / f).exists() for f in files):
             continue
-        where = ("its revision is not a commit, which only the hub resolves" if files is None else
-                 "no copy of " + ", ".join(str(f) for f in files if not (root / f).exists()))
+        copy = ("its revision is not a commit, which only the hub resolves: give the commit as revision and put "
+                f"the files under {source.get('raw_dir', 'raw_dir')}/{task}/<commit>/" if files is None else
+                "put " + ", ".join(str(f) for f in files if not (root / f).exists()) + " there")
         out.append(Problem(
-            f"{switch}, and data.{task} downloads ({source['kind']} source; {where}). Put the files there (see the "
-            f"source's url or repository in {p.source}), point data.{task}.source at a local copy ({{kind: local, "
-            f"path: ...}}), or prepare {folder} where the network is reachable and copy it here.",
-            frozenset({("download_data", task)})))
+            f"{switch}, and data.{task} downloads ({source['kind']} source, {p.source}). Provide it here: {copy}; "
+            f"or point data.{task}.source at a local copy ({{kind: local, path: ...}}); or prepare {folder} where "
+            "the network is reachable and copy it here.", frozenset({("download_data", task)})))
     return out
 
 
