@@ -9,7 +9,7 @@ Three kinds of problem (each a :class:`Problem`):
   the hidden verb ``esrepro check-packages``).
 
 The Snakefile prints them as warnings in a dry run and stops a real run with one message listing them all
-(:func:`report`), counting only problems of the jobs it is about to run (:meth:`Problem.applies_to`).
+(:func:`report`), counting only the jobs it is about to run (:func:`problems` with ``jobs``).
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def _training_jobs(p: Pipeline, plan: Plan) -> list[tuple[str, str, str, str, st
     for name, study in p.studies().items():
         jobs += [("train", study.task, m, meth, None) for m, meth, _ in p.study_runs(name)]
     for task in p.essa_tasks():
-        jobs += [("essa_grpo" if meth == ESSA_GRPO else "train", task, m, meth, None) for m, meth, _ in p.essa_runs(task)]
+        jobs += [("essa_grpo" if meth == ESSA_GRPO else "train", task, m, meth, None)
+                 for m, meth, _ in p.essa_runs(task)]
     return list(dict.fromkeys(jobs))
 
 
