@@ -34,6 +34,8 @@ from esrepro import forkserver
 
 
 onstart:
+    # what the jobs will need that the machines lack stops the run here, before any job (workflow/rules/common.smk)
+    preflight_check()
     if workflow.local_exec and CFG.scale == "tiny":
         forkserver.start(f"{R.LOGS}/forkserver.log")
 

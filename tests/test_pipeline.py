@@ -56,7 +56,8 @@ def test_paper_dag_lists_every_model(tmp_path):
                    "grpo_beta0.0167", "grpo_beta0.0464"):
         assert f"results/kl/conciseness/qwen2.5-7b-instruct/{method}/seed3/kl.json" in out
     assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
-    assert stats["prepare_data"] == "12"
+    # data that downloads (Countdown's, the hub sets, PRM800K) is prepared on the submitting host by download_data
+    assert stats["prepare_data"] == "4" and stats["download_data"] == "8"
     # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, plus the authors'
     # GRPO-Zero cell for GRPO (8) and GRPO (30), one selection each (and again for 3 stability seeds)
     assert stats["train_cell"] == str((7 + 3) * (4 * 6 + 2)) and stats["select_rl"] == str((7 + 3) * 4)

@@ -119,6 +119,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "port": ("--port", dict(type=int, default=0, help="port to listen on (0: any free port)")),
     "url_file": ("--url-file", dict(default=None, help="write the mirror's URL to this file")),
     "request_log": ("--request-log", dict(default=None, help="append one line per request here (default: stderr)")),
+    "packages": ("packages", dict(nargs="+", help="modules to import (e.g. vllm ray bitsandbytes)")),
     "kind": ("--kind", dict(default="points", choices=["points", "relative"],
                             help="improvement in percentage points (the paper's bars) or relative to the base")),
 }
@@ -158,6 +159,7 @@ class Verb:
 
     target: str
     help: str
+    hidden: bool = False  # left out of `esrepro --help` (called by the pipeline, not by hand)
 
     def function(self):
         module, name = self.target.split(":")
@@ -209,6 +211,8 @@ VERBS: dict[str, Verb] = {
                          "build a local hub/URL mirror of a config's models (random-weight replicas) and data"),
     "mirror-serve": Verb("esrepro.steps.mirror:mirror_serve",
                          "serve a mirror for HF_ENDPOINT and ESREPRO_URL_MIRROR until killed"),
+    "check-packages": Verb("esrepro.preflight:check_packages", "import modules in this environment and print which "
+                           "fail (the pre-flight check of a run)", hidden=True),
 }
 
 
@@ -243,10 +247,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> list[str]:
 def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     """The parser; only ``verb``'s (or, with None, every verb's) options are added, so a call imports one module."""
     parser = argparse.ArgumentParser(prog="esrepro", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
+    shown = "{" + ",".join(n for n, v in VERBS.items() if not v.hidden) + "}"
+    sub = parser.add_subparsers(dest="verb", required=True, metavar=shown)
     params: dict[str, list[str]] = {}
     for name, target in VERBS.items():
-        p = sub.add_parser(name, help=target.help, description=target.help)
+        p = sub.add_parser(name, description=target.help, **({} if target.hidden else {"help": target.help}))
         if verb is None or verb == name:
             params[name] = add_arguments(p, name)
     return parser, params

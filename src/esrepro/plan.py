@@ -121,6 +121,17 @@ class Plan:
     def hub_models_regex(self) -> str:
         return keys_regex([k for k, e in self.p.registry.items() if e.hub_id is not None])
 
+    def downloaded_tasks(self) -> list[str]:
+        """Tasks whose data source downloads (hub, url, the authors' file by url): prepared on the submitting host."""
+        from esrepro.tasks.sources import downloads
+
+        return [t for t, d in self.p.cfg.data.items() if downloads(d.source.model_dump(exclude_none=True))]
+
+    def prepared_tasks_regex(self, downloaded: bool) -> str:
+        """The tasks whose data the download rule (``downloaded``) or the local preparation rule prepares."""
+        chosen = set(self.downloaded_tasks())
+        return keys_regex(sorted(t for t in self.p.cfg.data if (t in chosen) == downloaded))
+
     def build_inputs(self, model: str) -> list[str]:
         """Prepared data a built model's warm start must stay disjoint from (each warm-start task's)."""
         tasks = self.p.model(model).build.sft.task_problems()

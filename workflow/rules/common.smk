@@ -68,3 +68,28 @@ def note_args(notes):
 def flag_args(flag, items):
     """``flag item`` for each item, shell-quoted (a repeated flag, e.g. --set A=B --set C=D)."""
     return " ".join(f"{flag} {shlex.quote(str(i))}" for i in items)
+
+
+# Pre-flight (esrepro.preflight): what the jobs will need that the machines lack (hub access offline, a token for
+# a gated model, packages an engine or setting needs in the jobs' environment). A dry run prints it as warnings;
+# a real run stops at its start (the Snakefile's onstart, in the main process of a real run only), before any job,
+# on the problems of the jobs it is about to run. Jobs re-read these files: they check nothing.
+import sys
+
+from snakemake.exceptions import WorkflowError
+
+from esrepro import preflight
+
+if workflow.is_main_process and workflow.output_settings.dryrun:
+    PREFLIGHT = preflight.problems(PIPELINE, PLAN)
+    if PREFLIGHT:
+        print(preflight.report(PREFLIGHT, dry_run=True), file=sys.stderr)
+
+
+def preflight_check():
+    """Stop a real run before its first job when a job it is about to run would fail for want of something."""
+    executor = workflow.executor_plugin.name if workflow.executor_plugin is not None else None
+    jobs = [(j.rule.name, j.wildcards.get("model", j.wildcards.get("task"))) for j in workflow.dag.needrun_jobs()]
+    found = preflight.problems(PIPELINE, PLAN, executor=executor, jobs=jobs)
+    if found:
+        raise WorkflowError(preflight.report(found, dry_run=False))

@@ -1,4 +1,6 @@
-# Base models: built locally (registry `build`) or fetched from the hub (`hub_id`, `revision`).
+# Base models: built locally (registry `build`) or fetched from the hub (`hub_id`, `revision`). fetch_model is a
+# local rule: downloads run on the submitting host, as compute nodes often have no internet (docs/scaling.md,
+# "Before the first job").
 
 
 rule build_tiny:
@@ -31,6 +33,7 @@ rule fetch_model:
         model=PLAN.hub_models_regex(),
     params:
         spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
+    localrule: True
     resources:
         **timed_resources_of("fetch", "fetch_model"),
     conda:

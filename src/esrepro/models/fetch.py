@@ -1,33 +1,88 @@
-"""Downloading a hub model at a revision; a branch name is resolved to its commit and recorded."""
+"""Downloading a hub model at a revision; a branch name is resolved to its commit and recorded.
+
+Only what the pipeline loads is fetched (:data:`MODEL_FILES`): a hub repository often carries the same weights
+in other formats too (Meta's ``original/*.pth``, ~16 GB for an 8B model), which would cost the download and
+every later hash of the model folder.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from esrepro.io import atomic_path
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def fetch_hub_model(model: str, hub_id: str, revision: str, out: str | Path) -> dict[str, Any]:
-    """Download ``hub_id`` at ``revision`` into ``out`` atomically; returns the resolved commit.
+@dataclass(frozen=True)
+class FilePatterns:
+    """``snapshot_download``'s allow and ignore patterns (fnmatch; ``*`` also matches ``/``)."""
 
-    A revision that is not a 40-hex commit (e.g. ``main``) is resolved first and a warning
-    says the model is not pinned; the commit actually downloaded is returned either way.
+    allow: tuple[str, ...]
+    ignore: tuple[str, ...]
+
+
+#: The files of a hub model the pipeline fetches, at the repository's top level: the model and generation configs
+#: and every other ``*.json`` (weight index, tokenizer config, special tokens, chat template), safetensors weights,
+#: tokenizer files (BPE vocabulary and merges, a SentencePiece or tiktoken model), ``*.jinja`` chat templates and
+#: the licence. Never: subfolders (``original/`` with Meta's consolidated ``*.pth``, ``onnx/``, ``gguf/``), PyTorch
+#: ``*.bin`` weights (fetched only from a repository without safetensors, :func:`file_patterns`), GGUF, ONNX,
+#: TensorFlow or Flax weights.
+MODEL_FILES = FilePatterns(
+    allow=("*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "merges.txt", "vocab.txt", "*.jinja",
+           "LICENSE*"),
+    ignore=("*/*", "*.pth", "*.pt", "*.bin", "*.gguf", "*.onnx", "*.onnx_data", "*.h5", "*.msgpack", "*.ot"),
+)
+#: PyTorch weights: fetched instead of safetensors only where a repository has no ``*.safetensors``.
+BIN_WEIGHTS = "*.bin"
+
+
+def file_patterns(repo_files: Iterable[str]) -> FilePatterns:
+    """:data:`MODEL_FILES` for a repository holding ``repo_files``: with ``*.bin`` weights allowed when it has no
+    top-level safetensors."""
+    if any(f.endswith(".safetensors") and "/" not in f for f in repo_files):
+        return MODEL_FILES
+    return FilePatterns(allow=(*MODEL_FILES.allow, BIN_WEIGHTS),
+                        ignore=tuple(p for p in MODEL_FILES.ignore if p != BIN_WEIGHTS))
+
+
+def select_files(repo_files: Iterable[str]) -> list[str]:
+    """The files of ``repo_files`` a fetch downloads (the hub client's own filter, as ``snapshot_download`` applies
+    it)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    files = list(repo_files)
+    patterns = file_patterns(files)
+    return sorted(filter_repo_objects(files, allow_patterns=list(patterns.allow),
+                                      ignore_patterns=list(patterns.ignore)))
+
+
+def fetch_hub_model(model: str, hub_id: str, revision: str, out: str | Path) -> dict[str, Any]:
+    """Download what a model needs of ``hub_id`` at ``revision`` (:data:`MODEL_FILES`) into ``out`` atomically.
+
+    A revision that is not a 40-hex commit (e.g. ``main``) is resolved first and a warning says the model is not
+    pinned. Returns the record for the model's manifest: the commit actually downloaded, the patterns and the
+    files fetched.
     """
     from huggingface_hub import HfApi, snapshot_download
 
     commit = revision
     try:
+        api = HfApi()
         if not COMMIT.match(revision):
-            commit = HfApi().model_info(hub_id, revision=revision).sha
+            commit = api.model_info(hub_id, revision=revision).sha
             print(f"WARNING: model {model!r}: {hub_id}@{revision} is not a pinned commit; resolved to {commit} "
                   f"(put revision: {commit} in the registry to pin it)", file=sys.stderr, flush=True)
+        repo_files = api.list_repo_files(hub_id, revision=commit)
+        patterns = file_patterns(repo_files)
         with atomic_path(out, is_dir=True) as tmp:
-            snapshot_download(hub_id, revision=commit, local_dir=tmp)
+            snapshot_download(hub_id, revision=commit, local_dir=tmp, allow_patterns=list(patterns.allow),
+                              ignore_patterns=list(patterns.ignore))
     except Exception as exc:  # the hub client raises many types; name the model
         raise OSError(f"model {model!r}: could not fetch {hub_id}@{revision}: {exc}") from exc
-    return {"hub_id": hub_id, "revision": revision, "commit": commit}
+    return {"hub_id": hub_id, "revision": revision, "commit": commit, "allow_patterns": list(patterns.allow),
+            "ignore_patterns": list(patterns.ignore), "files": select_files(repo_files)}

@@ -111,6 +111,8 @@ class ModelEntry(Settings):
     hub_id: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+$", description="a hub model: repository id")
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
                                  "at fetch time and recorded in the model's manifest)")
+    gated: bool = Field(False, description="the hub repository is gated (e.g. meta-llama): fetching it needs a hub "
+                        "token of an account that accepted its licence; checked before any job (esrepro.preflight)")
     methods: dict[str, Partial] = Field(default_factory=dict, description="method -> settings over the config's, "
                                         "plus an RL hyperparameter grid (grid: {setting: [values]})")
     resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...), "
@@ -121,6 +123,8 @@ class ModelEntry(Settings):
     def _source(self) -> "ModelEntry":
         if (self.build is None) == (self.hub_id is None):
             raise ValueError("needs exactly one of build (a locally built model) or hub_id + revision (a hub model)")
+        if self.gated and self.hub_id is None:
+            raise ValueError("gated applies to a hub model (hub_id)")
         if self.hub_id is not None and self.revision is None:
             raise ValueError("a hub model needs revision (a commit, or a branch name resolved at fetch time)")
         if "default" not in self.resources:

@@ -37,7 +37,9 @@ def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out:
 
 
 def fetch_model(model: str, spec: dict, out: str) -> None:
-    """Download a hub model at its registry revision into ``out``; the resolved commit and file hashes are recorded."""
+    """Download a hub model at its registry revision into ``out`` (only the files it needs,
+    :data:`esrepro.models.fetch.MODEL_FILES`); the resolved commit, the patterns, the files and their hashes are
+    recorded."""
     from esrepro.models.fetch import fetch_hub_model
     from esrepro.provenance.manifest import build_manifest, now
 

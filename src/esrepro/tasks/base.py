@@ -35,6 +35,8 @@ class Task:
     """
 
     name: ClassVar[str] = ""
+    #: Modules its grading or data import when a job runs (checked before any job: esrepro.preflight).
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         self.options = options

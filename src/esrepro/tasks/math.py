@@ -286,6 +286,7 @@ class MathTask(Task):
     ``grading_workers`` (processes in the grading pool, default 2)."""
 
     name: ClassVar[str] = "math"
+    requires: ClassVar[tuple[str, ...]] = ("math_verify",)  # grading (verify_answer)
 
     @classmethod
     def _data_function(cls, name: str) -> Any:

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Protocol
 
 from esrepro.data.fetch import verify_sha256
 from esrepro.io import atomic_path, read_jsonl, sha256_file, write_jsonl
-from esrepro.tasks.url_sources import fetch_urls, url_origin
+from esrepro.tasks.url_sources import fetch_urls, url_files, url_origin
 
 #: ``source`` of every generated or hand-written row: not the papers' data.
 EMBEDDED = "embedded-not-paper-data"
@@ -199,6 +199,30 @@ def rows_from_source(task: str, source: dict, splits: Iterable[str], required: I
     if not out:
         raise FileNotFoundError(f"{task}: the source has none of the splits {sorted(splits)}")
     return out, provenance
+
+
+def downloads(source: dict) -> bool:
+    """Whether preparing from ``source`` downloads (hub, url, the authors' Countdown file by its url)."""
+    kind = source.get("kind")
+    return kind in ("hub", "url") or (kind == "authors" and "url" in source and "path" not in source)
+
+
+def download_files(task: str, source: dict) -> list[Path] | None:
+    """Where a downloading ``source``'s files land under its ``raw_dir`` (a copy there is used instead of a
+    download); None where that needs the hub (a hub source whose revision is not a commit), [] for a source that
+    does not download."""
+    if not downloads(source):
+        return []
+    raw = Path(source.get("raw_dir", ""))
+    if source["kind"] == "authors":
+        return [raw / "countdown.json"]
+    if source["kind"] == "url":
+        return [raw / task / source["revision"] / f["path"] for f in url_files(task, source).values()]
+    spec = {**hub_defaults(task), **source}
+    commit = _given(spec.get("revision"))
+    if commit is None or not _COMMIT.fullmatch(commit):
+        return None
+    return [Path(spec.get("raw_dir", "")) / task / commit / f["path"] for f in (spec.get("files") or {}).values()]
 
 
 def hub_splits(task: str, source: dict) -> list[str]:
