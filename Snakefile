@@ -3,7 +3,7 @@
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 # Logic lives in src/esrepro (the `esrepro` command); these files only wire paths.
 
-from esrepro import cluster, specs
+from esrepro import cluster, job_time, specs
 from esrepro import paths as P
 from esrepro.config import config_files, load_pipeline, workflow_config
 from esrepro.plan import Plan

@@ -95,7 +95,7 @@ def test_docs_show_the_commands_output(paper):
 def test_steps_ask_for_their_estimate_at_least_a_floor(paper):
     """Evaluation and KL jobs ask for 1.25x their estimate in one attempt; CPU steps for at least 15 minutes;
     every runtime at most the registry's."""
-    from esrepro.cluster import timed_step
+    from esrepro.job_time import timed_step
     from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES, step_cost
 
     steps = [j for j in plan_jobs(paper) if j.rule in STEP_RULES]

@@ -69,7 +69,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("esrepro.report",)),
     ("provenance", ("esrepro.provenance",)),
     ("wiring", ("esrepro.pipeline", "esrepro.config", "esrepro.checks", "esrepro.plan", "esrepro.specs",
-                "esrepro.cluster", "esrepro.scaling", "esrepro.steps", "esrepro.cli", "esrepro.forkserver",
+                "esrepro.cluster", "esrepro.scaling", "esrepro.job_time", "esrepro.jobs", "esrepro.cost",
+                "esrepro.preflight", "esrepro.rehearsal", "esrepro.steps", "esrepro.cli", "esrepro.forkserver",
                 "esrepro.preflight")),
 ]
 

@@ -104,7 +104,7 @@ def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
 
 def test_paper_steps_ask_for_their_estimated_runtimes(dry_run, paper):
     """Evaluation, KL, download, selection and parameter-shift jobs ask for runtimes from their estimates
-    (esrepro.cluster.timed_step): at least the 15-minute floor, at most their registry runtime."""
+    (esrepro.job_time.timed_step): at least the 15-minute floor, at most their registry runtime."""
     from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES
 
     steps = [j for j in _jobs(dry_run) if j["rule"] in STEP_RULES]

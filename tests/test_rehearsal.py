@@ -74,7 +74,7 @@ def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():
                           *slice_targets()], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     stats = job_stats(out.stdout + out.stderr)
-    assert {"fetch_model", "prepare_data", "train", "train_cell", "select_rl", "evaluate", "kl"} <= set(stats)
+    assert {"fetch_model", "download_data", "train", "train_cell", "select_rl", "evaluate", "kl"} <= set(stats)
     assert stats["fetch_model"] == 2 and sum(stats.values()) < 30
 
 

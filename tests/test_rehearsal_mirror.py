@@ -97,7 +97,9 @@ def test_qwen_replica_fetched_at_main_resolves_and_loads(mirror):
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     commit = repo(mirror, "model", QWEN)["commit"]
-    assert record == {"hub_id": QWEN, "revision": "main", "commit": commit}
+    assert {k: record[k] for k in ("hub_id", "revision", "commit")} == {"hub_id": QWEN, "revision": "main",
+                                                                         "commit": commit}
+    assert "model.safetensors" in record["files"] and not (out / ".cache").exists()  # nothing of the hub client
     assert f"resolved to {commit}" in proc.stderr
     assert f"/tree/{commit}" in mirror["log"].read_text()
 
@@ -134,7 +136,8 @@ def test_gated_llama_needs_a_token(mirror):
     proc = hub_python(mirror, fetch_model_code("llama", LLAMA, out), token="hf_rehearsal")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["commit"] == repo(mirror, "model", LLAMA)["commit"]
-    assert (out / "original" / "consolidated.00.pth").is_file()  # no allow-patterns: the whole repository came
+    # only what the model needs: not Meta's consolidated weights the repository also carries
+    assert not (out / "original").exists() and (out / "model.safetensors").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["rope_scaling"]["rope_type"] == "llama3" and config["rope_theta"] == 500000.0
     assert config["tie_word_embeddings"] is True

@@ -46,7 +46,7 @@ def test_rehearsal_slice_runs_through_slurm(tmp_path):
     assert out.returncode == 0, (out.stdout + out.stderr)[-8000:]
     work = repo / WORKSPACE
     rows = {r["rule"]: r for r in csv.DictReader((work / "results" / "rehearsal_slice.csv").open())}
-    for rule in ("fetch_model", "prepare_data", "train", "train_cell", "select_rl", "evaluate", "kl"):
+    for rule in ("fetch_model", "download_data", "train", "train_cell", "select_rl", "evaluate", "kl"):
         assert rows[rule]["ran"] == "yes", rows
     assert minutes < 12, f"the slice took {minutes:.1f} min"
 

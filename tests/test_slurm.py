@@ -111,7 +111,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
-    from esrepro.cluster import timed_job, timed_step
+    from esrepro.job_time import timed_job, timed_step
     from esrepro.config import load_pipeline
 
     repo = copy_repo(tmp_path)
@@ -136,11 +136,11 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
             key = "train_es"
         # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
         # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job),
-        # its runtime from its estimate, at most the registry's (esrepro.cluster.timed_job)
+        # its runtime from its estimate, at most the registry's (esrepro.job_time.timed_job)
         if rule in ("train", "train_cell"):
             res = timed_job(pipeline, job["wildcards"]["task"], model, method, job["wildcards"].get("cell"))
             assert res.runtime <= pipeline.resources(model, key).runtime
-        else:  # evaluation and download: their runtime from their estimate too (esrepro.cluster.timed_step)
+        else:  # evaluation and download: their runtime from their estimate too (esrepro.job_time.timed_step)
             res = timed_step(pipeline, rule, job["wildcards"])
             assert res.runtime <= pipeline.resources(model, key).runtime
             assert res.model_copy(update={"runtime": None}) == \

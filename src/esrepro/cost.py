@@ -2,8 +2,8 @@
 paper table or figure and in total (``esrepro cost CONFIG``).
 
 Requested GPU-hours are what the jobs ask SLURM for: GPUs x nodes x runtime of one attempt x attempts (train jobs:
-:func:`esrepro.cluster.timed_job`; evaluation, KL, downloads, selections and parameter shifts:
-:func:`esrepro.cluster.timed_step`; other jobs: their registry entry). Estimated GPU-hours are the work of a job at
+:func:`esrepro.job_time.timed_job`; evaluation, KL, downloads, selections and parameter shifts:
+:func:`esrepro.job_time.timed_step`; other jobs: their registry entry). Estimated GPU-hours are the work of a job at
 its settings (:mod:`esrepro.scaling`, whose throughput assumptions for an H100 are stated there and in
 docs/scaling.md); the CPU steps (downloads, selections, parameter shifts, data, reports) hold no GPU and count no
 GPU-hours. Disk: the final checkpoints and kept snapshots in the registry dtype, and the resume states a run holds

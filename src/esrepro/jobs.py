@@ -142,6 +142,8 @@ def plan_jobs(p: Pipeline) -> list[Job]:
     plan, groups = Plan(p), Groups(p)
     out = [Job("build_tiny" if p.model(m).build is not None else "fetch_model", SHARED, {"model": m})
            for m in p.all_models()]
-    out += [Job("prepare_data", SHARED, {"task": d.rsplit("/", 1)[-1]}) for d in plan.datasets()]
+    downloaded = set(plan.downloaded_tasks())
+    out += [Job("download_data" if task in downloaded else "prepare_data", SHARED, {"task": task})
+            for task in (d.rsplit("/", 1)[-1] for d in plan.datasets())]
     return out + _training(plan, groups) + _measurements(plan, groups) + _reports(plan)
 

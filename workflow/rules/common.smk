@@ -24,10 +24,10 @@ def resources_of(rule_name):
 
 def timed_resources_of(rule_name, snakemake_rule):
     """:func:`resources_of`, with the runtime of ``snakemake_rule``'s jobs from their estimate (the registry's
-    runtime as its ceiling; esrepro.cluster.timed_step)."""
+    runtime as its ceiling; esrepro.job_time.timed_step)."""
     res = resources_of(rule_name)
     if "runtime" in res:
-        res["runtime"] = lambda wildcards: cluster.timed_step(PIPELINE, snakemake_rule, dict(wildcards.items())).runtime
+        res["runtime"] = lambda wildcards: job_time.timed_step(PIPELINE, snakemake_rule, dict(wildcards.items())).runtime
     return res
 
 

@@ -24,13 +24,13 @@ TRAIN_SHELL = (
 # being the ceiling of one attempt; a longer job continues from its resume state on the next attempt.
 RAY_SLURM = os.path.join(workflow.basedir, "scripts", "ray-slurm")
 TRAIN_RESOURCES = {
-    k: (lambda w, k=k: cluster.train_resource(PIPELINE, w.task, w.model, w.method, k))
+    k: (lambda w, k=k: job_time.train_resource(PIPELINE, w.task, w.model, w.method, k))
     for k in cluster.TRAIN_RESOURCES
 }
 # An RL job outside `train` (a grid cell, the ESSA study's GRPO baseline): the registry's `train` entry, with as
 # many processes (GPUs) as share the run's per-step batch evenly (esrepro.cluster.rl_job).
 RL_RESOURCES = {
-    k: (lambda w, k=k: cluster.train_resource(PIPELINE, w.task, w.model, w.method, k, getattr(w, "cell", None)))
+    k: (lambda w, k=k: job_time.train_resource(PIPELINE, w.task, w.model, w.method, k, getattr(w, "cell", None)))
     for k in cluster.TRAIN_RESOURCES
 }
 

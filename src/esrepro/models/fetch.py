@@ -8,6 +8,7 @@ every later hash of the model folder.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,8 @@ def fetch_hub_model(model: str, hub_id: str, revision: str, out: str | Path) -> 
         with atomic_path(out, is_dir=True) as tmp:
             snapshot_download(hub_id, revision=commit, local_dir=tmp, allow_patterns=list(patterns.allow),
                               ignore_patterns=list(patterns.ignore))
+            # the hub client's own bookkeeping (file metadata, locks): not part of the model, nor of its hashes
+            shutil.rmtree(Path(tmp) / ".cache", ignore_errors=True)
     except Exception as exc:  # the hub client raises many types; name the model
         raise OSError(f"model {model!r}: could not fetch {hub_id}@{revision}: {exc}") from exc
     return {"hub_id": hub_id, "revision": revision, "commit": commit, "allow_patterns": list(patterns.allow),
