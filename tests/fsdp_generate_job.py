@@ -1,7 +1,10 @@
-"""PPO's rollout generation on an FSDP2-sharded actor, one process of ``torchrun --nproc-per-node 2``:
-``python fsdp_generate_job.py MODEL_DIR OUT``. Rank 0's sequences end at their first token (every id is an
-end-of-sequence id there), rank 1's run to ``max_new_tokens``: the ranks must keep generating in step, since
-each forward gathers every rank's shards. Writes ``OUT/rank<R>.json`` with the generated lengths."""
+"""Generation with an FSDP2-sharded PPO actor, one process of ``torchrun --nproc-per-node 2``:
+``python fsdp_generate_job.py MODEL_DIR OUT``.
+
+The rollout: rank 0's sequences end at their first token (every id is an end-of-sequence id there), rank 1's run
+to ``max_new_tokens``, so the ranks must keep generating in step (each forward gathers every rank's shards). Then
+the periodic evaluation as PPO runs it: the weights gathered on both ranks, rank 0 generating alone while rank 1
+waits at a barrier. Writes ``OUT/rank<R>.json`` with the generated lengths and rank 0's evaluation."""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from esrepro.distributed import init_process_group, world
+from esrepro.distributed import barrier, init_process_group, world
 from esrepro.models.loading import load_tokenizer
 from esrepro.rl import ppo_parallel as par
 from esrepro.rl.ppo import _generate_padded
 from esrepro.settings.methods import PPOSettings
+from esrepro.train.periodic import model_generator
 
 
 def main() -> None:
@@ -35,7 +39,13 @@ def main() -> None:
     enc = tok(["1 2 3", "4 5 6"], return_tensors="pt", padding=True)
     cfg = PPOSettings(max_new_tokens=12)
     seqs = _generate_padded(actor, dict(enc), 2, cfg, tok)
-    (out / f"rank{here.rank}.json").write_text(json.dumps({"width": seqs.shape[1] - enc["input_ids"].shape[1]}))
+    record: dict = {"width": seqs.shape[1] - enc["input_ids"].shape[1]}
+    actor.generation_config.eos_token_id = None
+    with par.gathered(actor):
+        if here.rank == 0:
+            record["evaluated"] = model_generator(actor, tok, "cpu", 2, False, alone=True)(["1 2 3", "4 5 6"], 6)
+        barrier()
+    (out / f"rank{here.rank}.json").write_text(json.dumps(record))
     torch.distributed.destroy_process_group()
 
 

@@ -119,12 +119,14 @@ def test_two_processes_score_the_one_process_budget(tiny_model_dir, tmp_path, sh
 
 
 @pytest.mark.slow
-def test_a_sharded_actor_generates_in_step_when_one_process_ends_early(tiny_model_dir, tmp_path):
-    """Under FSDP2 every forward gathers the shards of all processes: a process whose sequences all ended must
-    keep stepping while another's run on, or both wait on each other for ever."""
+def test_a_sharded_actor_generates_in_step_and_evaluates_on_one_process(tiny_model_dir, tmp_path):
+    """Under FSDP2 every forward gathers the shards of all processes: in a rollout, a process whose sequences all
+    ended steps on while another's run; in the periodic evaluation, the main process generates alone from the
+    gathered weights while the others wait, without stepping in sync with them."""
     torchrun = Path(sys.executable).with_name("torchrun")
     job = Path(__file__).with_name("fsdp_generate_job.py")
     subprocess.run([str(torchrun), "--standalone", "--nnodes", "1", "--nproc-per-node", "2", str(job),
                     str(tiny_model_dir), str(tmp_path)], env=_env(), check=True, timeout=90)
-    widths = [json.loads((tmp_path / f"rank{r}.json").read_text())["width"] for r in (0, 1)]
-    assert widths == [1, 12]  # rank 0 ended at its first token and stepped on (gathering) until rank 1 had 12
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["width"] for r in records] == [1, 12]  # rank 0 ended at its first token and stepped on with rank 1
+    assert len(records[0]["evaluated"]) == 2 and "evaluated" not in records[1]

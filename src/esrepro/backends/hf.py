@@ -102,12 +102,16 @@ class HFBackend:
         """The causal LM to generate with (a subclass may load it otherwise, e.g. with an adapter)."""
         return load_model(model_dir, dtype=dtype, device=device)
 
+    #: transformers' ``synced_gpus`` for every generate call (None: transformers decides, on for a sharded model)
+    synced_gpus: bool | None = None
+
     @classmethod
     def wrap(cls, model, tokenizer, device: str = "cpu", batch_size: int = 32, chat: bool = False,
-             max_prompt_tokens: int | None = None) -> "HFBackend":
+             max_prompt_tokens: int | None = None, synced_gpus: bool | None = None) -> "HFBackend":
         """A backend around an already loaded model and tokenizer (e.g. a policy being trained by RL)."""
         self = cls.__new__(cls)
         self._attach(model, tokenizer, device, batch_size, chat, max_prompt_tokens, "default")
+        self.synced_gpus = synced_gpus
         return self
 
     def format_prompt(self, prompt: str) -> str:
@@ -155,7 +159,7 @@ class HFBackend:
         for enc in batches:
             if self.generation == "static":
                 extra["past_key_values"] = self._static_cache(enc["input_ids"].shape[0], cache_len)
-            gen = self.model.generate(**enc, generation_config=config, **extra)
+            gen = self.model.generate(**enc, generation_config=config, synced_gpus=self.synced_gpus, **extra)
             new = gen[:, enc["input_ids"].shape[1] :]
             keep = response_mask(new, set(self.eos_ids)).sum(dim=1).tolist()
             rows.extend(row[:n] for row, n in zip(new.tolist(), keep))

@@ -260,10 +260,11 @@ def train_ppo(
         from esrepro.train.periodic import policy_point
 
         evaluation, per_step = periodic
-        with par.gathered(actor):
+        with par.gathered(actor):  # FSDP2: every process holds the whole weights; the main process evaluates alone
             if here.is_main:
                 with amp():
-                    policy_point(evaluation, done, per_step, policy, tok, device, cfg.eval_batch_size, chat)
+                    policy_point(evaluation, done, per_step, policy, tok, device, cfg.eval_batch_size, chat,
+                                 alone=True)
             barrier()
 
     if periodic is not None and resumed is None:
@@ -375,20 +376,16 @@ def _whole_policy(actor: nn.Module, model_dir: str | Path, dtype: str, is_main: 
 
 
 def _generate_padded(actor: nn.Module, enc: dict, per_call: int, cfg: PPOSettings, tok: Any) -> torch.Tensor:
-    """Generate in calls of ``per_call`` prompts and right-pad the sequences to one length.
-
-    A sharded actor generates in step with the other processes (``synced_gpus``): each forward gathers the
-    shards from every process, so a process whose sequences all ended keeps stepping until every process's
-    have. transformers turns this on by itself only for models it sharded (FSDP1, or its own FSDP2), not for
-    ``fully_shard`` applied here (esrepro.rl.ppo_parallel.wrap)."""
+    """Generate in calls of ``per_call`` prompts and right-pad the sequences to one length (a sharded actor: every
+    process calls this, and transformers keeps them stepping together, ``synced_gpus``, as each forward gathers
+    every process's shards)."""
     outs = []
     n = enc["input_ids"].shape[0]
-    synced = par.sharded(actor)
     for i in range(0, n, per_call):
         outs.append(actor.generate(
             input_ids=enc["input_ids"][i:i + per_call],
             attention_mask=enc["attention_mask"][i:i + per_call],
             do_sample=True, temperature=cfg.temperature, top_p=1.0, top_k=0,
-            max_new_tokens=cfg.max_new_tokens, pad_token_id=tok.pad_token_id, synced_gpus=synced))
+            max_new_tokens=cfg.max_new_tokens, pad_token_id=tok.pad_token_id))
     width = max(o.shape[1] for o in outs)
     return torch.cat([nn.functional.pad(o, (0, width - o.shape[1]), value=tok.pad_token_id) for o in outs])

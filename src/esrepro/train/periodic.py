@@ -84,20 +84,25 @@ RL_EVAL_BATCH = 64  # prompts per generation batch of an RL run's periodic evalu
 
 
 def policy_point(evaluation: PeriodicEval, step: int, per_step: int, model: Any, tokenizer: Any, device: str,
-                 batch_size: int | None, chat: bool) -> dict:
+                 batch_size: int | None, chat: bool, alone: bool = False) -> dict:
     """A point of an RL run's periodic evaluation after ``step`` optimiser steps of ``per_step`` completions each,
-    from the in-memory policy (``batch_size`` None: :data:`RL_EVAL_BATCH`)."""
-    generate = model_generator(model, tokenizer, device, int(batch_size or RL_EVAL_BATCH), chat)
+    from the in-memory policy (``batch_size`` None: :data:`RL_EVAL_BATCH`); ``alone``: one process of several
+    generates by itself (see :func:`model_generator`)."""
+    generate = model_generator(model, tokenizer, device, int(batch_size or RL_EVAL_BATCH), chat, alone=alone)
     return evaluation.point(step, step * per_step, generate)
 
 
 def model_generator(model: Any, tokenizer: Any, device: str, batch_size: int, chat: bool,
-                    max_prompt_tokens: int | None = None) -> Callable[[list[str], int], list[str]]:
-    """Greedy generation with an in-memory policy (RL trainers), in eval mode, restoring its mode afterwards."""
+                    max_prompt_tokens: int | None = None, alone: bool = False) -> Callable[[list[str], int], list[str]]:
+    """Greedy generation with an in-memory policy (RL trainers), in eval mode, restoring its mode afterwards.
+
+    ``alone``: this process generates while the others wait (an FSDP2 policy whose weights the caller gathered on
+    every process): transformers would otherwise step it in sync with the others (``synced_gpus``), which never
+    come."""
     from esrepro.backends.hf import HFBackend
 
     backend = HFBackend.wrap(model, tokenizer, device=device, batch_size=batch_size, chat=chat,
-                             max_prompt_tokens=max_prompt_tokens)
+                             max_prompt_tokens=max_prompt_tokens, synced_gpus=False if alone else None)
 
     def generate(prompts: list[str], max_new_tokens: int) -> list[str]:
         was_training = model.training
