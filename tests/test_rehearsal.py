@@ -92,6 +92,9 @@ def test_report_reads_slurms_and_snakemakes_job_records_and_each_rules_work(tmp_
     run.mkdir(parents=True)
     (run / "log.jsonl").write_text("".join(json.dumps({"iteration": i, "rewards": [0.0] * 4}) + "\n"
                                            for i in range(2)))
+    essa = work / "results/runs/gsm8k/m/essa_ref/seed0"  # ESSA logs the ids of the problems scored
+    essa.mkdir(parents=True)
+    (essa / "log.jsonl").write_text(json.dumps({"generation": 0, "rewards": [0.0] * 3, "problems": [4, 9]}) + "\n")
     cell = work / "results/runs/countdown/m/grpo8/grid/c0/seed0"
     cell.mkdir(parents=True)
     (cell / "log.jsonl").write_text(json.dumps({"step": 0}) + "\n")
@@ -120,7 +123,7 @@ def test_report_reads_slurms_and_snakemakes_job_records_and_each_rules_work(tmp_
                                              "incomplete": False}))
     jobs += local_jobs(meta, "work/rehearsal", {"prepare_data"})
     work_done = outputs_work(work)
-    assert work_done["train"] == {"optimiser_steps": 2, "scored_samples": 8}
+    assert work_done["train"] == {"optimiser_steps": 3, "scored_samples": 8 + 6}
     assert work_done["train_cell"] == {"optimiser_steps": 1} and work_done["evaluate"] == {"prompts_evaluated": 4}
     planned = {"prepare_data": 1, "train": 1, "train_cell": 1, "evaluate": 1, "kl": 1, "all": 1}
     rows = report_rows({**planned, "kl": 3}, planned, jobs, work_done, finished=False)

@@ -123,6 +123,12 @@ def local_jobs(metadata_dir: str | Path, prefix: str, rules: Iterable[str]) -> l
     return list(seen.values())
 
 
+def _problems(row: dict) -> int:
+    """Problems each member or candidate of a training log row was scored on (ESSA logs their ids)."""
+    problems = row.get("problems", 1)
+    return len(problems) if isinstance(problems, list) else int(problems or 1)
+
+
 def outputs_work(workspace: str | Path) -> dict[str, dict[str, float]]:
     """Per rule, what its jobs did, read from their outputs under ``workspace``: optimiser steps (log rows),
     scored samples (members x problems), prompts evaluated, tokens sampled for KL."""
@@ -135,7 +141,7 @@ def outputs_work(workspace: str | Path) -> dict[str, dict[str, float]]:
             if f.name == "log.jsonl":
                 log = read_jsonl(f)
                 totals["optimiser_steps"] = totals.get("optimiser_steps", 0) + len(log)
-                scored = sum(len(r.get("rewards", [])) * r.get("problems", 1) for r in log)
+                scored = sum(len(r.get("rewards", [])) * _problems(r) for r in log)
                 totals["scored_samples"] = totals.get("scored_samples", 0) + scored
             elif f.name == "metrics.json":
                 totals["prompts_evaluated"] = totals.get("prompts_evaluated", 0) + json.loads(f.read_text())["n"]
