@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import load_pipeline, workflow_config
-from esrepro.rehearsal.report import job_stats, local_jobs, outputs_work, report_rows, slurm_jobs, write_report
+from esrepro.rehearsal.report import (job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
+                                      write_report)
 from esrepro.rehearsal.run import slice_targets
 from esrepro.plan import Plan
 
@@ -115,13 +116,18 @@ def test_report_reads_slurms_and_snakemakes_job_records_and_each_rules_work(tmp_
 
     meta = repo / ".snakemake/metadata"
     meta.mkdir(parents=True)
-    for path, rule, start, end in [("work/rehearsal/data/prepared/countdown", "prepare_data", 10.0, 12.5),
-                                   ("work/rehearsal/results/x", "train", 0.0, 0.01),  # a submitted job's record
-                                   ("elsewhere/y", "prepare_data", 0.0, 9.0)]:
+    for path, rule, start, end, job in [
+            ("work/rehearsal/data/prepared/countdown", "prepare_data", 110.0, 111.0, 1),
+            ("work/rehearsal/data/prepared/countdown/manifest.json", "prepare_data", 111.0, 112.5, 1),  # same job
+            ("work/rehearsal/results/x", "train", 100.0, 100.01, 2),   # a submitted job's record
+            ("work/rehearsal/data/prepared/gsm8k", "prepare_data", 5.0, 9.0, 3),  # an earlier run's job
+            ("elsewhere/y", "prepare_data", 100.0, 109.0, 4)]:               # another workspace's
         name = base64.urlsafe_b64encode(path.encode()).decode()
-        (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "job_hash": 1,
+        (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "job_hash": job,
                                              "incomplete": False}))
-    jobs += local_jobs(meta, "work/rehearsal", {"prepare_data"})
+    on_host = local_rules("rule train:\n    jobid: 2\nlocalrule prepare_data:\n    jobid: 1\n")
+    assert on_host == {"prepare_data"}
+    jobs += local_jobs(meta, "work/rehearsal", on_host, since=100.0)
     work_done = outputs_work(work)
     assert work_done["train"] == {"optimiser_steps": 3, "scored_samples": 8 + 6}
     assert work_done["train_cell"] == {"optimiser_steps": 1} and work_done["evaluate"] == {"prompts_evaluated": 4}

@@ -103,10 +103,11 @@ def _decode(rel: str) -> str | None:
         return None
 
 
-def local_jobs(metadata_dir: str | Path, prefix: str, rules: Iterable[str]) -> list[Job]:
-    """The jobs of ``rules`` Snakemake ran itself (on the submitting host) with outputs under ``prefix``, from its
-    metadata folder (one record per output file; a job's outputs share its start)."""
-    wanted, seen = set(rules), {}
+def local_jobs(metadata_dir: str | Path, prefix: str, rules: Iterable[str], since: float = 0.0) -> list[Job]:
+    """The jobs of ``rules`` Snakemake ran itself (on the submitting host) since ``since`` (epoch seconds), with
+    outputs under ``prefix``, from its metadata folder: one record per output file, a job's outputs sharing its
+    hash; a job's seconds run from its first output's start to its last one's end."""
+    wanted, spans = set(rules), {}
     root = Path(metadata_dir)
     for f in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
         path = _decode(str(f.relative_to(root)))
@@ -116,11 +117,18 @@ def local_jobs(metadata_dir: str | Path, prefix: str, rules: Iterable[str]) -> l
             rec = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if rec.get("rule") not in wanted or rec.get("incomplete") or rec.get("starttime") is None:
+        if (rec.get("rule") not in wanted or rec.get("incomplete") or rec.get("starttime") is None
+                or float(rec["starttime"]) < since):
             continue
-        key = (rec["rule"], rec.get("job_hash"), rec["starttime"])
-        seen[key] = Job(rec["rule"], max(0.0, float(rec["endtime"]) - float(rec["starttime"])), "local")
-    return list(seen.values())
+        key = (rec["rule"], rec.get("job_hash"))
+        lo, hi = spans.get(key, (float(rec["starttime"]), float(rec["endtime"])))
+        spans[key] = (min(lo, float(rec["starttime"])), max(hi, float(rec["endtime"])))
+    return [Job(rule, max(0.0, hi - lo), "local") for (rule, _), (lo, hi) in spans.items()]
+
+
+def local_rules(snakemake_log: str) -> set[str]:
+    """The rules whose jobs a Snakemake run executed itself (it prints ``localrule <name>:`` for each)."""
+    return set(re.findall(r"^localrule (\S+):", snakemake_log, re.M))
 
 
 def _problems(row: dict) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Iterator
 
 from esrepro.rehearsal.mirror_layout import PINS
-from esrepro.rehearsal.report import (Job, dag_jobs, job_stats, local_jobs, outputs_work, report_rows, slurm_jobs,
-                                      write_report)
+from esrepro.rehearsal.report import (Job, dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows,
+                                      slurm_jobs, write_report)
 
 CONFIG = "config/rehearsal.yaml"
 PAPER = "config/paper.yaml"
@@ -112,6 +112,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
         if slice_only:
             cmd += ["--", *slice_targets()]
         print("+ " + " ".join(cmd), flush=True)
+        began = time.time()
         status = subprocess.run(cmd, cwd=repo, env=env).returncode
         if slurm:  # before the cluster stops: its records of every job it ran
             shown = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True)
@@ -121,14 +122,20 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
     paper = dag_jobs([PAPER], snakemake, repo, env)
     if slice_only:
         paper = {r: n for r, n in paper.items() if r in planned}
-    on_host = set(planned) - {j.rule for j in submitted}
-    ran = submitted + local_jobs(repo / ".snakemake" / "metadata", WORKSPACE, on_host)
+    on_host = local_rules(_latest_log(repo)) if slurm else set(planned)
+    ran = submitted + local_jobs(repo / ".snakemake" / "metadata", WORKSPACE, on_host, since=began)
     rows = report_rows(paper, planned, ran, outputs_work(work), finished=status == 0)
     stem = work / "results" / ("rehearsal_slice" if slice_only else "rehearsal")
     print(write_report(rows, stem, wall))
     print(f"rehearsal: {'slice ' if slice_only else ''}finished in {wall / 60:.1f} min (Snakemake exit status "
           f"{status}); report: {stem}.csv, {stem}.md", flush=True)
     return status
+
+
+def _latest_log(repo: Path) -> str:
+    """The text of Snakemake's log of its latest run in ``repo`` (.snakemake/log/)."""
+    logs = sorted((repo / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
+    return logs[-1].read_text() if logs else ""
 
 
 def _slice_jobs(configs: list[str], snakemake: str, repo: Path, env: dict) -> dict[str, int]:
