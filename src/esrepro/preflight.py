@@ -274,7 +274,7 @@ def import_failures(modules: list[str], esrepro: str | None = None,
 def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrepro: str | None = None,
                      jobs: set[Job] | None = None) -> list[Problem]:
     """A problem per module the run's jobs (those among ``jobs``; None: all) need that the jobs' environment cannot
-    import. A tiny run that needs none of the :data:`OPTIONAL` modules is not checked (its packages are esrepro's
+    import. A tiny run that needs none of the :data:`OPTIONAL` modules skips this (its packages are esrepro's
     own dependencies)."""
     needs = needed_packages(p, plan, executor, jobs)
     if not needs or (p.cfg.scale == "tiny" and not OPTIONAL & set(needs) and executor is None):

@@ -9,7 +9,6 @@ switches: ``HF_ENDPOINT`` (huggingface_hub) and ``ESREPRO_URL_MIRROR`` (esrepro.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -73,16 +72,16 @@ def serving(mirror: Path, log: Path) -> Iterator[str]:
 
 
 @contextmanager
-def slurm_cluster(state: Path, repo: Path) -> Iterator[dict[str, str]]:
-    """A single-node SLURM cluster (scripts/slurm-local) for as long as the block runs; yields its environment."""
-    if state.exists():
-        shutil.rmtree(state)
+def slurm_cluster(repo: Path) -> Iterator[dict[str, str]]:
+    """A single-node SLURM cluster (scripts/slurm-local) for as long as the block runs; yields its environment.
+    Its state lives in a new temporary folder of the script's choosing, whose parents user munge can traverse
+    (a checkout's may not be)."""
     script = repo / "scripts" / "slurm-local"
-    subprocess.run([str(script), "start", str(state)], check=True, stdout=subprocess.DEVNULL)
+    state = Path(subprocess.run([str(script), "start"], check=True, capture_output=True, text=True).stdout.strip())
     try:
         yield {"SLURM_CONF": str(state / "slurm.conf"), "PATH": f"{state / 'bin'}:{os.environ['PATH']}"}
     finally:
-        subprocess.run([str(script), "stop", str(state)], check=False, stdout=subprocess.DEVNULL)
+        subprocess.run([str(script), "stop", str(state), "--purge"], check=False, capture_output=True)
 
 
 def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = None, jobs: int = 4,
@@ -106,7 +105,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
         env.update({"HF_ENDPOINT": url, "ESREPRO_URL_MIRROR": url})
         cmd = [snakemake, "--jobs", str(jobs), *NO_RETRIES, "--configfile", *configs]
         if slurm:
-            env.update(stack.enter_context(slurm_cluster(work / "slurm", repo)))
+            env.update(stack.enter_context(slurm_cluster(repo)))
             cmd = [snakemake, "--profile", "workflow/profiles/slurm", *LOCAL_CLUSTER_ARGS, "--jobs", str(jobs),
                    *NO_RETRIES, "--configfile", *configs]
         if slice_only:
