@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from esrepro.config import load_pipeline, workflow_config
-from esrepro.rehearsal.report import (job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
+from esrepro.rehearsal.report import (dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
                                       write_report)
 from esrepro.rehearsal.run import slice_targets
 from esrepro.plan import Plan
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def _pipeline(*files):
@@ -54,13 +54,8 @@ def test_rehearsal_keeps_the_papers_models_and_layouts_on_cpus():
 
 
 def test_rehearsal_dag_has_every_rule_of_the_papers():
-    def rules(config):
-        out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--forceall", "--configfile", config],
-                             cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return job_stats(out.stdout + out.stderr)
-
-    paper, rehearsal = rules("config/paper.yaml"), rules("config/rehearsal.yaml")
+    paper, rehearsal = dag_jobs(["config/paper.yaml"], SNAKEMAKE, REPO), dag_jobs(["config/rehearsal.yaml"],
+                                                                                 SNAKEMAKE, REPO)
     assert set(paper) == set(rehearsal), set(paper) ^ set(rehearsal)
     assert sum(rehearsal.values()) < sum(paper.values()) / 3
     # both families train with every Table 1 method
@@ -71,10 +66,7 @@ def test_rehearsal_dag_has_every_rule_of_the_papers():
 
 
 def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():
-    out = subprocess.run([*SNAKEMAKE, "-n", "--quiet", "rules", "--forceall", "--configfile", "config/rehearsal.yaml", "--",
-                          *slice_targets()], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    stats = job_stats(out.stdout + out.stderr)
+    stats = dag_jobs(["config/rehearsal.yaml"], SNAKEMAKE, REPO, targets=slice_targets())
     assert {"fetch_model", "download_data", "train", "train_cell", "select_rl", "evaluate", "kl"} <= set(stats)
     assert stats["fetch_model"] == 2 and sum(stats.values()) < 30
 

@@ -31,9 +31,12 @@ WORK_FILES = {
 
 
 def dag_jobs(config_files: Iterable[str], snakemake: str = "snakemake", cwd: str | Path = ".",
-             env: dict | None = None) -> dict[str, int]:
-    """Jobs per rule of a config's whole DAG, from Snakemake's own dry run (``snakemake -n --forceall``)."""
-    cmd = [snakemake, "-n", "--quiet", "rules", "--forceall", "--configfile", *config_files]
+             env: dict | None = None, targets: Iterable[str] = ()) -> dict[str, int]:
+    """Jobs per rule of a config's whole DAG (or of ``targets``'), from Snakemake's own dry run
+    (``snakemake -n --forceall``)."""
+    targets = list(targets)
+    cmd = [snakemake, "-n", "--quiet", "rules", "--forceall", "--configfile", *config_files,
+           *(["--", *targets] if targets else [])]
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")

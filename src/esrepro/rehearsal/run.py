@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from esrepro.rehearsal.mirror_layout import PINS
-from esrepro.rehearsal.report import (Job, dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows,
+from esrepro.rehearsal.report import (Job, dag_jobs, local_jobs, local_rules, outputs_work, report_rows,
                                       slurm_jobs, write_report)
 
 CONFIG = "config/rehearsal.yaml"
@@ -117,7 +117,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
             shown = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True)
             submitted = slurm_jobs(shown.stdout, repo)
     wall = time.monotonic() - started
-    planned = dag_jobs(configs, snakemake, repo, env) if not slice_only else _slice_jobs(configs, snakemake, repo, env)
+    planned = dag_jobs(configs, snakemake, repo, env, slice_targets() if slice_only else ())
     paper = dag_jobs([PAPER], snakemake, repo, env)
     if slice_only:
         paper = {r: n for r, n in paper.items() if r in planned}
@@ -135,11 +135,3 @@ def _latest_log(repo: Path) -> str:
     """The text of Snakemake's log of its latest run in ``repo`` (.snakemake/log/)."""
     logs = sorted((repo / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda f: f.stat().st_mtime)
     return logs[-1].read_text() if logs else ""
-
-
-def _slice_jobs(configs: list[str], snakemake: str, repo: Path, env: dict) -> dict[str, int]:
-    cmd = [snakemake, "-n", "--quiet", "rules", "--forceall", "--configfile", *configs, "--", *slice_targets()]
-    out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return job_stats(out.stdout + out.stderr)
