@@ -175,8 +175,10 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
                  "lr_sweep", "lr_distributions"):
         assert stats[rule] == 1, rule
     assert stats["param_shift_histogram"] == 7 + 3 + 3 + 12  # Countdown ES (+ stability seeds), math/puzzles, study
-    # the authors' GRPO-Zero cell beside each GRPO grid; conciseness GRPO with group 30; the lr x beta sweep
-    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0_pbs15_ga8_len1024/seed0" in out
+    # v2 Table 4's (beta, lr) cells; GRPO-v's one cell; conciseness GRPO with group 30; the lr x beta sweep
+    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0.005/seed0" in out
+    assert "results/runs/countdown/qwen2.5-3b-instruct/grpov/grid/default/seed3" in out  # stability seeds too
+    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0_pbs15_ga8_len1024" not in out
     assert "results/kl/conciseness/qwen2.5-7b-instruct/grpo_beta1_lr0.000005/seed3/kl.json" in out
     # the math run follows the authors' recipe
     p = _plan("paper.yaml").p
