@@ -196,8 +196,8 @@ MALFORMED = [
     ("grpo-groups", _set("methods/grpo30/per_device_train_batch_size", 100), None,
      CONFIG + "methods.grpo30.per_device_train_batch_size: per_device_train_batch_size x gradient_accumulation_steps "
      "(100) must be a multiple of num_generations (30)"),
-    ("dr-grpo-wrong-loss", _set("methods/drgrpo/loss_type", "grpo"), None,
-     CONFIG + "methods.drgrpo.loss_type: algorithm dr_grpo means loss_type dr_grpo"),
+    ("dr-grpo-v-wrong-loss", _set("methods/drgrpov/loss_type", "grpo"), None,
+     CONFIG + "methods.drgrpov.loss_type: algorithm verl_dr_grpo means loss_type dr_grpo"),
     ("ppo-batches", _set("defaults/ppo/mini_batch_size", 100), None,
      CONFIG + "defaults.ppo.mini_batch_size: prompts_per_step (128) must be a multiple of mini_batch_size "
      "(100)"),

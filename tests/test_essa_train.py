@@ -201,7 +201,7 @@ def _pipeline(mutate):
      "config/essa_tiny.yaml: studies.essa.scaling: its task must differ from the study's (countdown)"),
     (lambda c: c["studies"]["essa"]["scaling"]["grpo"].update(train_examples=2),
      "config/essa_tiny.yaml: studies.essa.scaling: method essa_grpo (model tiny): train_examples: 2 training problems, "
-     "but one grpo step draws 4 distinct problems"),
+     "but one verl_grpo step draws 4 distinct problems"),
     (lambda c: c["studies"]["essa"]["scaling"]["grpo"].update(train_examples=8),
      "config/essa_tiny.yaml: studies.essa.scaling: method essa_grpo (model tiny) reads 16 training problems"),
     (lambda c: c["evaluate"].pop("prm800k"),

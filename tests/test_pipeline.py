@@ -43,13 +43,13 @@ def test_paper_dag_lists_every_model(tmp_path):
     scaling = 1
     assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "10"
     assert stats["essa_grpo"] == "1"
-    # Countdown: base + 5 methods per model (+ 3 x 5 stability runs); GSM8K and conciseness: the base models;
+    # Countdown: base + 6 methods per model (+ 3 x 6 stability runs); GSM8K and conciseness: the base models;
     # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
     # ESSA: every run and the baseline, and the base models of Qwen2.5-Math-7B and Qwen2.5-32B on GSM8K;
     # PRM800K (an evaluate entry): every base model of the config, Llama-3.1-8B's and its scaling run
-    assert stats["evaluate"] == str(7 * 6 + 3 * 5 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
+    assert stats["evaluate"] == str(7 * 7 + 3 * 6 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
     # KL: every Countdown run and base model, every study run and the study's base model
-    assert stats["kl"] == str(7 * 6 + 3 * 5 + 1 + 7 * 4 + 16 * 4)
+    assert stats["kl"] == str(7 * 7 + 3 * 6 + 1 + 7 * 4 + 16 * 4)
     for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
         assert stats[rule] == "1"
     for method in ("es_sigma0.0005", "es_sigma0.001", "es_sigma0.0015", "grpo_beta0", "grpo_beta0.01",
@@ -58,15 +58,18 @@ def test_paper_dag_lists_every_model(tmp_path):
     assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
     # data that downloads (Countdown's, the hub sets, PRM800K) is prepared on the submitting host by download_data
     assert stats["prepare_data"] == "4" and stats["download_data"] == "8"
-    # RL: every cell of each model's grid (3 learning rates x 2 KL coefficients) for 4 methods, plus the authors'
-    # GRPO-Zero cell for GRPO (8) and GRPO (30), one selection each (and again for 3 stability seeds)
-    assert stats["train_cell"] == str((7 + 3) * (4 * 6 + 2)) and stats["select_rl"] == str((7 + 3) * 4)
+    # RL (v2 Table 4, App. A.2): the four (beta, lr) cells of PPO-z, GRPO-z (8) and GRPO-z (30) and one cell each of
+    # GRPO-v and Dr.GRPO-v per model, one selection each (and again for 3 stability seeds); no Dr.GRPO on TRL
+    assert stats["train_cell"] == str((7 + 3) * (3 * 4 + 2)) and stats["select_rl"] == str((7 + 3) * 5)
     assert stats["table3_rl_hyperparameters"] == "1"
     for model in ("qwen2.5-0.5b-instruct", "qwen2.5-7b-instruct", "llama-3.2-1b-instruct", "llama-3.1-8b-instruct"):
         assert f"results/runs/countdown/{model}/es/seed0/checkpoint" in out
-        for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+        for method in ("ppo", "grpo8", "grpo30", "grpov", "drgrpov"):
             assert f"results/runs/countdown/{model}/{method}/seed0/selection.json" in out
-    assert "results/runs/countdown/llama-3.1-8b-instruct/grpo30/grid/lr1e-06_beta0.001/seed0/checkpoint" in out
+        assert f"results/runs/countdown/{model}/drgrpo/" not in out
+    assert "results/runs/countdown/llama-3.1-8b-instruct/grpo30/grid/lr1e-05_beta0.005/seed0/checkpoint" in out
+    assert "results/runs/countdown/llama-3.1-8b-instruct/ppo/grid/alr1e-06_kl0.005/seed0/checkpoint" in out
+    assert "results/runs/countdown/llama-3.1-8b-instruct/drgrpov/grid/default/seed0/checkpoint" in out
     assert "build_tiny" not in out  # nothing of the tiny default leaks into the paper run
     assert "gpu=8" in out  # the registry's resources reach the jobs
     assert "nodes=16, gres=gpu:h100:8, tasks=16" in out  # ESSA's 128-GPU run: 16 of the 7B entry's 8-GPU nodes
@@ -144,18 +147,18 @@ def test_embedded_default_writes_every_output(default_run):
     assert {"reward_mean", "reward_std", "seconds_generation", "seconds_update"} <= set(log[0])
     manifest = json.loads((run / "manifest.json").read_text())
     assert len(manifest["inputs"]["train_data"]["sha256"]) == 64
-    for method in ("base", "es", "ppo", "grpo8", "grpo30", "drgrpo"):
+    for method in ("base", "es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"):
         metrics = json.loads((repo / f"results/eval/countdown/tiny/{method}/seed0/test/metrics.json").read_text())
         assert metrics["n"] == 200 and metrics["method"] == method
     table = pd.read_csv(repo / "results/tables/table1_countdown.csv")
-    for col in ("Original", "PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO", "ES"):
+    for col in ("Original", "PPO-z", "GRPO-z (8)", "GRPO-z (30)", "GRPO-v", "Dr.GRPO-v", "ES"):
         assert table[f"{col} (ours)"].notna().all(), col
     assert "Equal sample budgets" in (repo / "results/tables/table1_countdown.md").read_text()
-    for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+    for method in ("ppo", "grpo8", "grpo30", "grpov", "drgrpov"):
         rl = json.loads((repo / f"results/runs/countdown/tiny/{method}/seed0/manifest.json").read_text())
         assert rl["budget"]["samples_used"] <= rl["budget"]["sample_budget"]
     t3 = pd.read_csv(repo / "results/tables/table3_rl_hyperparameters.csv")
-    assert set(t3["Method"]) == {"PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO"}
+    assert set(t3["Method"]) == {"PPO-z", "GRPO-z (8)", "GRPO-z (30)", "GRPO-v", "Dr.GRPO-v"}
     # the math sets and puzzles score tiny-v2, the model trained on them; the other sets the Countdown model
     for task, model in [*((t, "tiny") for t in ("gsm8k", "conciseness")),
                         *((t, "tiny-v2") for t in ("math500", "minerva", "olympiad_bench", "aime24", "amc23", "sudoku",
@@ -174,7 +177,7 @@ def test_embedded_default_writes_every_output(default_run):
     headline = json.loads((repo / "results/tables/table1_countdown.metrics.json").read_text())
     assert set(headline["tiny"]) >= {"base", "es"}
     # KL and the conciseness study (Table 2, Pareto and reward-distribution figures)
-    for method in ("base", "es", "ppo", "grpo8", "grpo30", "drgrpo"):
+    for method in ("base", "es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"):
         kl = json.loads((repo / f"results/kl/countdown/tiny/{method}/seed0/kl.json").read_text())
         assert kl["k3"] >= 0 and kl["exact"] >= 0 and (method != "base" or kl["k1"] == kl["k3"] == kl["exact"] == 0)
     t2 = pd.read_csv(repo / "results/tables/table2_conciseness.csv")

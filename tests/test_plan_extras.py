@@ -75,8 +75,9 @@ def test_default_plan_lists_every_extras_output():
 
 
 #: Every Countdown run of the default: Table 1's methods at seed 0, then the stability seeds.
-COUNTDOWN_RUNS = ([f"results/runs/countdown/tiny/{m}/seed0" for m in ("es", "ppo", "grpo8", "grpo30", "drgrpo")]
-                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "drgrpo") for s in (1,)])
+COUNTDOWN_RUNS = ([f"results/runs/countdown/tiny/{m}/seed0"
+                   for m in ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov")]
+                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "grpov") for s in (1,)])
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
@@ -114,7 +115,7 @@ def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
     df = build_train_tasks_table(files, REPO / "config/published.yaml", {"tiny": {"display": "tiny"}}, sets,
                                  tmp_path / "train_tasks")
     row = df[df["Test set"] == "GSM8K"].iloc[0]
-    assert (row["Original (ours)"], row["ES (ours)"], row["GRPO (8) (ours)"]) == pytest.approx((10.0, 30.0, 20.0))
+    assert (row["Original (ours)"], row["ES (ours)"], row["GRPO-z (8) (ours)"]) == pytest.approx((10.0, 30.0, 20.0))
     assert "GSM8K" in (tmp_path / "train_tasks.md").read_text()
 
 
@@ -132,8 +133,9 @@ def test_default_dry_run(tmp_path):
     # ES on Countdown (2 seeds), MATH, Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the
     # learning-rate sweep's 4; the ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
     assert stats["train"] == 2 + 3 + 4 + 8 + 4 + 7
-    # Table 1's 4 RL methods (GRPO (8): 2 learning rates) and seed 1 of GRPO (8) and Dr.GRPO
-    assert stats["train_cell"] == 8 and stats["select_rl"] == 6
+    # Table 1's 5 RL methods (GRPO-z (8): 2 learning rates; GRPO-v, Dr.GRPO-v: one cell) and seed 1 of GRPO-z (8)
+    # and GRPO-v
+    assert stats["train_cell"] == 9 and stats["select_rl"] == 7
     assert stats["param_shift_histogram"] == 9 and stats["param_shift_figure"] == 5
     assert stats["sample_curves"] == 4 and stats["gains"] == 1 and stats["essa_grpo"] == 2
     for rule in ("math_table", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions", "stability_table",
@@ -173,8 +175,10 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
                  "lr_sweep", "lr_distributions"):
         assert stats[rule] == 1, rule
     assert stats["param_shift_histogram"] == 7 + 3 + 3 + 12  # Countdown ES (+ stability seeds), math/puzzles, study
-    # the authors' GRPO-Zero cell beside each GRPO grid; conciseness GRPO with group 30; the lr x beta sweep
-    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0_pbs15_ga8_len1024/seed0" in out
+    # v2 Table 4's (beta, lr) cells; GRPO-v's one cell; conciseness GRPO with group 30; the lr x beta sweep
+    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0.005/seed0" in out
+    assert "results/runs/countdown/qwen2.5-3b-instruct/grpov/grid/default/seed3" in out  # stability seeds too
+    assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0_pbs15_ga8_len1024" not in out
     assert "results/kl/conciseness/qwen2.5-7b-instruct/grpo_beta1_lr0.000005/seed3/kl.json" in out
     # the math run follows the authors' recipe
     p = _plan("paper.yaml").p
@@ -280,7 +284,7 @@ def test_stability_table_reports_spread_over_seeds(tmp_path):
     rows = [("countdown", "tiny", m, s, acc) for m, accs in (("es", (0.30, 0.32, 0.31)), ("grpo8", (0.1, 0.3, 0.2)))
             for s, acc in enumerate(accs)] + [("countdown", "tiny", "base", 0, 0.05)]
     df = build_stability_table(_metrics(tmp_path, rows), {"tiny": {"display": "tiny"}}, tmp_path / "stability")
-    assert list(df["Method"]) == ["GRPO (8)", "ES"]  # base (one evaluation) has no spread to report
+    assert list(df["Method"]) == ["GRPO-z (8)", "ES"]  # base (one evaluation) has no spread to report
     es = df.set_index("Method").loc["ES"]
     assert (es["Seeds"], es["Mean"], es["Range"]) == (3, pytest.approx(31.0), pytest.approx(2.0))
     assert es["Std"] == pytest.approx(1.0)

@@ -62,7 +62,7 @@ def test_rehearsal_dag_has_every_rule_of_the_papers():
     plan = Plan(_pipeline("config/rehearsal.yaml"))
     families = {(plan.p.model(model).family, method) for model, method, _ in plan.train_runs("countdown")}
     assert {f for f, _ in families} == {"qwen2", "llama"}
-    assert {m for _, m in families} >= {"es", "ppo", "grpo8", "grpo30", "drgrpo"}
+    assert {m for _, m in families} >= {"es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"}
 
 
 def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():

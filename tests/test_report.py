@@ -79,23 +79,24 @@ def t1(metric_paths: list[Path], published: dict) -> pd.DataFrame:
 # --------------------------------------------------------------------------- published.yaml
 
 
-def test_published_yaml_has_seven_models_with_five_numbers(published: dict) -> None:
+def test_published_yaml_has_v2_table1_seven_models_with_seven_numbers(published: dict) -> None:
+    """v2 Table 1: Original, PPO-z, GRPO-z (8), GRPO-z (30), GRPO-v, Dr.GRPO-v, ES for seven models."""
     block = published["tables"]["table1_countdown"]
     assert block["provenance"]["arxiv"] == "2509.24372"
-    assert block["provenance"]["version"] == "v1"
+    assert (block["provenance"]["version"], block["provenance"]["table"]) == ("v2", "Table 1")
     assert list(block["models"]) == SEVEN
     for key in SEVEN:
         row = block["models"][key]
-        assert list(row) == ["base", "ppo", "grpo8", "grpo30", "es"]
+        assert list(row) == ["base", "ppo", "grpo8", "grpo30", "grpov", "drgrpov", "es"]
         assert all(isinstance(v, float) for v in row.values())
-        assert set(row) <= set(METHOD_COLUMNS)
-    assert block["models"]["qwen2.5-3b-instruct"] == {"base": 10.0, "ppo": 20.1, "grpo8": 30.9,
-                                                      "grpo30": 32.5, "es": 60.5}
-    best = block["best_rl"]
-    assert best["provenance"]["version"] == "v2"
-    assert list(best["models"]) == SEVEN
-    assert best["models"]["llama-3.1-8b-instruct"] == {"value": 51.3, "method": "grpo30"}
-    assert all(isinstance(b["value"], float) for b in best["models"].values())
+        assert set(row) == set(METHOD_COLUMNS)
+    assert block["models"]["qwen2.5-3b-instruct"] == {"base": 10.0, "ppo": 20.1, "grpo8": 30.9, "grpo30": 32.5,
+                                                      "grpov": 37.8, "drgrpov": 43.8, "es": 60.5}
+    assert block["models"]["llama-3.1-8b-instruct"] == {"base": 8.1, "ppo": 42.8, "grpo8": 49.9, "grpo30": 51.3,
+                                                        "grpov": 46.9, "drgrpov": 50.2, "es": 61.2}
+    assert "best_rl" not in block  # derived from the RL columns (table1)
+    assert list(METHOD_COLUMNS.values()) == ["Original", "PPO-z", "GRPO-z (8)", "GRPO-z (30)", "GRPO-v",
+                                             "Dr.GRPO-v", "ES"]  # v2 Table 1's order
 
 
 # --------------------------------------------------------------------------- table1
@@ -115,10 +116,10 @@ def test_table1_mean_std_and_blanks(t1: pd.DataFrame) -> None:
     assert math.isnan(t1.loc["tiny", "Original (ours) std"])  # one seed: no std
     # Other split / task ignored.
     assert t1.loc["qwen2.5-0.5b-instruct", "ES (ours)"] == pytest.approx(14.4)
-    assert t1.loc["qwen2.5-0.5b-instruct", "GRPO (8) (ours)"] == pytest.approx(0.3)
-    assert t1.loc["qwen2.5-0.5b-instruct", "GRPO (8) (ours) std"] == pytest.approx(statistics.stdev([0.2, 0.4]))
+    assert t1.loc["qwen2.5-0.5b-instruct", "GRPO-z (8) (ours)"] == pytest.approx(0.3)
+    assert t1.loc["qwen2.5-0.5b-instruct", "GRPO-z (8) (ours) std"] == pytest.approx(statistics.stdev([0.2, 0.4]))
     # A method with no runs is blank (NaN), not 0.
-    for col in ("PPO (ours)", "GRPO (30) (ours)", "Dr.GRPO (ours)"):
+    for col in ("PPO-z (ours)", "GRPO-z (30) (ours)", "GRPO-v (ours)", "Dr.GRPO-v (ours)"):
         assert t1[col].isna().all()
     assert t1.loc["qwen2.5-0.5b-instruct", "Original (ours)"] != 0
     assert math.isnan(t1.loc["qwen2.5-0.5b-instruct", "Original (ours)"])
@@ -130,12 +131,14 @@ def test_table1_mean_std_and_blanks(t1: pd.DataFrame) -> None:
 def test_table1_published_columns(t1: pd.DataFrame) -> None:
     q = t1.loc["qwen2.5-0.5b-instruct"]
     assert q["Original (paper)"] == pytest.approx(0.1)
-    assert q["PPO (paper)"] == pytest.approx(0.3)
-    assert q["GRPO (30) (paper)"] == pytest.approx(0.5)
+    assert q["PPO-z (paper)"] == pytest.approx(0.3)
+    assert q["GRPO-z (30) (paper)"] == pytest.approx(0.5)
+    assert q["GRPO-v (paper)"] == pytest.approx(13.0)
+    assert q["Dr.GRPO-v (paper)"] == pytest.approx(13.5)
     assert q["ES (paper)"] == pytest.approx(14.4)
-    assert math.isnan(q["Dr.GRPO (paper)"])  # not in the v1 table
+    # best RL: the best of the paper's five RL columns
     assert q["Best RL (paper)"] == pytest.approx(13.5)
-    assert q["Best RL method (paper)"] == "Dr.GRPO"
+    assert q["Best RL method (paper)"] == "Dr.GRPO-v"
     # The tiny model is not in the paper: every paper cell blank.
     tiny = t1.loc["tiny"]
     paper_cols = [c for c in t1.columns if c.endswith("(paper)")]
@@ -148,7 +151,7 @@ def test_table1_include_adds_rows_without_runs(metric_paths: list[Path], publish
     assert list(df.index) == ["tiny", "qwen2.5-0.5b-instruct", "llama-3.2-1b-instruct", "unregistered"]
     llama = df.loc["llama-3.2-1b-instruct"]
     assert llama["ES (paper)"] == pytest.approx(16.8)
-    assert llama["Best RL method (paper)"] == "GRPO"
+    assert (llama["Best RL (paper)"], llama["Best RL method (paper)"]) == (14.9, "GRPO-v")
     assert all(pd.isna(llama[f"{label} (ours)"]) for label in METHOD_COLUMNS.values())
     assert df.loc["unregistered", "Model"] == "unregistered"
 
@@ -208,7 +211,7 @@ def test_write_table_three_files(t1: pd.DataFrame, tmp_path: Path) -> None:
     assert list(csv["model"]) == ["tiny", "qwen2.5-0.5b-instruct"]
     assert csv.loc[0, "ES (ours)"] == pytest.approx(13.0)
     assert csv.loc[0, "ES (ours) std"] == pytest.approx(3.6)  # one decimal
-    assert pd.isna(csv.loc[0, "PPO (ours)"])  # blank, not 0
+    assert pd.isna(csv.loc[0, "PPO-z (ours)"])  # blank, not 0
     assert csv.loc[1, "ES (paper)"] == pytest.approx(14.4)
 
     md = stem.with_suffix(".md").read_text(encoding="utf-8")

@@ -28,7 +28,7 @@ def test_tiny_budgets_equal_the_es_budget():
     plan = _plan("config.yaml")
     es = plan.p.method_settings("tiny", "countdown", "es")
     budget = es.iterations * es.population * es.train_examples
-    for method in ("ppo", "grpo8", "grpo30", "drgrpo"):
+    for method in ("ppo", "grpo8", "grpo30", "grpov", "drgrpov"):
         spec = specs.method_spec(plan.p, "tiny", "countdown", method)
         assert spec["sample_budget"] == budget
         b = rl_budget(spec["sample_budget"], samples_per_step(spec))
@@ -36,25 +36,38 @@ def test_tiny_budgets_equal_the_es_budget():
     assert "sample_budget" not in specs.method_spec(plan.p, "tiny", "countdown", "es")
     # trained directly: ES and the conciseness study's runs (es_sigma..., grpo_beta...), never a grid method
     assert plan.methods_regex(rl=False).split("|")[0] == "es"
-    assert not any(m in plan.methods_regex(rl=False).split("|") for m in ("ppo", "grpo8", "grpo30", "drgrpo"))
+    assert not any(m in plan.methods_regex(rl=False).split("|")
+                   for m in ("ppo", "grpo8", "grpo30", "grpov", "drgrpov"))
 
 
 def test_grid_cells_and_paths():
+    """v2 Table 4: PPO-z and GRPO-z (8 and 30) sweep the four (beta, lr) pairs for every model; GRPO-v and
+    Dr.GRPO-v (A.2: VERL's defaults) are one cell each; no Dr.GRPO on TRL."""
     plan = _plan("paper.yaml")
-    cells = plan.p.grid_cells("qwen2.5-7b-instruct", "grpo8")
-    # the 3 x 2 product, then the authors' GRPO-Zero cell (lr 1e-5, no KL, 120 completions per step, 1,024 tokens)
-    assert len(cells) == 7 and "lr1e-06_beta0.001" in cells
-    zero = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-05_beta0_pbs15_ga8_len1024")
-    assert (zero["learning_rate"], zero["beta"], zero["max_new_tokens"]) == (1e-5, 0.0, 1024)
-    assert zero["per_device_train_batch_size"] * zero["gradient_accumulation_steps"] == 120
-    g30 = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo30", "lr1e-05_beta0_pbs15_ga4_len1024")
-    assert g30["per_device_train_batch_size"] * g30["gradient_accumulation_steps"] == 60 and g30["num_generations"] == 30
-    assert plan.p.grid_record("qwen2.5-7b-instruct", "grpo8")["cells"][0]["learning_rate"] == 1e-5
-    assert "cells" not in plan.p.grid_record("qwen2.5-7b-instruct", "drgrpo")
-    spec = json.loads(specs.as_json(specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo8",
-                                                      "lr3e-06_beta0")))
-    assert (spec["learning_rate"], spec["beta"], spec["loss_type"]) == (3e-06, 0.0, "grpo")
+    pairs = {(1e-3, 1e-6), (1e-3, 1e-5), (5e-3, 1e-6), (5e-3, 1e-5)}
+    models = plan.p.cfg.models
+    assert len(models) == 7
+    for model in models:
+        for method, lr in (("ppo", "actor_learning_rate"), ("grpo8", "learning_rate"), ("grpo30", "learning_rate")):
+            cells = plan.p.grid_cells(model, method)
+            assert len(cells) == 4 and {(c["beta"], c[lr]) for c in cells.values()} == pairs
+            assert "cells" not in plan.p.grid_record(model, method)
+        for method in ("grpov", "drgrpov"):
+            assert list(plan.p.grid_cells(model, method)) == ["default"]
+        assert "drgrpo" not in plan.p.cfg.methods
+    assert set(plan.p.grid_cells("qwen2.5-7b-instruct", "ppo")) == {"alr1e-06_kl0.001", "alr1e-06_kl0.005",
+                                                                   "alr1e-05_kl0.001", "alr1e-05_kl0.005"}
+    spec = json.loads(specs.as_json(specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo30",
+                                                      "lr1e-05_beta0.005")))
+    assert (spec["learning_rate"], spec["beta"], spec["loss_type"], spec["num_generations"]) == (1e-5, 5e-3, "grpo", 30)
     assert "grid" not in spec and spec["sample_budget"] == 500 * 30 * 200
+    v = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpov")
+    assert (v["algorithm"], v["learning_rate"], v["beta"], v["sample_budget"]) == ("verl_grpo", 1e-6, 1e-3, 3_000_000)
+    dr = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "drgrpov")
+    assert (dr["algorithm"], dr["loss_type"], dr["scale_rewards"], dr["beta"]) == ("verl_dr_grpo", "dr_grpo", "none", 0)
+    # Table 1's methods and the stability study's, at the paper scale
+    assert plan.p.cfg.train["countdown"].methods == ["es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"]
+    assert plan.p.cfg.stability.methods == ["es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"]
     tiny = _plan("config.yaml")
     assert list(tiny.p.grid_cells("tiny", "grpo30")) == ["default"]
     assert tiny.cell_runs("countdown", "tiny", "grpo8", 0) == [
@@ -79,7 +92,7 @@ def test_selection_keeps_the_best_final_training_reward(tmp_path):
     assert rec["winner"] == "lr2" and rec["train_reward"] == pytest.approx(0.6)
     assert (out / "checkpoint" / "model.safetensors").read_text() == "lr2"
     df = build_table3([out / "selection.json"], {"tiny": {"display": "tiny"}}, tmp_path / "t3")
-    assert df.loc[0, "Selected"] == "learning_rate=2" and df.loc[0, "Method"] == "GRPO (8)"
+    assert df.loc[0, "Selected"] == "learning_rate=2" and df.loc[0, "Method"] == "GRPO-z (8)"
     assert "learning_rate in {1, 2}" in (tmp_path / "t3.md").read_text()
     assert "\\begin{tabular}" in (tmp_path / "t3.tex").read_text()
     assert pd.read_csv(tmp_path / "t3.csv").loc[0, "Training reward"] == pytest.approx(0.6)
@@ -102,7 +115,8 @@ def test_selection_records_the_winners_settings_under_their_current_names(tmp_pa
     "edit, message",
     [
         (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "dapo"), "methods.grpo8.loss_type"),
-        (lambda c: c["methods"]["drgrpo"].__setitem__("scale_rewards", "group"), "scale_rewards"),
+        (lambda c: c["methods"]["drgrpov"].__setitem__("scale_rewards", "group"), "scale_rewards"),
+        (lambda c: c["methods"]["grpov"].__setitem__("updates_per_generation", 0), "methods.grpov.updates_per_generation"),
         (lambda c: c["methods"].__setitem__("ppo", {"beta": -1}), "methods.ppo.beta"),
         (lambda c: c["methods"].__setitem__("ppo", {"budget_from": "ppo"}), "methods.ppo.budget_from"),
         (lambda c: c["methods"]["grpo8"].__setitem__("algorithm", "reinforce"), "methods.grpo8"),

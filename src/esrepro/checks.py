@@ -122,7 +122,7 @@ def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: b
     if not grid and cells is None:
         return
     if not rl:
-        out.append(f"{where}: grids are for RL methods (ppo, grpo, dr_grpo)")
+        out.append(f"{where}: grids are for RL methods (ppo and the GRPO variants)")
         return
     fields = p.algorithm_of(task, method).settings.model_fields
     for key, values in grid.items():

@@ -173,7 +173,7 @@ VERBS: dict[str, Verb] = {
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
     "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry"),
     "fetch-model": Verb("esrepro.steps.models:fetch_model", "download a hub model at its registry revision"),
-    "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, ppo, essa) into a run directory"),
+    "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, verl_grpo, verl_dr_grpo, ppo, essa) into a run directory"),
     "select": Verb("esrepro.steps.train:select", "keep the best grid cell of an RL method as its run"),
     "evaluate": Verb("esrepro.steps.evaluate:evaluate", "greedy evaluation of a checkpoint on a task split"),
     "kl": Verb("esrepro.steps.kl:kl", "KL(fine-tuned || base) of a run's weights and kept snapshots"),

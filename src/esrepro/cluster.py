@@ -21,12 +21,13 @@ import shlex
 from typing import Any
 
 from esrepro.pipeline import Pipeline
+from esrepro.settings.methods import GRPO_ALGORITHMS
 from esrepro.settings.registry import Resources
 
 #: Snakemake resources every rule passes on from the registry.
 RESOURCES = ("gpu", "gpu_model", "cpus_per_gpu", "cpus_per_task", "mem_mb", "runtime", "nodes")
 #: Algorithms whose training runs as one process per GPU under torchrun (gradients exchanged between them).
-DATA_PARALLEL = ("ppo", "grpo", "dr_grpo")
+DATA_PARALLEL = ("ppo", *GRPO_ALGORITHMS)
 #: A train job's resources: the above and what a multi-node job needs.
 TRAIN_RESOURCES = (*RESOURCES, "gres", "tasks", "tasks_per_gpu", "mpi")
 

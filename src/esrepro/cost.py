@@ -21,13 +21,14 @@ from pathlib import Path
 from esrepro.jobs import Job, plan_jobs
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.scaling import STEP_RULES
+from esrepro.settings.methods import GRPO_ALGORITHMS
 
 #: The registry entry of each rule's jobs without an estimate (esrepro.pipeline.models.Pipeline.resources).
 REGISTRY_RULE = {"build_tiny": "build"}
 TRAINING = ("train", "train_cell", "essa_grpo")
 #: Resume-state bytes per parameter: ES the bf16 weights; PPO and GRPO float32 weights and two AdamW moments per
 #: trained model (PPO: policy and critic); ESSA a few kilobytes (CMA-ES state).
-RESUME_BYTES = {"es": 2, "ppo": 24, "grpo": 12, "dr_grpo": 12, "essa": 0}
+RESUME_BYTES = {"es": 2, "ppo": 24, **{a: 12 for a in GRPO_ALGORITHMS}, "essa": 0}
 TOTAL = "Total"
 
 

@@ -171,8 +171,9 @@ def job_cost(p: Pipeline, task: str, model: str, method: str, cell: str | None =
             flops = TRAIN_FLOPS + (FORWARD_FLOPS if s.get("beta", 0) > 0 else 0)
             backend = "vllm" if s.get("use_vllm") else "hf"
         steps = max(1, completions // samples_per_step(s))
+        rollouts = math.ceil(steps / int(s.get("updates_per_generation") or 1))  # GRPO-v: 4 steps per rollout
         seconds = max(_generation_seconds(gen, params, gpus, backend),
-                      _latency_seconds(steps, s["max_new_tokens"], params)) + \
+                      _latency_seconds(rollouts, s["max_new_tokens"], params)) + \
             _training_seconds(trained, params, gpus, flops)
     seconds += STARTUP_SECONDS
     minutes, n = schedule(seconds / 3600, res.runtime)

@@ -60,7 +60,7 @@ class ESSAStudyMixin:
             for value in getattr(study.scaling if scaling else study, key):
                 out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value, **_engine_for(setting, value)})
         if study.grpo is not None and not (scaling and study.scaling.grpo is None) and runs("grpo"):
-            out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, "grpo", {})
+            out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, str(study.grpo.get("algorithm", "grpo")), {})
         return out
 
     def essa_sweep(self, key: str) -> list[tuple[Any, str]]:
@@ -101,5 +101,5 @@ class ESSAStudyMixin:
             Layer(self.source, "studies.essa.grpo", dict(study.grpo or {})),
             *([Layer(self.source, "studies.essa.scaling.grpo", dict(scaling.grpo or {}))] if scaling else []),
             self._registry_layer(model, "grpo"),
-            Layer(self.source, "studies.essa", {"algorithm": "grpo"}),
+            Layer(self.source, "studies.essa", {"algorithm": found.algorithm}),
         ]

@@ -39,7 +39,7 @@ class SettingsMixin:
         except KeyError:
             where = at(self.source, "methods", method, "algorithm") if method in self.cfg.methods else \
                 at(self.source, "train", task, "methods")
-            raise ConfigError(f"{where}: {name!r} is not an algorithm (es, grpo, dr_grpo, ppo); a method named "
+            raise ConfigError(f"{where}: {name!r} is not an algorithm (es, grpo, dr_grpo, verl_grpo, verl_dr_grpo, ppo); a method named "
                               "otherwise needs methods.<name>.algorithm") from None
 
     def is_rl(self, task: str, method: str) -> bool:

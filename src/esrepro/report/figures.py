@@ -189,8 +189,8 @@ def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike)
 # --- shared helpers of the paper-figure modules (gains, sample_curves, param_shift, lr_sweep) ---
 #: One colour per Countdown method, the same in every figure.
 METHOD_COLORS: dict[str, str] = {
-    "base": "0.35", "es": "C0", "ppo": "C1", "grpo8": "C3", "grpo30": "C4", "drgrpo": "C2",
-    "grpo": "C3", "dr_grpo": "C2", "essa": "C5",
+    "base": "0.35", "es": "C0", "ppo": "C1", "grpo8": "C3", "grpo30": "C4", "grpov": "C6", "drgrpov": "C2",
+    "drgrpo": "C8", "grpo": "C3", "dr_grpo": "C2", "essa": "C5",
 }
 
 

@@ -32,7 +32,7 @@ PathLike = str | os.PathLike
 GainKind = Literal["points", "relative"]
 
 #: Methods drawn as bars, in the paper's order (the base model is the reference, not a bar).
-GAIN_METHODS: tuple[str, ...] = ("es", "ppo", "grpo8", "grpo30", "drgrpo")
+GAIN_METHODS: tuple[str, ...] = ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov")
 
 GAIN_COLUMNS = ("model", "method", "seeds", "base_accuracy", "accuracy", "accuracy_std",
                 "improvement", "improvement_std", "kind", "note")

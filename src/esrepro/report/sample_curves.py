@@ -176,7 +176,7 @@ def curves_figure(
     present = list(dict.fromkeys(table["model"]))
     models = [m for m in models if m in present] if models is not None else sorted(present)
     all_methods = list(dict.fromkeys(table["method"]))
-    order = [m for m in (methods or ("es", "ppo", "grpo8", "grpo30", "drgrpo")) if m in all_methods]
+    order = [m for m in (methods or ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov")) if m in all_methods]
     order += [m for m in all_methods if m not in order]
     ncols = min(4, len(models))
     nrows = math.ceil(len(models) / ncols)

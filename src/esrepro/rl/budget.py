@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from esrepro.settings.methods import GRPO_ALGORITHMS
+
 
 def es_sample_budget(es_settings: dict) -> int:
     """Training-sample evaluations of an ES run: iterations x population x prompts per iteration (train_examples,
@@ -27,7 +29,7 @@ def samples_per_step(settings: dict) -> int:
     one response each.
     """
     algorithm = settings.get("algorithm")
-    if algorithm in ("grpo", "dr_grpo"):
+    if algorithm in GRPO_ALGORITHMS:
         return int(settings["per_device_train_batch_size"]) * int(settings.get("gradient_accumulation_steps", 1))
     if algorithm == "ppo":
         return int(settings["prompts_per_step"])
@@ -37,17 +39,25 @@ def samples_per_step(settings: dict) -> int:
 def prompts_per_step(settings: dict) -> int:
     """Distinct training problems one optimiser step draws (GRPO: completions / ``num_generations``; PPO: all)."""
     per_step = samples_per_step(settings)
-    return per_step // int(settings["num_generations"]) if settings.get("algorithm") in ("grpo", "dr_grpo") \
+    return per_step // int(settings["num_generations"]) if settings.get("algorithm") in GRPO_ALGORITHMS \
         else per_step
 
 
+def prompts_per_generation(settings: dict) -> int:
+    """Problems one GRPO rollout draws: a step's prompts x ``updates_per_generation`` (PPO: a step's prompts)."""
+    return prompts_per_step(settings) * int(settings.get("updates_per_generation", 1) or 1)
+
+
 def check_problem_count(settings: dict, n_problems: int, field: str = "train_examples") -> None:
-    """Refuse a run whose training problems are fewer than one step draws (TRL would run no step at all)."""
-    need = prompts_per_step(settings)
-    if n_problems < need:
-        raise ValueError(f"{field}: {n_problems} training problems, but one {settings.get('algorithm')} step draws "
-                         f"{need} distinct problems (per_device_train_batch_size x gradient_accumulation_steps / "
-                         "num_generations); give more problems or a smaller batch")
+    """Refuse a run whose training problems are fewer than one rollout draws (TRL would run no step at all), unless
+    ``repeat_prompts`` fills its rollouts with copies of them (esrepro.rl.grpo.training_examples)."""
+    need = prompts_per_generation(settings)
+    if n_problems < need and not settings.get("repeat_prompts"):
+        draw = "rollout" if int(settings.get("updates_per_generation", 1) or 1) > 1 else "step"
+        raise ValueError(f"{field}: {n_problems} training problems, but one {settings.get('algorithm')} {draw} draws "
+                         f"{need} distinct problems (per_device_train_batch_size x gradient_accumulation_steps x "
+                         "updates_per_generation / num_generations); give more problems, a smaller batch, or "
+                         "repeat_prompts: true")
 
 
 @dataclass(frozen=True)

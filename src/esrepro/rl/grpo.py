@@ -35,6 +35,7 @@ adapter (``default`` only), in peft format.
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -48,8 +49,12 @@ from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
 
+#: GRPOSettings fields of our own that shape TRL's batches rather than being GRPOConfig keys (grpo_config_kwargs,
+#: training_dataset).
+OWN_KEYS: tuple[str, ...] = ("updates_per_generation", "repeat_prompts")
 #: GRPOConfig keys (in our names, TRL_NAMES): every GRPOSettings field that is not one of our own run options.
-TRL_KEYS: tuple[str, ...] = tuple(k for k in GRPOSettings.model_fields if k not in RLSettings.model_fields)
+TRL_KEYS: tuple[str, ...] = tuple(k for k in GRPOSettings.model_fields
+                                  if k not in RLSettings.model_fields and k not in OWN_KEYS)
 #: Keys that may be left out (TRL's default is ours); every other TRL key must be given explicitly,
 #: since TRL's defaults moved between releases.
 OPTIONAL_KEYS: tuple[str, ...] = ("epsilon_high", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
@@ -88,6 +93,8 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         from esrepro.rl.grpo_parallel import process_batch
 
         kw.update(process_batch(settings, world_size), ddp_find_unused_parameters=False)  # every trained weight is used
+    # a rollout of updates_per_generation optimiser steps: TRL counts steps_per_generation in micro-steps per process
+    kw["steps_per_generation"] = int(settings.get("updates_per_generation", 1)) * int(kw["gradient_accumulation_steps"])
     if settings.get("sharding", "ddp") == "fsdp" and not on_cpu:  # accelerate shards on accelerators only
         if fsdp_layers is None:
             raise ValueError("sharding: fsdp needs the decoder layer classes to wrap (fsdp_layers)")
@@ -113,6 +120,20 @@ def cpu_overrides(settings: dict) -> dict[str, Any]:
     if settings.get("sharding", "ddp") == "fsdp":
         out["sharding"] = "ddp"  # accelerate 1.15 keeps FSDP for accelerator processes; on CPU it runs MULTI_CPU
     return out
+
+
+def training_examples(examples: list[dict], settings: dict) -> list[dict]:
+    """The problems TRL samples rollouts from: ``examples``, or with ``repeat_prompts`` as many whole copies of them
+    as make whole rollouts (TRL's RepeatSampler drops a last incomplete one each pass) when one rollout draws more
+    prompts than there are problems. TRL shuffles the copies together, so a rollout holds each problem about
+    ``prompts per rollout / problems`` times."""
+    from esrepro.rl.budget import prompts_per_generation
+
+    need = prompts_per_generation(settings)
+    if not settings.get("repeat_prompts") or need <= len(examples):
+        return list(examples)
+    copies = math.lcm(len(examples), need) // len(examples)
+    return [e for _ in range(copies) for e in examples]
 
 
 def _dataset(task: Task, examples: list[dict], chat: bool):
@@ -215,20 +236,27 @@ def train_grpo(
         barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
 
     class _Log(TrainerCallback):
+        """One row per optimiser step; a step without a rollout of its own (``updates_per_generation`` > 1) trains on
+        the last rollout's completions and repeats its reward and length."""
+
         def __init__(self) -> None:
             self.t0 = time.perf_counter()
+            self.rollout: dict | None = None
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001 - TRL callback signature
             logs = logs or {}
-            if "reward" not in logs:
+            if "reward" in logs:
+                self.rollout = {"reward_mean": logs["reward"], "reward_std": logs.get("reward_std"),
+                                "completion_length": logs.get("completions/mean_length")}
+            elif "loss" not in logs or self.rollout is None:
                 return
             row = {
                 "step": state.global_step - 1,
-                "reward_mean": logs["reward"],
-                "reward_std": logs.get("reward_std"),
+                "reward_mean": self.rollout["reward_mean"],
+                "reward_std": self.rollout["reward_std"],
                 "loss": logs.get("loss"),
                 "entropy": logs.get("entropy"),
-                "completion_length": logs.get("completions/mean_length"),
+                "completion_length": self.rollout["completion_length"],
                 "learning_rate": logs.get("learning_rate"),
                 "seconds": time.perf_counter() - self.t0,
             }
@@ -300,7 +328,7 @@ def train_grpo(
             model=policy,
             reward_funcs=[trl_reward_func(task)],
             args=cfg,
-            train_dataset=_dataset(task, examples, chat),
+            train_dataset=_dataset(task, training_examples(examples, settings), chat),
             processing_class=tokenizer,
             callbacks=callbacks,
         )

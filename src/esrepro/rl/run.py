@@ -7,9 +7,8 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.rl.budget import Budget, rl_budget, samples_per_step
+from esrepro.settings.methods import GRPO_ALGORITHMS
 from esrepro.train.context import TrainContext, TrainOutcome
-
-GRPO_ALGORITHMS = ("grpo", "dr_grpo")
 
 
 def budget_of(settings: dict) -> Budget:

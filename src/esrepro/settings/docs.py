@@ -61,9 +61,9 @@ otherwise. Unknown keys are errors, and every file is checked before any job sta
 A run's method settings are layered, later layers winning:
 
 1. the defaults below (the paper's settings);
-2. `defaults.<family>` of the config: what differs at this scale (`es`, `grpo` for grpo and
-   dr_grpo, `ppo`, `essa`);
-3. `methods.<name>`: a named method (a table column: `grpo8`, `grpo30`, `drgrpo`), its
+2. `defaults.<family>` of the config: what differs at this scale (`es`, `grpo` for every GRPO
+   variant: grpo, dr_grpo, verl_grpo, verl_dr_grpo; `ppo`, `essa`);
+3. `methods.<name>`: a named method (a table column: `grpo8`, `grpo30`, `grpov`, `drgrpov`), its
    `algorithm` and what sets it apart; a method named after its algorithm (`es`, `ppo`)
    needs no entry;
 4. `train.<task>.<method>`: what one task needs (e.g. longer generations);

@@ -132,16 +132,35 @@ class RLSettings(MethodSettings):
         "copy on each; fsdp, parameters, gradients and optimiser state sharded over them (FSDP full shard)")
 
 
-#: The (loss_type, scale_rewards) pair that defines each GRPO variant in TRL's terms.
-GRPO_VARIANTS: dict[str, tuple[str, str]] = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none")}
+#: The (loss_type, scale_rewards) pair that defines each GRPO variant in TRL's terms. The verl_* variants are GRPO and
+#: Dr.GRPO as VERL runs them (the ES paper v2's GRPO-v and Dr.GRPO-v, App. A.2): VERL's token-mean loss aggregation
+#: (a token mean per micro-batch, averaged over micro-batches: TRL's bnpo) with std-scaled advantages, and VERL's
+#: seq-mean-token-sum-norm (token sums over sequences x the response length: TRL's dr_grpo) without std scaling.
+GRPO_VARIANTS: dict[str, tuple[str, str]] = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none"),
+                                             "verl_grpo": ("bnpo", "group"), "verl_dr_grpo": ("dr_grpo", "none")}
+#: Every algorithm that trains through TRL's GRPOTrainer.
+GRPO_ALGORITHMS: tuple[str, ...] = tuple(GRPO_VARIANTS)
+#: VERL's defaults where they differ from GRPOSettings' (verl/trainer/config/ppo_trainer.yaml and its actor and optim
+#: blocks, and the GRPO math example examples/grpo_trainer/run_qwen2-7b_math.sh), with the ES paper v2 App. A.2's
+#: values: a rollout of 1,024 prompts x 8 completions, ppo_mini_batch_size 256 prompts (2,048 completions per optimiser
+#: step, 4 steps per rollout), 16 completions per GPU micro-batch, AdamW weight decay 0.01, no importance-sampling
+#: correction of the rollout engine's probabilities; Dr.GRPO-v without the KL loss. Over these go the config's layers.
+VERL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "verl_grpo": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 128, "updates_per_generation": 4,
+                  "weight_decay": 0.01, "vllm_importance_sampling_correction": False, "beta": 1e-3},
+}
+VERL_DEFAULTS["verl_dr_grpo"] = {**VERL_DEFAULTS["verl_grpo"], "beta": 0.0}
 
 
 class GRPOSettings(RLSettings):
     """GRPO and Dr.GRPO through TRL's GRPOTrainer; field names are GRPOConfig's but one (esrepro.rl.grpo.TRL_NAMES)."""
 
-    algorithm: Literal["grpo", "dr_grpo"] = Field(description="grpo (std-scaled group advantages, length-normalised "
-                                                  "loss) or dr_grpo (no std scaling, constant normaliser)")
-    loss_type: Literal["grpo", "dr_grpo"] = Field(description="TRL loss_type; follows the algorithm (checked)")
+    algorithm: Literal["grpo", "dr_grpo", "verl_grpo", "verl_dr_grpo"] = Field(
+        description="grpo (std-scaled group advantages, length-normalised loss), dr_grpo (no std scaling, constant "
+        "normaliser), or the two as VERL runs them (the ES paper's GRPO-v and Dr.GRPO-v): verl_grpo (std-scaled, "
+        "token-mean loss) and verl_dr_grpo (no std scaling, token sums over the response length); the verl variants "
+        "start from VERL's defaults (esrepro.settings.methods.VERL_DEFAULTS)")
+    loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field(description="TRL loss_type; follows the algorithm (checked)")
     scale_rewards: Literal["group", "none"] = Field(description="TRL scale_rewards; follows the algorithm (checked)")
     beta: float = Field(1e-3, ge=0, description="KL coefficient to the base model (0: no reference model)")
     num_generations: int = Field(8, ge=2, description="group size: completions per prompt")
@@ -184,6 +203,14 @@ class GRPOSettings(RLSettings):
     vllm_importance_sampling_correction: bool = Field(
         True, description="use_vllm: correct the loss for the gap between vLLM's sampling probabilities and the "
         "policy's (TRL's truncated importance sampling)")
+    updates_per_generation: int = Field(
+        1, ge=1, description="optimiser steps per rollout: each generation batch samples this many steps' completions "
+        "and is split into them (VERL: train_batch_size / ppo_mini_batch_size; TRL's steps_per_generation is this x "
+        "gradient_accumulation_steps); 1: a fresh rollout every step")
+    repeat_prompts: bool = Field(
+        False, description="when one rollout draws more prompts than train_examples, sample rollouts from whole copies "
+        "of the problems (as many as make whole rollouts; TRL shuffles them together), each copy its own group; "
+        "false: such a run is refused")
 
     @model_validator(mode="before")
     @classmethod
@@ -192,7 +219,7 @@ class GRPOSettings(RLSettings):
         if isinstance(data, dict) and data.get("algorithm") in GRPO_VARIANTS:
             given = [k for k in ("loss_type", "scale_rewards") if k in data]
             want = GRPO_VARIANTS[data["algorithm"]]
-            data = {"loss_type": want[0], "scale_rewards": want[1], **data}
+            data = {**VERL_DEFAULTS.get(data["algorithm"], {}), "loss_type": want[0], "scale_rewards": want[1], **data}
             if (data["loss_type"], data["scale_rewards"]) != want:
                 raise FieldProblem(given[0], f"algorithm {data['algorithm']} means loss_type {want[0]} with "
                                    f"scale_rewards {want[1]}, not {data['loss_type']}/{data['scale_rewards']} "
@@ -375,6 +402,10 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("es", ESSettings, "es", "esrepro.es.train:train_es", False, "full-parameter evolution strategies"),
         Algorithm("grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "GRPO (TRL GRPOTrainer)"),
         Algorithm("dr_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "Dr.GRPO (TRL GRPOTrainer)"),
+        Algorithm("verl_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True,
+                  "GRPO with VERL's defaults and token-mean loss (TRL GRPOTrainer)"),
+        Algorithm("verl_dr_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True,
+                  "Dr.GRPO with VERL's defaults and seq-mean-token-sum-norm loss (TRL GRPOTrainer)"),
         Algorithm("ppo", PPOSettings, "ppo", "esrepro.rl.run:train_rl", True, "PPO with a critic (esrepro.rl.ppo)"),
         Algorithm("essa", ESSASettings, "essa", "esrepro.essa.train:train_essa", False,
                   "ESSA: CMA-ES over the singular values of SFT LoRA adapters"),

@@ -381,7 +381,8 @@ class Defaults(Settings):
     """Settings shared by every method of an algorithm family, or by every task, at this config's scale."""
 
     es: Partial = Field(default_factory=dict, description="over ESSettings' defaults (esrepro options es)")
-    grpo: Partial = Field(default_factory=dict, description="over GRPOSettings' defaults, for grpo and dr_grpo")
+    grpo: Partial = Field(default_factory=dict, description="over GRPOSettings' defaults, for every GRPO variant "
+                          "(grpo, dr_grpo, verl_grpo, verl_dr_grpo)")
     ppo: Partial = Field(default_factory=dict, description="over PPOSettings' defaults")
     evaluate: Partial = Field(default_factory=dict, description="over EvalSettings' defaults, every task")
     kl: Partial = Field(default_factory=dict, description="over KLSettings' defaults, every task")
