@@ -188,7 +188,7 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
                               sources={"sudoku": {"size": 4}}, banned={})
     assert got == again  # seeded
     # every completion answers in its task's format, where its grader looks
-    from esrepro.tasks.arc import parse_grid as arc_grid
+    from esrepro.tasks.arc import last_python_block
     from esrepro.tasks.math import last_boxed
     from esrepro.tasks.sudoku import last_answer_block, parse_grid
 
@@ -198,17 +198,17 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
         elif task == "sudoku":
             assert parse_grid(last_answer_block(completion), 4) is not None
         elif task == "arc":
-            assert arc_grid(last_answer_block(completion)) is not None and prompt.endswith("<think>")
+            assert last_python_block(completion) is not None and prompt.endswith("<|im_start|>assistant\n")
         else:
             assert "<answer>" in completion and prompt.endswith("<think>")
-    # the synthetic ARC-format tasks: the completion is the correct output grid
+    # the synthetic ARC-format tasks: the completion is a transform program that maps the test input to its output
     import random
 
-    from esrepro.tasks.arc import sft_completion as arc_completion, synthetic_example
+    from esrepro.tasks.arc import SYNTHETIC_RULES, sft_completion as arc_completion, synthetic_example
 
-    for k in range(5):
-        e = synthetic_example(random.Random(k))
-        assert get_task("arc").score(arc_completion(e), e).correct
+    examples = [synthetic_example(random.Random(k)) for k in range(40)]
+    assert {e["rule"] for e in examples} == set(SYNTHETIC_RULES)
+    assert all(s.correct for s in get_task("arc").score_many([arc_completion(e) for e in examples], examples))
 
 
 def test_multi_format_tiny_build_is_seeded(tmp_path):
