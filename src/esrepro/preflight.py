@@ -47,9 +47,9 @@ INSTALL: dict[str, str] = {
               "namespaces enabled: the sandbox that runs ARC's model-written programs"),
     "snakemake_executor_plugin_slurm_jobstep": "pip install snakemake-executor-plugin-slurm-jobstep",
 }
-#: Modules outside esrepro's own dependencies (its extras), and system tools: a tiny run checks packages only when
-#: it needs one.
-OPTIONAL = frozenset({"vllm", "bitsandbytes", "bwrap"})
+#: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one (its
+#: system tools, :data:`PROBES`, are looked up on this machine's PATH, where its jobs run).
+OPTIONAL = frozenset({"vllm", "bitsandbytes"})
 #: Names checked by calling a function rather than importing a module (system tools a task runs).
 PROBES: dict[str, str] = {"bwrap": "esrepro.tasks.sandbox:probe"}
 #: The jobs a task's modules matter to.
@@ -290,7 +290,7 @@ def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrep
     own dependencies)."""
     needs = needed_packages(p, plan, executor, jobs)
     if not needs or (p.cfg.scale == "tiny" and not OPTIONAL & set(needs) and executor is None):
-        return []
+        return _missing_tools(needs)
     failed, checked = import_failures(sorted(needs), esrepro)
     if failed is None:
         anyjob = any(not n.jobs for n in needs.values())
@@ -305,6 +305,20 @@ def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrep
             f"package {module} cannot be imported in the jobs' environment, {checked}: {error}. Needed by "
             f"{'; '.join(sorted(need.reasons))}: {shown}. Install: {INSTALL.get(module, 'pip install ' + module)}.",
             frozenset(need.jobs)))
+    return out
+
+
+def _missing_tools(needs: Mapping[str, Need]) -> list[Problem]:
+    """A problem per system tool of :data:`PROBES` that ``needs`` names and this machine's PATH lacks (a local run's
+    cheap check, no subprocess)."""
+    from esrepro.tasks import sandbox
+
+    out = []
+    for name in sorted(set(needs) & set(PROBES)):
+        if name == "bwrap" and sandbox.bwrap_path() is None:
+            need = needs[name]
+            out.append(Problem(f"system tool {name} is not on PATH. Needed by {'; '.join(sorted(need.reasons))}: "
+                               f"{', '.join(need.labels[:4])}. Install: {INSTALL[name]}.", frozenset(need.jobs)))
     return out
 
 
