@@ -78,6 +78,7 @@ def test_the_tiny_default_runs_no_package_check():
     assert preflight.problems(p, plan, env={}, esrepro="/nonexistent/esrepro") == []
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_the_sandbox_tool_is_checked_for_arc(monkeypatch, capsys):
     """ARC's grader runs the model's programs under bwrap: the check-packages verb runs the sandbox, and a tiny run
     looks the tool up on PATH; a missing one is named with its package."""

@@ -59,6 +59,7 @@ def test_prompt(example: dict) -> None:
         assert render_grid(pair["input"]) in text and render_grid(pair["output"]) in text
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_true_output_grades_correct(arc_data: dict) -> None:
     task = get_task("arc")
     examples = arc_data["train"][:10] + arc_data["eval"][:10]
@@ -66,6 +67,7 @@ def test_true_output_grades_correct(arc_data: dict) -> None:
     assert [(s.reward, s.correct) for s in scores] == [(1.0, True)] * len(examples)
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_one_cell_change_grades_wrong(example: dict) -> None:
     grid = [row[:] for row in example["test_output"]]
     grid[0][0] = (grid[0][0] + 1) % 10
@@ -86,6 +88,7 @@ def test_strict_grids_and_code_blocks() -> None:
         assert last_python_block(none) is None, none
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_missing_or_hostile_answer(example: dict) -> None:
     task = get_task("arc")
     assert task.score("no answer", example).reward == 0.0
@@ -93,6 +96,7 @@ def test_missing_or_hostile_answer(example: dict) -> None:
     assert task.score("```python\n" + "7" * 200_000 + "\n```", example).reward == 0.0
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_pass_at_k(example: dict) -> None:
     right, wrong = _answer(example["test_output"]), "<answer>\n0\n</answer>"
     assert pass_at_k([wrong, right], example, k=2) == 1.0
@@ -106,6 +110,7 @@ def test_pass_at_k(example: dict) -> None:
         pass_at_k([right], example, k=2)
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_prepare_arc(tmp_path: Path) -> None:
     source = {"kind": "generated", "n_train": 6, "n_test": 4}
     a = prepare_arc(tmp_path / "a", source, 1)
