@@ -268,18 +268,20 @@ def _input_fd(payload: bytes) -> int:
     return fd
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie waiting for its reaper counts as exited)."""
+def _pidfd(pid: int | None) -> int | None:
+    """A pidfd of ``pid`` (None if it cannot be opened: gone already, or a kernel without pidfds)."""
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 def _kill(proc: subprocess.Popen, ns_init: int | None, grace: float = 10.0) -> None:
-    """Kill the sandbox: bwrap's process group, then its PID namespace's first process (``ns_init``), and wait
-    until that one has exited, which the kernel allows only once every process of the namespace is gone."""
+    """Kill the sandbox: bwrap's process group, then its PID namespace's first process (``ns_init``, a pidfd
+    opened while bwrap ran, so a reused PID is never signalled), and wait until that one has exited, which the
+    kernel allows only once every process of the namespace is gone."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -287,13 +289,14 @@ def _kill(proc: subprocess.Popen, ns_init: int | None, grace: float = 10.0) -> N
     proc.wait()
     if ns_init is None:
         return
-    deadline = time.monotonic() + grace
-    while not _gone(ns_init) and time.monotonic() < deadline:
-        try:
-            os.kill(ns_init, signal.SIGKILL)  # --die-with-parent has done this already; harmless if so
-        except (ProcessLookupError, PermissionError):
-            pass
-        time.sleep(0.005)
+    try:
+        signal.pidfd_send_signal(ns_init, signal.SIGKILL)  # --die-with-parent has done this already
+    except OSError:
+        pass
+    with selectors.DefaultSelector() as sel:
+        sel.register(ns_init, selectors.EVENT_READ)
+        sel.select(grace)  # readable once the process has exited
+    os.close(ns_init)
 
 
 def _drain(fd: int) -> bytes:
@@ -344,6 +347,7 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
         if filter_fd is not None:
             os.close(filter_fd)
     info = b""
+    ns_init: int | None = None  # a pidfd of the sandbox's first process
     chunks: list[bytes] = []
     size = 0
     errs: list[bytes] = []
@@ -373,6 +377,8 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
                         open_streams -= 1
                     elif key.data == "info":
                         info += data[:4096]
+                        if ns_init is None:
+                            ns_init = _pidfd(_child_pid(info))
                     elif key.data == "out":
                         chunks.append(data)
                         size += len(data)
@@ -381,8 +387,10 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
                     elif sum(map(len, errs)) < 4096:
                         errs.append(data)
     finally:
-        info += _drain(info_r)
-        _kill(proc, _child_pid(info))
+        if ns_init is None:
+            info += _drain(info_r)
+            ns_init = _pidfd(_child_pid(info))
+        _kill(proc, ns_init)
         os.close(info_r)
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
