@@ -40,6 +40,8 @@ $(VENV)-vllm/bin/esrepro: pyproject.toml
 install: $(BIN)/esrepro $(VENV)-dvc/bin/dvc
 
 reproduce: install
+	# bubblewrap: the sandbox of the ARC grader, which runs the model's programs (Debian package; skipped without root)
+	scripts/install-debs sandbox
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --profile workflow/profiles/default
 	# Snakemake's own HTML report: every table and figure with its caption and provenance
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report results/reports/workflow_report.html
@@ -51,9 +53,9 @@ golden: reproduce
 	$(BIN)/python -c "from esrepro.provenance.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
 test: install $(VENV)-vllm/bin/esrepro
-	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py (Debian packages;
-	# skipped without root)
-	scripts/install-debs slurm qemu
+	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
+	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
+	scripts/install-debs slurm qemu sandbox
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not vllm"
 	# the real vLLM (its CPU build) in its own environment
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra -m vllm
@@ -64,7 +66,7 @@ test: install $(VENV)-vllm/bin/esrepro
 # paper's DAG with its seconds and work (docs/rehearsal.md). SHARED_DATA: real copies of the papers' data files.
 SHARED_DATA ?= ../shared/data/es-at-scale
 rehearse: install $(VENV)-vllm/bin/esrepro
-	scripts/install-debs slurm
+	scripts/install-debs slurm sandbox
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" $(VENV)-vllm/bin/esrepro rehearse \
 		$(if $(wildcard $(SHARED_DATA)),--shared-data $(SHARED_DATA))
 

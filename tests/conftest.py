@@ -95,3 +95,14 @@ def skip_or_fail_in_ci(reason: str) -> None:
         pytest.fail(f"CI=true: {reason}")
     pytest.skip(reason)
 
+
+@pytest.fixture(scope="session")
+def sandbox() -> None:
+    """ARC's program sandbox (bubblewrap) works here; else skip (fail under CI=true): `make test` installs it."""
+    from esrepro.tasks.sandbox import SandboxUnavailable, probe
+
+    try:
+        probe()
+    except SandboxUnavailable as exc:
+        skip_or_fail_in_ci(str(exc))
+

@@ -407,3 +407,23 @@ def test_workspaces_keep_configs_apart_and_are_not_inherited(tmp_path):
         cfg = read_config(REPO / "config" / "essa_tiny.yaml", root=REPO) | {"workspace": bad}
         with pytest.raises(ConfigError, match=r"essa_tiny\.yaml: workspace: .*a folder inside the repository"):
             load_pipeline(cfg, "essa_tiny.yaml", root=REPO)
+
+
+def test_paper_config_plans_arc_as_v2_states():
+    """v2 Table 3 / App. A.9: ES on ARC-AGI with Qwen2.5-14B-Instruct, 200 training and 200 evaluation tasks,
+    sigma 0.001, alpha 0.0003, N = 50, 1,500 iterations; the published numbers 0.2 -> 29.5."""
+    from esrepro.tasks import task_class
+
+    paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "paper.yaml", root=REPO)
+    assert paper.train_models("arc") == ["qwen2.5-14b-instruct"]
+    entry = paper.registry["qwen2.5-14b-instruct"]
+    assert (entry.hub_id, entry.revision, entry.dtype) == ("Qwen/Qwen2.5-14B-Instruct", "main", "bfloat16")
+    es = paper.method_settings("qwen2.5-14b-instruct", "arc", "es")
+    assert (es.sigma, es.alpha, es.population, es.iterations) == (0.001, 0.0003, 50, 1500)
+    source = paper.cfg.data["arc"].source.model_dump(exclude_none=True)
+    sizes = task_class("arc").split_sizes(source)
+    assert (source["n_train_tasks"], source["n_test_tasks"]) == (200, 200)
+    assert es.train_examples == sizes["train"] == 208  # every training example scored each iteration
+    published = load_yaml(REPO / "config" / "published.yaml")["tables"]["puzzles_arc"]
+    assert published["models"] == {"qwen2.5-14b-instruct": {"base": 0.2, "es": 29.5}}
+    assert (published["provenance"]["version"], published["provenance"]["table"]) == ("v2", "Table 3")

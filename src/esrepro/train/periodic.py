@@ -47,7 +47,7 @@ class PeriodicEval:
     def point(self, iteration: int, samples: int, generate: Callable[[list[str], int], list[str]]) -> dict:
         """Evaluate now (``generate(prompts, max_new_tokens)`` gives greedy responses); appends and returns the row."""
         responses = generate([self.task.prompt(e) for e in self.examples], self.max_new_tokens)
-        scores = [self.task.score(r, e) for r, e in zip(responses, self.examples, strict=True)]
+        scores = self.task.score_many(responses, self.examples)
         n = len(scores)
         row = {"iteration": int(iteration), "samples": int(samples), "split": SPLIT, "n": n,
                "accuracy": sum(s.correct for s in scores) / n, "reward": sum(float(s.reward) for s in scores) / n}

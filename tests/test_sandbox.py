@@ -1,0 +1,205 @@
+"""The program sandbox (esrepro.tasks.sandbox) against hostile programs, through the ARC grader.
+
+Each hostile ``transform`` scores 0, the grader's process is unharmed, and no process or file is left behind.
+Without bubblewrap these tests skip (``make test`` installs it: scripts/install-debs sandbox), or fail under CI.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from esrepro.tasks.arc import ProgramRunner, grade
+from esrepro.tasks.sandbox import Limits, SandboxUnavailable, bwrap_path, run_function
+
+pytestmark = pytest.mark.usefixtures("sandbox")  # skipped without a working bwrap (failed under CI=true)
+
+#: Tight limits keep the hostile cases fast.
+FAST = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 << 20)
+EXAMPLE = {"test_input": [[1, 2], [3, 4]], "test_output": [[2, 1], [4, 3]]}
+CORRECT = "def transform(grid):\n    return [row[::-1] for row in grid]\n"
+
+
+def respond(code: str) -> str:
+    return f"<reasoning>Each row is reversed.</reasoning>\n```python\n{code}```"
+
+
+def leftovers(run_ids: list[str], marker: str | None = None) -> list[psutil.Process]:
+    """Processes still alive whose command line names one of ``run_ids`` (the launcher's, inherited by forks) or
+    ``marker``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if any(r in cmd for r in run_ids) or (marker and marker in cmd):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+class Recorder(ProgramRunner):
+    """The grader's runner, keeping each sandbox result (for its run id)."""
+
+    def __init__(self) -> None:
+        super().__init__(FAST, cache_size=0)
+        self.results: list = []
+
+    def __call__(self, code, grid):
+        result = super().__call__(code, grid)
+        self.results.append(result)
+        return result
+
+
+def grade_hostile(code: str, marker: str | None = None) -> tuple[float, Recorder]:
+    """Grade ``code`` as a response; check the grader survived and nothing of the program is left running."""
+    me, cwd, env = os.getpid(), os.getcwd(), dict(os.environ)
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    runner = Recorder()
+    start = time.monotonic()
+    score = grade(respond(code), EXAMPLE, runner=runner)
+    assert time.monotonic() - start < FAST.wall_seconds + 5  # never hangs
+    assert os.getpid() == me and os.getcwd() == cwd and dict(os.environ) == env
+    time.sleep(0.2)
+    assert not leftovers([r.run_id for r in runner.results], marker)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children
+    assert not score.correct
+    return score.reward, runner
+
+
+def test_a_correct_program_scores_one() -> None:
+    runner = Recorder()
+    score = grade(respond(CORRECT), EXAMPLE, runner=runner)
+    assert (score.reward, score.correct, score.details["status"]) == (1.0, True, "ok")
+    assert not leftovers([r.run_id for r in runner.results])
+
+
+def test_wrong_or_missing_programs_score_zero() -> None:
+    assert grade("no code here", EXAMPLE).reward == 0.0
+    assert grade(respond("def transform(grid):\n    return grid\n"), EXAMPLE).reward == 0.0
+    for bad in ("def transform(grid):\n    return 'ab'\n", "def transform(grid):\n    return [[1, 2], [3]]\n",
+                "def transform(grid):\n    return [[True, 1], [4, 3]]\n", "def transform(grid):\n    return [[2, 1], [4, 13]]\n",
+                "def transform(grid):\n    return None\n", "def transfrom(grid):\n    return grid\n",
+                "def transform(grid) return grid\n", "raise SystemExit(0)\n", "import os\nos._exit(3)\n"):
+        score = grade(respond(bad), EXAMPLE, runner=ProgramRunner(FAST))
+        assert (score.reward, score.correct) == (0.0, False), bad
+    # numpy arrays come back as lists; only the last block counts, and an unclosed last block runs to the end
+    numpy = "import numpy as np\ndef transform(grid):\n    return np.fliplr(np.array(grid))\n"
+    assert grade(respond(numpy), EXAMPLE).correct
+    assert grade(respond("def transform(g):\n    return g\n") + "\n" + respond(CORRECT), EXAMPLE).correct
+    assert grade("```python\n" + CORRECT, EXAMPLE).correct
+
+
+def test_endless_loop_is_stopped() -> None:
+    reward, runner = grade_hostile("def transform(grid):\n    while True:\n        pass\n")
+    assert reward == 0.0 and runner.results[0].status in {"crashed", "timeout"}
+
+
+def test_sleeping_program_is_killed_at_the_wall_clock_timeout() -> None:
+    reward, runner = grade_hostile("import time\ndef transform(grid):\n    time.sleep(60)\n    return grid\n")
+    assert reward == 0.0 and runner.results[0].status == "timeout"
+
+
+def test_fork_bomb_is_contained() -> None:
+    code = ("import os\ndef transform(grid):\n    while True:\n        try:\n            os.fork()\n"
+            "        except OSError:\n            pass\n")
+    reward, _ = grade_hostile(code)
+    assert reward == 0.0
+
+
+def test_huge_allocation_fails_inside() -> None:
+    reward, runner = grade_hostile("def transform(grid):\n    x = bytearray(8 << 30)\n    return grid\n")
+    assert reward == 0.0 and runner.results[0].error == "MemoryError"
+
+
+def test_files_outside_are_out_of_reach_and_inside_vanish(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    before = set(os.listdir("/tmp"))
+    code = (f"import os, shutil\ndef transform(grid):\n"
+            f"    for f in ({str(victim)!r}, {str(tmp_path / 'new.txt')!r}, '/tmp/escaped.txt', '/usr/escaped.txt',"
+            f" {str(Path.home() / 'escaped.txt')!r}):\n"
+            f"        try:\n            open(f, 'w').write('x')\n        except OSError:\n            pass\n"
+            f"        try:\n            os.remove(f)\n        except OSError:\n            pass\n"
+            f"    shutil.rmtree({str(tmp_path)!r}, ignore_errors=True)\n"
+            f"    open('inside.txt', 'w').write('y' * 1000)\n    os.remove('inside.txt')\n"
+            f"    open('kept.txt', 'w').write('z')\n"
+            f"    open('big.bin', 'wb').write(b'0' * (64 << 20))\n    return grid\n")
+    reward, _ = grade_hostile(code)
+    assert reward == 0.0
+    assert victim.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["victim.txt"]
+    assert not (Path.home() / "escaped.txt").exists() and not Path("/usr/escaped.txt").exists()
+    assert not {"escaped.txt", "kept.txt", "big.bin"} & (set(os.listdir("/tmp")) - before)
+
+
+def test_no_network_not_even_the_hosts_loopback() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(2)
+    port = server.getsockname()[1]
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(_accept(server)))
+    thread.start()
+    code = (f"import socket\ndef transform(grid):\n    out = []\n"
+            f"    for host in ('127.0.0.1', '1.1.1.1', 'example.com'):\n"
+            f"        try:\n            socket.create_connection((host, {port} if host == '127.0.0.1' else 80), 1)\n"
+            f"            out.append(host)\n        except OSError:\n            pass\n"
+            f"    return grid if not out else [[2, 1], [4, 3]]\n")
+    reward, runner = grade_hostile(code)
+    thread.join()
+    server.close()
+    assert reward == 0.0 and got == [None]  # the program returned the input: nothing connected
+    assert runner.results[0].status == "ok"
+
+
+def _accept(server: socket.socket):
+    try:
+        conn, _ = server.accept()
+        conn.close()
+        return "connected"
+    except OSError:
+        return None
+
+
+def test_environment_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ESREPRO_SECRET_TOKEN", "s3cret")
+    result = run_function("import os\ndef f():\n    return dict(os.environ)\n", "f", [], FAST)
+    assert result.ok and "ESREPRO_SECRET_TOKEN" not in result.value and "s3cret" not in str(result.value)
+    assert not {"PATH", "HF_TOKEN", "HOME"} & set(result.value) - {"HOME"} and result.value.get("HOME") == "/sandbox"
+    reward, _ = grade_hostile("import os\ndef transform(grid):\n    return [[len(os.environ)]]\n")
+    assert reward == 0.0
+
+
+def test_subprocess_children_die_with_the_sandbox() -> None:
+    marker = "esrepro-sandbox-test-sleeper"
+    code = ("import subprocess, sys\ndef transform(grid):\n"
+            f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}],"
+            " start_new_session=True)\n"
+            "    subprocess.run(['ls', '/'], capture_output=True)\n    return grid\n")
+    reward, runner = grade_hostile(code, marker)
+    assert reward == 0.0 and runner.results[0].error == "PermissionError"  # no new processes (seccomp)
+
+
+def test_stdout_flood_and_result_channel_flood() -> None:
+    reward, _ = grade_hostile("def transform(grid):\n    while True:\n        print('x' * 100000)\n")
+    assert reward == 0.0
+    code = ("import os\ndef transform(grid):\n    while True:\n        for fd in range(3, 12):\n"
+            "            try:\n                os.write(fd, b'[' * 65536)\n            except OSError:\n"
+            "                pass\n")
+    reward, runner = grade_hostile(code)
+    assert reward == 0.0 and runner.results[0].status in {"output_limit", "crashed", "timeout"}
+
+
+def test_missing_bwrap_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert bwrap_path() is not None
+    monkeypatch.setattr("esrepro.tasks.sandbox.BWRAP", "bwrap-not-installed")  # a command no machine has
+    with pytest.raises(SandboxUnavailable, match="bwrap-not-installed.*bubblewrap"):
+        run_function(CORRECT, "transform", [[[1]]], FAST)
