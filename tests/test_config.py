@@ -206,7 +206,7 @@ MALFORMED = [
     ("eval-train-task", _set("evaluate/gsm8k/train_task", "chess"), None,
      CONFIG + "evaluate.gsm8k.train_task: no train.chess entry"),
     ("unknown-task", _set("data/chess", {"source": {"kind": "generated"}}), None, CONFIG + "data.chess: unknown task"),
-    ("sudoku-size", _set("data/sudoku/source/size", 5), None, CONFIG + "data.sudoku.source.size: 5"),
+    ("sudoku-blanks", _set("data/sudoku/source/max_empty", 13), None, CONFIG + "data.sudoku.source.max_empty: 13"),
     ("duplicate-models", _set("models", ["tiny", "tiny"]), None, CONFIG + "models: entries must be distinct"),
     ("scale", _set("scale", "huge"), None, CONFIG + "scale: 'huge'"),
     ("study-model", _set("studies/conciseness/models", ["gpt-7"]), None,

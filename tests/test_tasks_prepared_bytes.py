@@ -35,12 +35,13 @@ GENERATED = [
      {"test": "acda8c2324cb4ea174b44b78e70040ea1652098d3ad1a89bd1e9e8cd597d8cc8"}),
     ("amc23", {"kind": "generated"}, 0,
      {"test": "4900533bb45172e8164e5aefdb7ab6d96f3592f48dee746f61722a3a962f8078"}),
-    ("sudoku", {"kind": "generated", "n_train": 12, "n_test": 6, "size": 4}, 5,
-     {"train": "5badead1d9e3281a8cf4495f9d61db55e5223147471f6ea139b3a34cf5a827f3",
-      "test": "6f0e8f59e7ce4789245c29349093f4decef647e4798bb71d9955d6f85d411a52"}),
-    ("sudoku", {"kind": "generated", "n_train": 2, "n_test": 2, "size": 9}, 0,
-     {"train": "9c5cf8597b3cdfd2c9e4291bc184230e7f47ceac8431a5d3985e61f7b5409a65",
-      "test": "527482030e1f49aa53a3d9cf926ad90bf5d5d8849d6168ec68a39bc2e45c34ae"}),
+    # changed on purpose (issue 39): Sudoku is v2's 4x4 Mini Sudoku from Reasoning Gym (reasoning-gym 0.1.25)
+    ("sudoku", {"kind": "generated", "n_train": 12, "n_test": 6}, 5,
+     {"train": "5eb738efb8aa5916cbd2256f201a02be524c27114323651acbfb49d6531d8e5b",
+      "test": "514f9d5aa0e9c42585fcb21bcc261b743fa5bd08301950cb9ec93fb8e0fdcf3b"}),
+    ("sudoku", {"kind": "generated", "n_train": 16, "n_test": 20, "min_empty": 2, "max_empty": 4}, 0,
+     {"train": "69ac931bd01c997dd118b4497137882ba66f7ef02eb719ac7c2701d067521ce0",
+      "test": "c849fbc0de90bff42f58369c3ca94eb57776989fd0d366adac3a14e7ee23ba4e"}),
     ("arc", {"kind": "generated", "n_train": 6, "n_test": 4}, 1,
      {"train": "cbda6a09a231125f217c5bceda49be069ab6ed415160cb54c4c970628e84f3ba",
       "test": "276f187b4b3d91c3c53111acdd70a48b33d057fcc05cf90b1d82517928e598c9"}),
@@ -53,8 +54,8 @@ GENERATED = [
      {"train": "4c5fbe16c6944f99f56a5553b644992315df50b41b521f38cc107543ad8af364",
       "test": "c261249135072af158ada299e3160c74cd69659b89df7b7cebfaa1e598aeea5a"}),
     ("sudoku", {"kind": "generated"}, 0,
-     {"train": "1d747605d6189d04ec8f4cbd46e0077955f7c3b4db5f087c242cc796f98f8e38",
-      "test": "169c799023c145297f89827542106a97663febe9716f837060e9513b8a1cbd82"}),
+     {"train": "52152f428608266f13994c566f639a2c094741e2c9373eddf6fba0aee5f04f16",
+      "test": "3d53c7c572f4c8fd9dab8ecd58c966800d163a830388dd560c430f466a821dae"}),
 ]
 
 # Local sources: rows carry "source": "local:<path>", which depends on where the data

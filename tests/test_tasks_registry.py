@@ -69,7 +69,10 @@ def test_split_sizes_match_what_prepare_writes(tmp_path: Path, task: str, source
     sizes = split_sizes(task, source)
     result = prepare_task(task, tmp_path, source, 0)
     assert sizes == {split: info["n"] for split, info in result["splits"].items()}
-    assert result["provenance"] == {}
+    if task == "sudoku":  # drawn from a library: the generator and its version are recorded
+        assert result["provenance"]["generator"] == "reasoning-gym mini_sudoku"
+    else:
+        assert result["provenance"] == {}
 
 
 def test_split_sizes_of_data_known_only_once_prepared() -> None:
@@ -89,7 +92,7 @@ def test_split_sizes_of_data_known_only_once_prepared() -> None:
     ("gsm8k", {"kind": "local", "n_test": "all"}, "n_test"),
     ("math500", {"kind": "bogus"}, "kind"),
     ("math500", {"kind": "local", "n_test": 1.5}, "n_test"),
-    ("sudoku", {"kind": "generated", "size": 5}, "size"),
+    ("sudoku", {"kind": "generated", "max_empty": 13}, "max_empty"),
     ("sudoku", {"kind": "local"}, "kind"),
     ("arc", {"kind": "generated", "n_test": True}, "n_test"),
     ("conciseness", {"kind": "hub"}, "kind"),

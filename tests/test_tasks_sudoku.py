@@ -1,165 +1,151 @@
-"""Sudoku: unique-solution generation, prompt, strict parsing and grading."""
+"""Sudoku: v2's 4x4 Mini Sudoku through Reasoning Gym: generation, splits, the Fig. 11 prompt, RG's reward."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from esrepro.tasks import get_task, sudoku
-from esrepro.tasks.sudoku import (
-    count_solutions,
-    from_rows,
-    generate_puzzle,
-    is_valid_solution,
-    parse_grid,
-    solve,
-    sudoku_prompt,
-    to_rows,
-)
+from esrepro.io import read_jsonl
+from esrepro.tasks import get_task, split_sizes, sudoku
 from esrepro.tasks.sources import EMBEDDED
 
 
-def prepare_sudoku(out_dir: Path, source: dict, seed: int) -> dict:
-    """The split record (``"splits"``) of :func:`esrepro.tasks.sudoku.prepare`."""
-    return sudoku.prepare(out_dir, source, seed)["splits"]
+def _prepare(out: Path, **source) -> tuple[dict, list[dict], list[dict]]:
+    info = sudoku.prepare(out, {"kind": "generated", **source}, 3)
+    return info, read_jsonl(out / "train.jsonl"), read_jsonl(out / "test.jsonl")
 
 
-def _answer(rows: list[str]) -> str:
-    return "I filled it in.</think>\n<answer>\n" + "\n".join(rows) + "\n</answer>"
-
-
-@pytest.mark.parametrize("size, seeds", [(4, range(30)), (6, range(5)), (9, range(2))])
-def test_generated_puzzles_have_exactly_one_solution(size: int, seeds: range) -> None:
-    for seed in seeds:
-        p = generate_puzzle(size, seed)
-        puzzle, solution = from_rows(p["puzzle"]), from_rows(p["solution"])
-        assert count_solutions(puzzle, limit=5) == 1
-        assert solve(puzzle) == solution
-        assert p["n_blanks"] == sum(row.count("0") for row in p["puzzle"]) > 0
-        assert is_valid_solution(solution, puzzle) == (True, True)
-        # minimal: putting back... removing any further given breaks uniqueness
-        if size == 4:
-            for r in range(size):
-                for c in range(size):
-                    if puzzle[r][c]:
-                        fewer = [row[:] for row in puzzle]
-                        fewer[r][c] = 0
-                        assert count_solutions(fewer) == 2
-
-
-def test_generation_is_deterministic_per_seed() -> None:
-    assert generate_puzzle(9, 7) == generate_puzzle(9, 7)
-    assert generate_puzzle(4, 1) != generate_puzzle(4, 2)
-    capped = generate_puzzle(9, 3, max_blanks=20)
-    assert capped["n_blanks"] == 20 and count_solutions(from_rows(capped["puzzle"])) == 1
-
-
-def test_solver_counts() -> None:
-    assert count_solutions([[0] * 4 for _ in range(4)], limit=2) == 2
-    assert count_solutions([[1, 1, 0, 0]] + [[0] * 4 for _ in range(3)]) == 0
-    with pytest.raises(ValueError):
-        generate_puzzle(5, 0)
-
-
-def test_prompt_is_countdown_style() -> None:
-    p = generate_puzzle(4, 0)
-    text = sudoku_prompt(p["puzzle"])
-    assert text.startswith("You are a helpful assistant.")
-    assert text.endswith("Let me solve this step by step.\n<think>")
-    assert "\n".join(p["puzzle"]) in text and "<answer> </answer>" in text
-    assert get_task("sudoku").prompt(p) == text
+def _respond(answer: str) -> str:
+    return f" First the rows.</think>\n<answer>\n{answer}\n</answer>"
 
 
 @pytest.fixture(scope="module")
-def example() -> dict:
-    return generate_puzzle(4, 11)
+def example(tmp_path_factory) -> dict:
+    _, train, _ = _prepare(tmp_path_factory.mktemp("sudoku"), n_train=4, n_test=1)
+    return train[0]
 
 
-def test_solution_grades_one(example: dict) -> None:
-    score = get_task("sudoku").score(_answer(example["solution"]), example)
-    assert (score.reward, score.correct) == (1.0, True)
-    spaced = "<answer>  \n" + "\n".join("  " + r + " " for r in example["solution"]) + "\n\n </answer>"
-    assert get_task("sudoku").score(spaced, example).correct
-    later = _answer(["1111"] * 4) + " on reflection " + _answer(example["solution"])
-    assert get_task("sudoku").score(later, example).correct  # the last block counts
+def test_puzzles_are_reasoning_gyms_deterministic_distinct_and_split_in_order(tmp_path: Path) -> None:
+    import reasoning_gym
+
+    info, train, test = _prepare(tmp_path / "a", n_train=30, n_test=10)
+    assert (len(train), len(test)) == (30, 10) and info["splits"]["train"]["n"] == 30
+    again = _prepare(tmp_path / "b", n_train=30, n_test=10)[0]
+    assert again["splits"] == info["splits"]  # same seed: the same bytes
+    other = sudoku.prepare(tmp_path / "c", {"kind": "generated", "n_train": 30, "n_test": 10}, 4)
+    assert other["splits"] != info["splits"]
+    rows = train + test
+    assert len({r["question"] for r in rows}) == 40  # no puzzle twice, none shared by train and test
+    assert [r["id"] for r in rows] == [f"sudoku-train-{i}" for i in range(30)] + [f"sudoku-test-{i}" for i in
+                                                                                   range(30, 40)]
+    # each row is Reasoning Gym's own entry, item source_index of mini_sudoku seeded 3
+    ds = reasoning_gym.create_dataset("mini_sudoku", seed=3, size=1000)
+    for r in rows:
+        entry = ds[r["metadata"]["source_index"]]
+        assert (r["question"], r["answer"]) == (entry["question"], entry["answer"])
+        assert r["metadata"]["puzzle"] == entry["metadata"]["puzzle"] and r["source"] == EMBEDDED
+        assert 8 <= r["metadata"]["num_empty"] <= 12  # Reasoning Gym's default blanks
+    assert info["provenance"] == {"kind": "generated", "generator": "reasoning-gym mini_sudoku", "version": "0.1.25",
+                                  "config": {"seed": 3, "min_empty": 8, "max_empty": 12},
+                                  "items_drawn": rows[-1]["metadata"]["source_index"] + 1}
 
 
-def test_constraint_violation_grades_zero(example: dict) -> None:
-    puzzle, solution = from_rows(example["puzzle"]), from_rows(example["solution"])
-    # swap two blanks of one row: rows stay permutations, columns break
-    for r, row in enumerate(puzzle):
-        blanks = [c for c, v in enumerate(row) if v == 0]
-        if len(blanks) >= 2:
-            bad = [line[:] for line in solution]
-            a, b = blanks[:2]
-            bad[r][a], bad[r][b] = bad[r][b], bad[r][a]
-            break
-    score = get_task("sudoku").score(_answer(to_rows(bad)), example)
-    assert (score.reward, score.correct, score.details["valid"]) == (0.0, False, False)
-    assert score.details["keeps_givens"]
+def test_the_papers_1000_puzzles_split_800_200(tmp_path: Path) -> None:
+    source = {"kind": "generated", "n_train": 800, "n_test": 200}
+    assert split_sizes("sudoku", source) == {"train": 800, "test": 200}
+    info, train, test = _prepare(tmp_path, n_train=800, n_test=200)
+    assert (len(train), len(test)) == (800, 200)
+    assert len({r["question"] for r in train + test}) == 1000
+    assert json.loads(json.dumps(info["provenance"]))["version"] == "0.1.25"
 
 
-def test_changing_a_given_grades_zero(example: dict) -> None:
-    # relabelling the digits gives a valid Sudoku that changes the givens
-    relabel = {1: 2, 2: 3, 3: 4, 4: 1}
-    other = [[relabel[v] for v in row] for row in from_rows(example["solution"])]
-    score = get_task("sudoku", partial=True).score(_answer(to_rows(other)), example)
-    assert score.details["valid"] and not score.details["keeps_givens"]
-    assert (score.reward, score.correct) == (0.0, False)
-
-
-def test_partial_credit(example: dict) -> None:
-    puzzle, solution = from_rows(example["puzzle"]), from_rows(example["solution"])
-    blanks = [(r, c) for r in range(4) for c in range(4) if puzzle[r][c] == 0]
-    wrong = [row[:] for row in solution]
-    r, c = blanks[0]
-    wrong[r][c] = wrong[r][c] % 4 + 1
-    partial = get_task("sudoku", partial=True).score(_answer(to_rows(wrong)), example)
-    assert partial.reward == pytest.approx((len(blanks) - 1) / len(blanks)) and not partial.correct
-    assert get_task("sudoku").score(_answer(to_rows(wrong)), example).reward == 0.0
-    assert get_task("sudoku", partial=True).score(_answer(example["solution"]), example).reward == 1.0
-
-
-@pytest.mark.parametrize("block", [
-    "1234\n3412\n2143",  # too few rows
-    "1234\n3412\n2143\n4321\n1234",  # too many rows
-    "1 2 3 4\n3 4 1 2\n2 1 4 3\n4 3 2 1",  # spaces between digits
-    "1234\n3412\n\n2143\n4321",  # blank line inside
-    "1234\n3412\n2143\n432a",  # a letter
-    "1234\n3412\n2143\n4350",  # digits out of range
-    "12345\n3412\n2143\n4321",  # ragged
-    "",
-])
-def test_strict_parsing(block: str) -> None:
-    assert parse_grid(block, 4) is None
-
-
-def test_unparseable_or_missing_answer(example: dict) -> None:
-    task = get_task("sudoku", partial=True)
-    assert task.score("no answer", example).reward == 0.0
-    assert task.score("<answer>" + "1" * 100_000 + "</answer>", example).reward == 0.0
-    assert task.score("<answer>\n" + "\n".join(example["solution"]), example).reward == 0.0  # unclosed
-
-
-def test_prepare_sudoku(tmp_path: Path) -> None:
-    a = prepare_sudoku(tmp_path / "a", {"kind": "generated", "n_train": 12, "n_test": 6, "size": 4}, 5)
-    b = prepare_sudoku(tmp_path / "b", {"kind": "generated", "n_train": 12, "n_test": 6, "size": 4}, 5)
-    assert a == b and (a["train"]["n"], a["test"]["n"]) == (12, 6)
-    task = get_task("sudoku")
-    rows = task.load("train", tmp_path / "a") + task.load("test", tmp_path / "a")
-    assert len({"".join(r["puzzle"]) for r in rows}) == 18
-    assert all(r["source"] == EMBEDDED and task.score(_answer(r["solution"]), r).correct for r in rows)
-    nine = prepare_sudoku(tmp_path / "c", {"kind": "generated", "n_train": 1, "n_test": 1, "size": 9}, 0)
-    assert nine["train"]["n"] == 1
+def test_blanks_are_reasoning_gyms_config_and_bad_values_name_the_key(tmp_path: Path) -> None:
+    _, train, test = _prepare(tmp_path, n_train=10, n_test=5, min_empty=2, max_empty=4)
+    assert all(2 <= r["metadata"]["num_empty"] <= 4 for r in train + test)
+    for bad, key in (({"min_empty": 13}, "min_empty"), ({"min_empty": 5, "max_empty": 4}, "max_empty"),
+                     ({"max_empty": 13}, "max_empty"), ({"min_empty": -1}, "min_empty")):
+        with pytest.raises(ValueError, match=key):
+            split_sizes("sudoku", {"kind": "generated", **bad})
     with pytest.raises(ValueError, match="kind"):
-        prepare_sudoku(tmp_path / "d", {"kind": "local"}, 0)
+        split_sizes("sudoku", {"kind": "local"})
 
 
-def test_deeply_indented_solution_grades_one(example: dict) -> None:
-    """The length cap bounds the raw block, so rows indented by 20 spaces still parse."""
-    indented = "<answer>\n" + "\n".join(" " * 20 + r for r in example["solution"]) + "\n</answer>"
-    score = get_task("sudoku").score(indented, example)
-    assert (score.reward, score.correct) == (1.0, True)
-    assert parse_grid("\n".join(" " * 200 + r for r in example["solution"]), 4) is not None
-    assert parse_grid(" " * (sudoku.MAX_BLOCK_CHARS + 1) + "\n".join(example["solution"]), 4) is None
+def test_the_prompt_is_figure_11s(example: dict) -> None:
+    text = get_task("sudoku").prompt(example)
+    grid = "\n".join(" ".join(str(v) if v else "_" for v in row) for row in example["metadata"]["puzzle"])
+    assert text == (
+        "You are a helpful assistant. You first think about the reasoning process in your mind and then provide the "
+        "user with the answer. In 4x4 Mini Sudoku:\n"
+        "- Each row must contain each number from 1-4 exactly once\n"
+        "- Each column must contain each number 1-4 exactly once\n"
+        "- Each 2x2 subgrid must contain each number 1-4 exactly once\n"
+        f"Solve this 4x4 Mini Sudoku puzzle:\n{grid}\n"
+        "Show your work in <think> </think> tags. And return the final answer in <answer> </answer> tags, with spaces "
+        "separating each number within a row, and newlines separating rows. For example <answer>\n"
+        "2 1 4 3\n4 3 2 1\n3 1 4 2\n1 2 3 4 </answer>. Let me solve this step by step.\n<think>")
+    assert "Format your response" not in text  # Reasoning Gym's own format line is replaced
+    with pytest.raises(ValueError, match="not Reasoning Gym's mini_sudoku text"):
+        sudoku.sudoku_prompt("Solve this puzzle: _ 1")
+
+
+def test_reasoning_gyms_reward_of_correct_wrong_and_malformed_answers(example: dict) -> None:
+    task = get_task("sudoku")
+    solution = example["answer"]  # "a b c d\n..." as Reasoning Gym writes it
+    right = task.score(_respond(solution), example)
+    assert (right.reward, right.correct) == (1.0, True)
+    assert task.score(task.prompt(example) + sudoku.sft_completion(example), example).correct
+    # the last answer block counts; the figure's trailing space before </answer> is stripped
+    assert task.score("<answer>1 1 1 1</answer> then <answer>" + solution + " </answer>", example).correct
+    # two cells swapped in the first row: 14 of 16 right, 0.9 for the non-standard answer
+    rows = [r.split() for r in solution.split("\n")]
+    rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
+    swapped = task.score(_respond("\n".join(" ".join(r) for r in rows)), example)
+    assert swapped.reward == pytest.approx(0.9 * 14 / 16) and not swapped.correct
+    # no spaces: every cell right, still not the oracle's format (0.9); Reasoning Gym's length penalty otherwise
+    packed = task.score(_respond(solution.replace(" ", "")), example)
+    assert packed.reward == pytest.approx(0.9) and not packed.correct
+    longer = task.score(_respond(solution + "\ndone"), example)
+    assert longer.reward == pytest.approx(0.9 * len(solution) / len(solution + "\ndone")) and not longer.correct
+    # malformed: no block, an unclosed block, words
+    for text in ("I think it is solved.", "<answer>" + solution, _respond("no idea")):
+        score = task.score(text, example)
+        assert (score.reward, score.correct) == (0.0, False)
+    assert task.score("<answer>" * 20_000 + solution, example).reward == 0.0  # no closing tag: nothing scanned
+
+
+def test_the_task_takes_no_options() -> None:
+    with pytest.raises(ValueError, match="task_options.sudoku: the sudoku task takes no options"):
+        get_task("sudoku", partial="cells")
+
+
+def test_the_paper_config_runs_sudoku_as_v2_states_it() -> None:
+    """v2 App. A.8 / Table 3: Qwen2.5-3B-Instruct, 1,000 puzzles (800 / 200), N 32, sigma 0.001, alpha 0.0005,
+    2,500 iterations, every iteration scoring the whole training set as one batch; the tiny default too runs
+    Reasoning Gym's Mini Sudoku, at a few dozen puzzles."""
+    from conftest import REPO
+    from esrepro.config import check_config, load_pipeline, load_yaml
+
+    raw = load_yaml(REPO / "config" / "paper.yaml")
+    check_config(raw, "paper.yaml", root=REPO)
+    paper = load_pipeline(raw, "paper.yaml", root=REPO)
+    assert paper.train_models("sudoku") == ["qwen2.5-3b-instruct"] and paper.train_methods("sudoku") == ["es"]
+    source = paper.cfg.data["sudoku"].source.model_dump(exclude_none=True)
+    assert source == {"kind": "generated", "n_train": 800, "n_test": 200}
+    assert split_sizes("sudoku", source) == {"train": 800, "test": 200}
+    es = paper.method_settings("qwen2.5-3b-instruct", "sudoku", "es")
+    assert (es.population, es.sigma, es.alpha, es.iterations) == (32, 0.001, 0.0005, 2500)
+    assert (es.train_examples, es.prompts_per_iteration, es.batch_size) == (800, None, 800)
+    assert paper.task_options("sudoku") == {}  # Reasoning Gym's reward
+    # 64M completions: the registry's train_es_sudoku layout (2 nodes x 4 GPUs), done within the SLURM profile's
+    # three attempts; the model's other ES runs keep its train_es layout
+    from esrepro.cluster import ray_layout
+    from esrepro.scaling import job_cost
+
+    assert ray_layout(paper, "sudoku", "qwen2.5-3b-instruct", "es") == "2 nodes x 4 GPUs: 8 vllm engines, tp 1"
+    assert ray_layout(paper, "countdown", "qwen2.5-3b-instruct", "es") == "1 node x 4 GPUs: 4 vllm engines, tp 1"
+    assert job_cost(paper, "sudoku", "qwen2.5-3b-instruct", "es").attempts <= 3
+    tiny = load_pipeline(load_yaml(REPO / "config" / "config.yaml"), "config.yaml", root=REPO)
+    small = tiny.cfg.data["sudoku"].source.model_dump(exclude_none=True)
+    assert sum(split_sizes("sudoku", small).values()) <= 50 and tiny.task_options("sudoku") == {}

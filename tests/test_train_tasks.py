@@ -173,31 +173,35 @@ def test_math_train_generated_and_local_with_held_out_test(tmp_path):
 def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
     from esrepro.models.warm_start import mixed_pairs, task_pairs
 
-    prepare_task("sudoku", tmp_path / "sudoku", {"kind": "generated", "n_train": 30, "n_test": 10, "size": 4,
-                                                 "max_blanks": 4}, seed=0)
+    source = {"kind": "generated", "n_train": 30, "n_test": 10, "min_empty": 2, "max_empty": 4}
+    prepare_task("sudoku", tmp_path / "sudoku", source, seed=0)
     banned = read_jsonl(tmp_path / "sudoku" / "train.jsonl") + read_jsonl(tmp_path / "sudoku" / "test.jsonl")
-    pairs = task_pairs("sudoku", 40, seed=0, source={"size": 4, "max_blanks": 4}, banned=banned)
+    # the warm start's own stream would draw some of the prepared puzzles (Reasoning Gym's item k of seed s is
+    # item k - 1 of seed s + 1): seeded 7,919 below the warm start's, they must all be left out
+    from esrepro.models.warm_start import SEED_OFFSET
+
+    pairs = task_pairs("sudoku", 40, seed=-SEED_OFFSET, source=source, banned=banned)
     assert len(pairs) == 40
     prompts = {p for p, _ in pairs}
     from esrepro.tasks.sudoku import sudoku_prompt
 
-    assert not prompts & {sudoku_prompt(e["puzzle"]) for e in banned}
+    assert len(prompts) == 40 and not prompts & {sudoku_prompt(e["question"]) for e in banned}
     got, made, groups = mixed_pairs({"countdown": 5, "math_train": 5, "sudoku": 5, "arc": 5}, seed=1,
-                                    sources={"sudoku": {"size": 4}}, banned={})
+                                    sources={"sudoku": {"min_empty": 2, "max_empty": 4}}, banned={})
     assert made == {"countdown": 5, "math_train": 5, "sudoku": 5, "arc": 5} and sorted(set(groups)) == sorted(made)
     again, _, _ = mixed_pairs({"countdown": 5, "math_train": 5, "sudoku": 5, "arc": 5}, seed=1,
-                              sources={"sudoku": {"size": 4}}, banned={})
+                              sources={"sudoku": {"min_empty": 2, "max_empty": 4}}, banned={})
     assert got == again  # seeded
     # every completion answers in its task's format, where its grader looks
     from esrepro.tasks.arc import last_python_block
     from esrepro.tasks.math import last_boxed
-    from esrepro.tasks.sudoku import last_answer_block, parse_grid
+    from esrepro.tasks.sudoku import last_answer_block
 
     for (prompt, completion), task in zip(got, groups):
         if task == "math_train":
             assert last_boxed(completion) is not None and prompt.startswith("<|im_start|>system")
-        elif task == "sudoku":
-            assert parse_grid(last_answer_block(completion), 4) is not None
+        elif task == "sudoku":  # its reward is 1.0: tests/test_tasks_sudoku.py scores sft_completion
+            assert "Mini Sudoku" in prompt and prompt.endswith("<think>") and "<answer>" in completion
         elif task == "arc":
             assert last_python_block(completion) is not None and prompt.endswith("<|im_start|>assistant\n")
         else:
@@ -221,8 +225,8 @@ def test_multi_format_tiny_build_is_seeded(tmp_path):
                               "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512},
              "sft": {"tasks": {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}, "epochs": 1,
                      "learning_rate": 0.003, "prompts_per_step": 8}}
-    a = build_tiny_tasks(build, {}, tmp_path / "a", {"sudoku": {"size": 4}})
-    build_tiny_tasks(build, {}, tmp_path / "b", {"sudoku": {"size": 4}})
+    a = build_tiny_tasks(build, {}, tmp_path / "a", {"sudoku": {"min_empty": 2, "max_empty": 4}})
+    build_tiny_tasks(build, {}, tmp_path / "b", {"sudoku": {"min_empty": 2, "max_empty": 4}})
     assert a["sft_tasks"] == {"countdown": 16, "math_train": 16, "sudoku": 8, "arc": 4}
     assert a["sft_steps"] == 2 + 2 + 1 + 1  # one task per batch
     assert json.loads((tmp_path / "a" / "build.json").read_text())["build"]["sft"]["prompts_per_step"] == 8
@@ -264,19 +268,7 @@ def test_param_shift_step_on_a_real_es_run_matches_the_random_walk(tiny_model_di
 
 # --- dense training signals for the tiny model (accuracy stays exact) ---------------------------------------------
 @pytest.mark.usefixtures("sandbox")
-def test_cell_rewards_for_sudoku_and_arc():
-    from esrepro.tasks.sudoku import generate_puzzle
-
-    p = generate_puzzle(4, 3, max_blanks=4)
-    sol = p["solution"]
-    task = get_task("sudoku", partial="cells")
-    exact = task.score("<answer>" + "\n".join(sol) + "</answer>", p)
-    assert exact.reward == 1.0 and exact.correct
-    ragged = "<answer>" + sol[0] + "\n" + sol[1][:2] + "x\n\n" + sol[2] + "</answer>"  # 4 + 2 + 4 cells in place
-    s = task.score(ragged, p)
-    assert s.reward == pytest.approx(10 / 16) and not s.correct
-    assert task.score("no answer", p).reward == 0.0
-    assert get_task("sudoku", partial=True).score(ragged, p).reward == 0.0  # the strict variant: unparseable
+def test_cell_rewards_for_arc():
     ex = {"test_output": [[1, 2], [3, 4]], "train": [], "test_input": [[0]]}
     arc = get_task("arc", partial=True)
 

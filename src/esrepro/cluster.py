@@ -33,9 +33,14 @@ TRAIN_RESOURCES = (*RESOURCES, "gres", "tasks", "tasks_per_gpu", "mpi")
 
 
 def train_resources_key(p: Pipeline, task: str, model: str, method: str) -> str:
-    """The registry resources entry of a train job: ``train_es`` for an ES method where the model has one."""
-    es = p.algorithm_of(task, method).name == "es"
-    return "train_es" if es and "train_es" in p.model(model).resources else "train"
+    """The registry resources entry of a train job: for an ES method ``train_es_<task>`` where the model has one (a
+    task whose ES runs need a layout of their own), else ``train_es`` where it has one; else ``train``."""
+    resources = p.model(model).resources
+    if p.algorithm_of(task, method).name == "es":
+        for key in (f"train_es_{task}", "train_es"):
+            if key in resources:
+                return key
+    return "train"
 
 
 def rl_job(p: Pipeline, model: str, settings: dict, rule: str = "train") -> Resources:

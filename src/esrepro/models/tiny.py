@@ -226,7 +226,7 @@ def build_tiny_tasks(build: dict, exclude: dict[str, list[dict]], out_dir: str |
 
     Like :func:`build_tiny`, with :mod:`esrepro.models.warm_start` drawing each task's pairs:
     ``exclude`` holds each task's prepared rows (never trained on), ``data_sources`` each task's
-    configured source (generator options such as Sudoku's size). The tokenizer is trained on
+    configured source (generator options such as Sudoku's blanks). The tokenizer is trained on
     ``tokenizer.corpus_problems`` pairs split across the tasks in the same proportions.
     """
     from esrepro.models.warm_start import mixed_pairs

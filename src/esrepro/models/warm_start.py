@@ -8,7 +8,7 @@ excluded by content) and a correct completion in the format its grader reads:
 * ``countdown``: the TinyZero-style generator (with the data source's number options);
 * ``math_train``: arithmetic word problems with a worked solution ending in ``\\boxed{}``;
 * ``gsm8k``: GSM8K-format word problems, their solution and ``\\boxed{}`` answer;
-* ``sudoku``: unique-solution puzzles of the data source's size, solved in answer tags;
+* ``sudoku``: Reasoning Gym's mini Sudoku puzzles (the data source's blanks), solved in answer tags;
 * ``arc``: synthetic ARC-format tasks with simple rules (flips, transpose, recolouring), NOT
   ARC tasks, so ARC's training and evaluation sets stay unseen.
 """
@@ -67,23 +67,11 @@ def _gsm8k(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:
 
 
 def _sudoku(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:
-    from esrepro.tasks.sudoku import generate_puzzle, sft_completion, sudoku_prompt
+    from esrepro.tasks.sudoku import blanks, generate, sft_completion, sudoku_prompt
 
-    size, max_blanks = source.get("size", 4), source.get("max_blanks")
-    seen = {"".join(e["puzzle"]) for e in banned if "puzzle" in e}
-    out: list[Pair] = []
-    k = 0
-    while len(out) < n:
-        if k > 50 * n + 100:
-            raise ValueError(f"sudoku warm start: cannot draw {n} puzzles of size {size} outside the prepared splits")
-        p = generate_puzzle(size, (seed + SEED_OFFSET) * 1_000_003 + k, max_blanks=max_blanks)
-        k += 1
-        key = "".join(p["puzzle"])
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((sudoku_prompt(p["puzzle"]), sft_completion(p)))
-    return out
+    lo, hi = blanks(source)
+    puzzles = generate(n, seed + SEED_OFFSET, lo, hi, exclude=[e["question"] for e in banned if "question" in e])
+    return [(sudoku_prompt(p["question"]), sft_completion(p)) for p in puzzles]
 
 
 def _arc(n: int, seed: int, source: dict, banned: list[dict]) -> list[Pair]:

@@ -199,16 +199,33 @@ def puzzle_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Ma
     return pd.DataFrame(records)
 
 
+def also_reported_notes(published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
+                        tasks: Sequence[str] = ("sudoku", "arc")) -> list[str]:
+    """One note per puzzle block whose numbers another place of the paper gives differently (``also_reported``):
+    where the table's paper columns come from, and the other place's numbers."""
+    out = []
+    for task in tasks:
+        for block in published_blocks(published, task):
+            for other in block.get("also_reported") or []:
+                for model, values in (other.get("models") or {}).items():
+                    given = ", ".join(f"{method_label(m)} {float(v):g}" for m, v in values.items())
+                    out.append(f"{TASK_LABELS.get(task, task)}, {_display(models, model)}: the paper columns are "
+                               f"{block['provenance'].get('version', '')} {block['provenance']['table']}; "
+                               f"{other['place']} gives {given} for the same experiment.".replace("  ", " "))
+    return out
+
+
 def build_puzzle_table(metric_paths: Iterable[PathLike], published_path: PathLike,
                        models: Mapping[str, Mapping[str, Any]], out_stem: PathLike, notes: Sequence[str] = ()
                        ) -> pd.DataFrame:
     """Load metrics, build :func:`puzzle_table` and write it (csv, md, tex)."""
-    df = puzzle_table(load_metrics(metric_paths), load_published(published_path), models)
+    published = load_published(published_path)
+    df = puzzle_table(load_metrics(metric_paths), published, models)
     write_table(df, out_stem, "Puzzles: test accuracy (%) before (Original) and after fine-tuning, ours beside the "
-                "paper's", ["Sudoku: exact solutions; ARC-AGI: the model's transform program, run in a sandbox, "
-                            "returns the exact output grid (pass@1, greedy, one score per test input). Ours: mean "
-                            "over seeds (± sample std with more than one seed); blank: no run or not reported.",
-                            *notes])
+                "paper's", ["Sudoku: solved puzzles (Reasoning Gym's score 1.0); ARC-AGI: the model's transform "
+                            "program, run in a sandbox, returns the exact output grid (pass@1, greedy, one score per "
+                            "test input). Ours: mean over seeds (± sample std with more than one seed); blank: no run "
+                            "or not reported.", *also_reported_notes(published, models), *notes])
     return df
 
 

