@@ -386,6 +386,7 @@ def test_table_steps_record_the_published_numbers(tmp_path):
     for stem in ("t2", "st"):
         manifest = json.loads((tmp_path / f"{stem}.manifest.json").read_text())
         assert "published" in manifest["inputs"] and manifest["settings"]["reward_cutoff"] == 0.99
+        assert any(k.endswith("samples.jsonl") for k in manifest["inputs"])  # the hacking marks read them
     assert "Qwen2.5-7B-Instruct" in (tmp_path / "t2.md").read_text()  # the paper's rows, by display name
 
 

@@ -113,6 +113,7 @@ rule table2_conciseness:
 rule conciseness_stability:
     input:
         kl=CONCISENESS_KL,
+        samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
         published=CFG.published,
     output:
         report(f"{R.CONCISENESS_STABILITY}.csv", caption="../report/conciseness_stability.rst", category="Tables",

@@ -41,7 +41,7 @@ def table2(kl: list[str], registry: str, published: str, out: str, reward_cutoff
     build_table2(kl, out, reward_cutoff, notes=note or [], model_display=display, published=published,
                  hacking_margin=hacking_margin, displays={k: reg[k].display for k in reg})
     report_manifest("table2", out, TABLE, started,
-                    inputs={**{p: p for p in kl}, "registry": registry, "published": published},
+                    inputs={**kl_inputs(kl), "registry": registry, "published": published},
                     settings={"reward_cutoff": reward_cutoff, "hacking_margin": hacking_margin, "notes": note or []})
 
 
@@ -53,7 +53,7 @@ def conciseness_stability(kl: list[str], published: str, out: str, reward_cutoff
 
     started = now()
     build_conciseness_stability(kl, out, reward_cutoff, published, notes=note or [])
-    report_manifest("conciseness_stability", out, TABLE, started, inputs={**{p: p for p in kl}, "published": published},
+    report_manifest("conciseness_stability", out, TABLE, started, inputs={**kl_inputs(kl), "published": published},
                     settings={"reward_cutoff": reward_cutoff, "notes": note or []})
 
 
