@@ -436,7 +436,8 @@ def test_lr_sweep_points_and_figure(tmp_path: Path) -> None:
     assert cfg.loc[(4e-6, 0.0), "reward"] == pytest.approx(1 + (-30 + 8 - 0 + 0.5 - 1) / 2000)
     assert cfg.loc[(4e-6, 0.0), "reward_std"] == pytest.approx(np.std([0, 1], ddof=1) / 2000)
     runs_csv = pts[(pts["kind"] == "run") & (pts["algorithm"] == "base")]
-    assert runs_csv["reward"].iloc[0] == pytest.approx(1 + (-41) / 2000)
+    assert runs_csv["reward"].iloc[0] == pytest.approx(1 + (-41) / 2000) and runs_csv["reward_raw"].iloc[0] == -41.0
+    assert cfg.loc[(4e-6, 0.0), "reward_raw"] == pytest.approx(-30 + 8 - 0 + 0.5 - 1)
     assert cfg.loc[(2e-6, 0.1), "seeds"] == 2
     assert pts[(pts["kind"] == "checkpoint") & pts["on_front"]]["algorithm"].isin(["es", "grpo"]).all()
     assert pts[(pts["kind"] == "checkpoint") & (pts["algorithm"] == "es")]["on_front"].any()

@@ -76,7 +76,7 @@ def load_sweep(kl_paths: Iterable[PathLike], reward: RewardField = "reward_sampl
         for c in r["checkpoints"]:
             if reward not in c:
                 raise ValueError(f"{r['path']}: checkpoint at iteration {c.get('iteration')} has no {reward!r}")
-            checkpoints.append({**c, "reward": normalise_reward(c[reward], reward_worst)})
+            checkpoints.append({**c, "reward": normalise_reward(c[reward], reward_worst), "reward_raw": float(c[reward])})
         rows.append({**{k: r[k] for k in ("model", "method", "seed", "algorithm", "exact", "k1", "k3", "path")},
                      **{k: (math.nan if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                         for k, v in vals.items()},
@@ -93,20 +93,23 @@ def _reward_label(reward: RewardField, worst: float | None) -> str:
 
 def sweep_points(runs: pd.DataFrame, kl: str = "k3") -> pd.DataFrame:
     """The plotted points: each run's final (kind ``run``), each configuration's mean ± std over seeds
-    (``config``), every kept checkpoint (``checkpoint``, with ``on_front`` for its algorithm family's front)."""
+    (``config``), every kept checkpoint (``checkpoint``, with ``on_front`` for its algorithm family's front);
+    ``reward`` as plotted, ``reward_raw`` before normalisation."""
     rows = []
     for r in runs.itertuples(index=False):
         base = {"algorithm": r.algorithm, "beta": r.beta, "learning_rate": r.learning_rate, "sigma": r.sigma}
         rows.append({**base, "kind": "run", "seed": r.seed, "iteration": math.nan, "kl": getattr(r, kl),
-                     "reward": r.reward, "kl_std": math.nan, "reward_std": math.nan, "seeds": 1})
+                     "reward": r.reward, "reward_raw": r.reward_raw, "kl_std": math.nan, "reward_std": math.nan,
+                     "seeds": 1})
         for c in r.checkpoints:
             rows.append({**base, "kind": "checkpoint", "seed": r.seed, "iteration": c["iteration"], "kl": c[kl],
-                         "reward": c["reward"], "kl_std": math.nan, "reward_std": math.nan, "seeds": 1})
+                         "reward": c["reward"], "reward_raw": c["reward_raw"], "kl_std": math.nan,
+                         "reward_std": math.nan, "seeds": 1})
     keys = ["algorithm", "beta", "learning_rate", "sigma"]
     for key, g in runs.groupby(keys, dropna=False, sort=True):
         rows.append({**dict(zip(keys, key)), "kind": "config", "seed": math.nan, "iteration": math.nan,
                      "kl": float(g[kl].mean()), "reward": float(g["reward"].mean()),
-                     "kl_std": float(g[kl].std()) if len(g) > 1 else math.nan,
+                     "reward_raw": float(g["reward_raw"].mean()), "kl_std": float(g[kl].std()) if len(g) > 1 else math.nan,
                      "reward_std": float(g["reward"].std()) if len(g) > 1 else math.nan, "seeds": len(g)})
     pts = pd.DataFrame(rows)
     pts["on_front"] = False
