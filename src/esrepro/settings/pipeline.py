@@ -154,8 +154,9 @@ class GRPOSweep(Settings):
 
     betas: list[float] | None = Field(None, min_length=1, description="KL coefficients, one run each (methods "
                                       "grpo_beta<value>)")
-    betas_logspace: Logspace | None = Field(None, description="the appendix's sweep instead: {start: -4, stop: 0, "
-                                            "num: 10} gives ten log-spaced betas")
+    betas_logspace: Logspace | None = Field(None, description="log-spaced betas instead of a list: {start: -2, "
+                                            "stop: 0, num: 10} gives ten from 0.01 to 1 (v2 App. A.2's values, "
+                                            "without its beta 0)")
     settings: Partial = Field(default_factory=dict, description="GRPO settings of every run, over defaults.grpo")
     learning_rates: list[float] | None = Field(
         None, min_length=1, description="also sweep the learning rate: one run per (beta, learning rate), methods "
