@@ -52,8 +52,8 @@ def test_requests_are_within_one_and_two_times_the_estimates(paper):
     rows = [r for _, r in pairs]
     estimated = [r for r in rows if r.estimated_gpu_h]
     gpu_jobs = [r for r in rows if r.gpu_jobs]
-    assert estimated == gpu_jobs and len(gpu_jobs) == 546  # every GPU job has an estimate: train, evaluate, KL
-    assert sum(j.rule in ("train", "train_cell", "essa_grpo") for j, r in pairs if r.estimated_gpu_h) == 263
+    assert estimated == gpu_jobs and len(gpu_jobs) == 702  # every GPU job has an estimate: train, evaluate, KL
+    assert sum(j.rule in ("train", "train_cell", "essa_grpo") for j, r in pairs if r.estimated_gpu_h) == 411
     assert all(r.unestimated_gpu_h == 0 for r in rows)
     assert within(estimated) and within(summary(paper))
     total = summary(paper)[-1]
@@ -71,10 +71,10 @@ def test_outputs_are_written(tmp_path, capsys):
     assert main(["cost", "config/paper.yaml", "--csv", str(tmp_path / "c.csv"),
                  "--markdown", str(tmp_path / "out" / "c.md")]) == 0
     printed = capsys.readouterr().out
-    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 667 |" in printed
+    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 814 |" in printed
     assert "290 minutes on 8 GPUs" in printed
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
-    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 667
+    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 814
 
 
 def test_a_bad_path_is_one_clear_error(tmp_path, capsys):
@@ -110,14 +110,14 @@ def test_steps_ask_for_their_estimate_at_least_a_floor(paper):
 
 
 def test_kl_scores_every_kept_snapshot(paper):
-    """A conciseness run keeps every 100th of its 1,000 iterations: its KL job scores ten checkpoints."""
+    """A conciseness run keeps every 200th of its 1,000 iterations (v2 App. A.2): its KL job scores five checkpoints."""
     from esrepro.scaling import kept_snapshots, kl_seconds
 
     run = next(j.wildcards for j in plan_jobs(paper) if j.rule == "kl" and j.wildcards["method"].startswith("es_"))
-    assert kept_snapshots(paper, run["task"], run["model"], run["method"]) == 9
+    assert kept_snapshots(paper, run["task"], run["model"], run["method"]) == 4
     _, tokens = kl_seconds(paper, run["task"], run["model"], run["method"])
     _, base = kl_seconds(paper, run["task"], run["model"], "base")
-    assert tokens == 10 * base
+    assert tokens == 5 * base
 
 
 def test_split_rows_count_published_sizes(paper):

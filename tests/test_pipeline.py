@@ -34,14 +34,14 @@ def test_paper_dag_lists_every_model(tmp_path):
     out = proc.stdout + proc.stderr
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     # Countdown: ES per model (+ 3 stability seeds of Qwen2.5-3B-Instruct); v2: ES on MATH (Qwen2.5-Math-7B),
-    # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 4 betas) x 4 seeds, and the
+    # Sudoku and ARC (Qwen2.5-3B-Instruct); conciseness study: (3 sigmas + 11 betas) x 4 seeds, and the
     # learning-rate sweep: 4 betas x 4 learning rates x 4 seeds, on Qwen2.5-7B-Instruct; ESSA study on GSM8K:
     # Qwen2.5-Math-7B's reference + 3 populations + 4 ranks + 4 GPU counts + 1 resampling run (Figs. 2, 4, 7;
     # Sec. 5.4) and Qwen2.5-32B's reference (Fig. 6 right) + 2 precisions (Fig. 9) by the train rule, the GRPO
     # baseline (Fig. 8, Qwen2.5-Math-7B) by its own rule; on PRM800K (Fig. 6 left) Llama-3.1-8B's reference run
     essa = (1 + 3 + 4 + 4 + 1) + (1 + 2)
     scaling = 1
-    assert stats["train"] == str(7 + 3 + 3 + 7 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "10"
+    assert stats["train"] == str(7 + 3 + 3 + 14 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "10"
     assert stats["essa_grpo"] == "1"
     # Countdown: base + 6 methods per model (+ 3 x 6 stability runs); GSM8K and conciseness: the base models;
     # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
@@ -49,11 +49,11 @@ def test_paper_dag_lists_every_model(tmp_path):
     # PRM800K (an evaluate entry): every base model of the config, Llama-3.1-8B's and its scaling run
     assert stats["evaluate"] == str(7 * 7 + 3 * 6 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
     # KL: every Countdown run and base model, every study run and the study's base model
-    assert stats["kl"] == str(7 * 7 + 3 * 6 + 1 + 7 * 4 + 16 * 4)
-    for rule in ("table2_conciseness", "conciseness_pareto", "conciseness_distribution"):
+    assert stats["kl"] == str(7 * 7 + 3 * 6 + 1 + 14 * 4 + 16 * 4)
+    for rule in ("table2_conciseness", "conciseness_stability", "conciseness_pareto", "conciseness_distribution"):
         assert stats[rule] == "1"
     for method in ("es_sigma0.0005", "es_sigma0.001", "es_sigma0.0015", "grpo_beta0", "grpo_beta0.01",
-                   "grpo_beta0.0167", "grpo_beta0.0464"):
+                   "grpo_beta0.0167", "grpo_beta0.0278", "grpo_beta0.0464", "grpo_beta0.129", "grpo_beta1"):
         assert f"results/kl/conciseness/qwen2.5-7b-instruct/{method}/seed3/kl.json" in out
     assert "results/kl/countdown/llama-3.1-8b-instruct/grpo30/seed0/kl.json" in out
     # data that downloads (Countdown's, the hub sets, PRM800K) is prepared on the submitting host by download_data

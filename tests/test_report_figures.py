@@ -431,15 +431,21 @@ def test_lr_sweep_points_and_figure(tmp_path: Path) -> None:
     _assert_outputs(build_lr_sweep(paths, out), out)
     pts = pd.read_csv(out.with_suffix(".csv"))
     cfg = pts[(pts["kind"] == "config") & (pts["algorithm"] == "grpo")].set_index(["learning_rate", "beta"])
-    # reward_sampled = reward - 1: mean over seeds 0, 1 of (-30 + 2e6 lr - 10 beta + seed) - 1
-    assert cfg.loc[(4e-6, 0.0), "reward"] == pytest.approx(-30 + 8 - 0 + 0.5 - 1)
-    assert cfg.loc[(4e-6, 0.0), "reward_std"] == pytest.approx(np.std([0, 1], ddof=1))
+    # reward_sampled = reward - 1: mean over seeds 0, 1 of (-30 + 2e6 lr - 10 beta + seed) - 1, on the paper's
+    # normalised scale by default (v2 App. A.2: 1 + raw / 2000)
+    assert cfg.loc[(4e-6, 0.0), "reward"] == pytest.approx(1 + (-30 + 8 - 0 + 0.5 - 1) / 2000)
+    assert cfg.loc[(4e-6, 0.0), "reward_std"] == pytest.approx(np.std([0, 1], ddof=1) / 2000)
+    runs_csv = pts[(pts["kind"] == "run") & (pts["algorithm"] == "base")]
+    assert runs_csv["reward"].iloc[0] == pytest.approx(1 + (-41) / 2000) and runs_csv["reward_raw"].iloc[0] == -41.0
+    assert cfg.loc[(4e-6, 0.0), "reward_raw"] == pytest.approx(-30 + 8 - 0 + 0.5 - 1)
     assert cfg.loc[(2e-6, 0.1), "seeds"] == 2
     assert pts[(pts["kind"] == "checkpoint") & pts["on_front"]]["algorithm"].isin(["es", "grpo"]).all()
     assert pts[(pts["kind"] == "checkpoint") & (pts["algorithm"] == "es")]["on_front"].any()
-    # the paper's normalised scale: 0 = -2000, 1 = 0
+    # the greedy reward on the same scale, and raw rewards on request
     norm = load_sweep(paths, reward="reward", reward_worst=-2000.0)
     assert norm[norm["algorithm"] == "base"]["reward"].iloc[0] == pytest.approx(1 - 40 / 2000)
+    raw = load_sweep(paths, reward_worst=None)
+    assert raw[raw["algorithm"] == "base"]["reward"].iloc[0] == -41.0
 
 
 def test_lr_sweep_reads_learning_rate_from_method_name(tmp_path: Path) -> None:

@@ -69,8 +69,13 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "log": ("--log", dict(action="append", required=True, help="LABEL=PATH of a training log.jsonl (repeat)")),
     "kl": ("--kl", dict(nargs="+", required=True, help="kl.json files (samples.jsonl beside each)")),
     "reward_cutoff": ("--reward-cutoff", dict(type=_cutoff, default=None,
-                                              help="keep configurations whose mean reward is >= this (null: all)")),
-    "estimator": ("--estimator", dict(default="exact", choices=["exact", "k1", "k3"], help="KL estimator on the x axis")),
+                                              help="keep configurations whose mean normalised reward is above this "
+                                              "(null: all)")),
+    "hacking_margin": ("--hacking-margin", dict(type=float, default=0.2,
+                                                help="a run hacks the reward when its share of non-word responses "
+                                                "exceeds the base model's by more than this")),
+    "estimator": ("--estimator", dict(default="k3", choices=["exact", "k1", "k3"],
+                                      help="KL estimator on the x axis (k3: the ES paper's)")),
     "configs": ("configs", dict(nargs="+", help="pipeline config files (each names its registry)")),
     "config": ("config", dict(help="the pipeline config file (e.g. config/paper.yaml)")),
     "csv_out": ("--csv", dict(default=None, metavar="PATH", help="also write the rows as CSV to PATH")),
@@ -126,6 +131,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
 #: Options whose help differs by verb.
 OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("table1", "out"): dict(help=OUT_STEM), ("table2", "out"): dict(help=OUT_STEM),
+    ("conciseness-stability", "out"): dict(help=OUT_STEM),
     ("table3", "out"): dict(help=OUT_STEM), ("curves", "out"): dict(help=OUT_STEM),
     ("pareto", "out"): dict(help=OUT_STEM), ("reward-distribution", "out"): dict(help=OUT_STEM),
     ("table1", "task"): dict(required=False, default="countdown", help="task the table reports"),
@@ -179,6 +185,8 @@ VERBS: dict[str, Verb] = {
     "kl": Verb("esrepro.steps.kl:kl", "KL(fine-tuned || base) of a run's weights and kept snapshots"),
     "table1": Verb("esrepro.steps.report:table1", "Table 1: accuracy per model and method, beside the paper's"),
     "table2": Verb("esrepro.steps.report:table2", "Table 2: conciseness reward and KL per configuration"),
+    "conciseness-stability": Verb("esrepro.steps.report:conciseness_stability",
+                                  "the conciseness runs' reward std over seeds, GRPO against ES, beside the paper's"),
     "table3": Verb("esrepro.steps.report:table3", "Table 3: RL hyperparameter grids and the cells kept"),
     "curves": Verb("esrepro.steps.report:curves", "training reward per iteration (figure)"),
     "pareto": Verb("esrepro.steps.report:pareto", "reward against KL with Pareto fronts (figure)"),
@@ -199,8 +207,8 @@ VERBS: dict[str, Verb] = {
     "param-shift-histogram": Verb("esrepro.steps.report:param_shift_histogram",
                                   "count |theta_final - theta_base| of one ES run against its random walk"),
     "param-shift": Verb("esrepro.steps.report:param_shift", "Figures 7-9: parameter shifts against the random walk"),
-    "lr-sweep": Verb("esrepro.steps.report:lr_sweep", "Figure 3: the conciseness GRPO learning-rate x beta sweep"),
-    "lr-distributions": Verb("esrepro.steps.report:lr_distributions", "Figure 4: reward distributions per learning rate"),
+    "lr-sweep": Verb("esrepro.steps.report:lr_sweep", "Figure 4: the conciseness GRPO learning-rate x beta sweep"),
+    "lr-distributions": Verb("esrepro.steps.report:lr_distributions", "Figure 5: reward distributions per learning rate"),
     "train-tasks-table": Verb("esrepro.steps.report:train_tasks_table", "accuracy per training task and test set"),
     "math-table": Verb("esrepro.steps.report:math_table", "the math table beside the published RL baselines"),
     "puzzle-table": Verb("esrepro.steps.report:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),

@@ -22,7 +22,7 @@ ESSA_SWEEP_GROUPS = {"populations": "ESSA Fig. 4 (population)", "ranks": "ESSA F
 ESSA_REFERENCE = "ESSA reference runs (Figs. 2, 4, 6-9)"
 ESSA_GRPO_GROUP = "ESSA Fig. 8 (against GRPO)"
 ESSA_SCALING = "ESSA Fig. 6 (PRM800K)"
-STUDY_GROUPS = {"conciseness": "ES Table 2, Fig. 1 (conciseness)", "conciseness_lr": "ES Figs. 3-4 (GRPO learning rates)"}
+STUDY_GROUPS = {"conciseness": "ES Table 2, Fig. 1 (conciseness)", "conciseness_lr": "ES Figs. 4-5 (GRPO learning rates)"}
 MATH = "ES v2 math table"
 PUZZLES = "ES v2 puzzle table"
 SHIFTS = "ES Figs. 7-9 (parameter shifts)"
@@ -118,11 +118,12 @@ def _reports(plan: Plan) -> list[Job]:
     """One job per table or figure the config writes, and the run's summaries."""
     p, R, ex = plan.p, plan.paths, ExtrasPlan(plan)
     targets = set(plan.table_targets())
-    made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.PARETO, R.DISTRIBUTION, R.LR_SWEEP,
+    made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.CONCISENESS_STABILITY, R.PARETO, R.DISTRIBUTION, R.LR_SWEEP,
                               R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.PUZZLE_TABLE, R.STABILITY)
             if any(t.startswith(f"{stem}.") for t in targets)}
     rules = [(R.TABLE1, "table1_countdown", TABLE1), (R.CURVES, "countdown_curves", TABLE1),
              (R.TABLE3, "table3_rl_hyperparameters", TABLE1), (R.TABLE2, "table2_conciseness", STUDY_GROUPS["conciseness"]),
+             (R.CONCISENESS_STABILITY, "conciseness_stability", STUDY_GROUPS["conciseness"]),
              (R.PARETO, "conciseness_pareto", STUDY_GROUPS["conciseness"]),
              (R.DISTRIBUTION, "conciseness_distribution", STUDY_GROUPS["conciseness"]),
              (R.LR_SWEEP, "lr_sweep", STUDY_GROUPS["conciseness_lr"]),

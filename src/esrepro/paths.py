@@ -37,6 +37,8 @@ CMA_STATE = "cma_state.npz"  # ESSA: the CMA-ES state, in the resume state and b
 # Tables and figures (stems: .csv/.md/.tex or .png/.pdf are added).
 TABLE1 = f"{TABLES}/table1_countdown"
 TABLE2 = f"{TABLES}/table2_conciseness"
+# The conciseness runs' reward std over seeds, GRPO against ES (the ES paper's run-to-run comparison, v2 Sec. 4.2)
+CONCISENESS_STABILITY = f"{TABLES}/conciseness_stability"
 TABLE3 = f"{TABLES}/table3_rl_hyperparameters"
 CURVES = f"{FIGURES}/countdown_curves"
 PARETO = f"{FIGURES}/conciseness_pareto"

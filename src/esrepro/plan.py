@@ -218,7 +218,8 @@ class Plan:
         if self.curve_logs(t1, "es"):
             out += [f"{self.paths.CURVES}.{e}" for e in ("png", "pdf", "csv")]
         if self.p.studies().get("conciseness"):
-            out += [f"{self.paths.TABLE2}.{e}" for e in ("csv", "md", "tex")]
+            out += [f"{stem}.{e}" for stem in (self.paths.TABLE2, self.paths.CONCISENESS_STABILITY)
+                    for e in ("csv", "md", "tex")]
             out += [f"{stem}.{e}" for stem in (self.paths.PARETO, self.paths.DISTRIBUTION)
                     for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
@@ -349,7 +350,7 @@ class ExtrasPlan:
     def shift_methods_regex(self) -> str:
         return keys_regex(sorted({meth for _, _, meth, _ in self.es_runs()}))
 
-    # --- Figures 3-4: the conciseness learning-rate sweep ----------------------------------------------
+    # --- Figures 4-5 (v2): the conciseness learning-rate sweep ----------------------------------------------
     def lr_sweep_kl(self) -> list[str]:
         """kl.json of the sweep's runs and base model, and of the conciseness study's ES runs (the comparison)."""
         if "lr_sweep" not in self.extras or "conciseness_lr" not in self.p.studies():

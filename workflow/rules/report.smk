@@ -88,13 +88,16 @@ rule table3_rl_hyperparameters:
 rule table2_conciseness:
     input:
         kl=CONCISENESS_KL,
+        samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
         registry=CFG.registry,
+        published=CFG.published,
     output:
         report(f"{R.TABLE2}.csv", caption="../report/table2_conciseness.rst", category="Tables",
                labels={"table": "Table 2", "format": "csv"}),
         multiext(R.TABLE2, ".md", ".tex", ".manifest.json"),
     params:
         cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
+        margin=lambda w: PIPELINE.studies()["conciseness"].hacking_margin,
         notes=lambda w: note_args(table2_notes(PIPELINE)),
         out=stem_of,
     conda:
@@ -102,8 +105,30 @@ rule table2_conciseness:
     log:
         f"{R.LOGS}/report/table2_conciseness.log",
     shell:
-        "esrepro table2 --kl {input.kl:q} --registry {input.registry} --reward-cutoff={params.cutoff} "
-        "{params.notes} --out {params.out} > {log} 2>&1"
+        "esrepro table2 --kl {input.kl:q} --registry {input.registry} --published {input.published} "
+        "--reward-cutoff={params.cutoff} --hacking-margin={params.margin} {params.notes} --out {params.out} > {log} 2>&1"
+
+
+# The ES paper's run-to-run evidence (v2 Sec. 4.2): GRPO's reward std over seeds against ES's, from Table 2's runs
+rule conciseness_stability:
+    input:
+        kl=CONCISENESS_KL,
+        samples=[p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL],
+        published=CFG.published,
+    output:
+        report(f"{R.CONCISENESS_STABILITY}.csv", caption="../report/conciseness_stability.rst", category="Tables",
+               labels={"table": "conciseness stability", "format": "csv"}),
+        multiext(R.CONCISENESS_STABILITY, ".md", ".tex", ".manifest.json"),
+    params:
+        cutoff=lambda w: PIPELINE.studies()["conciseness"].reward_cutoff,
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/report/conciseness_stability.log",
+    shell:
+        "esrepro conciseness-stability --kl {input.kl:q} --published {input.published} "
+        "--reward-cutoff={params.cutoff} --out {params.out} > {log} 2>&1"
 
 
 rule conciseness_pareto:
@@ -288,7 +313,7 @@ rule sample_curves:
         "--out {params.out} > {log} 2>&1"
 
 
-# --- Figures 3-4: the conciseness GRPO learning-rate x beta sweep ---------------------------------------------------
+# --- Figures 4-5 (v2 App. A.4): the conciseness GRPO learning-rate x beta sweep -------------------------------------
 rule lr_sweep:
     input:
         EXTRAS.lr_sweep_kl(),
@@ -297,7 +322,7 @@ rule lr_sweep:
             f"{R.LR_SWEEP}.png",
             caption="../report/lr_sweep.rst",
             category="Figures",
-            subcategory="Figures 3-4",
+            subcategory="Figures 4-5",
             labels={"figure": "GRPO learning-rate sweep"},
         ),
         f"{R.LR_SWEEP}.pdf",
@@ -322,7 +347,7 @@ rule lr_distributions:
             f"{R.LR_DISTRIBUTIONS}.png",
             caption="../report/lr_distributions.rst",
             category="Figures",
-            subcategory="Figures 3-4",
+            subcategory="Figures 4-5",
             labels={"figure": "reward distributions per learning rate"},
         ),
         f"{R.LR_DISTRIBUTIONS}.pdf",

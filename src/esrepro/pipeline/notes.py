@@ -50,8 +50,11 @@ def table2_notes(p: Pipeline) -> list[str]:
     first = {algo: next((m for m, s in methods.items() if s.algorithm == algo), None) for algo in ("es", "grpo")}
     if first["es"]:
         es = p.method_settings(model, study.task, first["es"]).as_dict()
-        notes.append(f"ES: N={es['population']}, alpha={es['alpha']}, {es['iterations']} iterations, "
-                     f"{es['max_new_tokens']} new tokens, greedy.")
+        alphas = ", ".join(f"{p.method_settings(model, study.task, m).alpha:g} at sigma {s.swept['sigma']:g}"
+                           for m, s in methods.items() if s.algorithm == "es")
+        ratio = study.es.alpha_over_sigma if study.es is not None else None
+        notes.append(f"ES: N={es['population']}, alpha " + (f"= {ratio:g} x sigma " if ratio is not None else "")
+                     + f"({alphas}), {es['iterations']} iterations, {es['max_new_tokens']} new tokens, greedy.")
     if first["grpo"]:
         g = p.method_settings(model, study.task, first["grpo"]).as_dict()
         shown = {k: v for k, v in with_former_names(g["algorithm"], g).items()  # the names this note has shown

@@ -1,6 +1,6 @@
 """The sweep studies (``studies.<name>`` but the ESSA study): their run configurations, named
-``es_sigma<value>`` and ``grpo_beta<value>`` (``_lr<value>`` with a learning-rate sweep), their runs, and the
-settings layers of a study's run."""
+``es_sigma<value>`` and ``grpo_beta<value>`` (``_lr<value>`` with a learning-rate sweep; an ES run's alpha follows
+its sigma with ``alpha_over_sigma``), their runs, and the settings layers of a study's run."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ class StudiesMixin:
                 for lr in rates:
                     method = f"{prefix}{format_value(value)}" + ("" if lr is None else f"_lr{format_value(lr)}")
                     swept = {setting: value, **({} if lr is None else {"learning_rate": float(lr)})}
+                    ratio = getattr(sweep, "alpha_over_sigma", None)
+                    if ratio is not None:  # ES's alpha follows its sigma (v2 App. A.2: alpha = sigma/2)
+                        swept["alpha"] = float(ratio) * value
                     if method in out:
                         raise ConfigError(at(self.source, "studies", name, algo) + f": values {out[method].swept} "
                                           f"and {swept} share the method name {method}")

@@ -113,9 +113,10 @@ def _algo_label(algo: str) -> str:
     return ALGORITHMS.get(algo, (algo, None))[0]
 
 
-def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "exact") -> list[Path]:
+def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "k3") -> list[Path]:
     """Reward against KL(fine-tuned || base), every kept checkpoint of every run, with each method's
-    Pareto front (the paper's Figure 1); configurations' final means marked and labelled.
+    Pareto front (the ES paper's Figure 1: the sampled responses' mean reward, normalised to [0, 1], against
+    Schulman's k3); configurations' final means marked and labelled.
 
     Writes ``{out_stem}.png``, ``.pdf`` and ``.csv`` (the plotted points, :func:`~esrepro.report.conciseness.pareto_table`).
     """
@@ -142,7 +143,7 @@ def pareto_figure(kl_paths: Sequence[PathLike], out_stem: PathLike, kl: str = "e
             ax.annotate(f"{row.value:g}", (row.kl, row.reward), textcoords="offset points", xytext=(4, 4),
                         fontsize="x-small", color=color)
     ax.set_xlabel(f"KL(fine-tuned || base) per response ({kl})")
-    ax.set_ylabel("mean reward (greedy, held-out prompts)")
+    ax.set_ylabel("mean reward (sampled responses, held-out prompts)\nnormalised: 0 = −2000, 1 = 0")
     ax.set_title("Conciseness: reward against KL to the base model")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small",
@@ -178,7 +179,7 @@ def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike)
                       label=f"{_algo_label(series_algo)} {sub['value'].iloc[0]:g} (n={n})")
             i += 1
         ax.set_title(_algo_label(algo) if algo != "base" else "base model")
-        ax.set_xlabel("reward of a sampled response")
+        ax.set_xlabel("reward of a sampled response (normalised: 0 = −2000, 1 = 0)")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", fontsize="x-small")
     axes[0].set_ylabel("density")

@@ -1,17 +1,17 @@
-"""The conciseness study's GRPO learning-rate sweep: the paper's Figure 3 (a, b) and Figure 4 (a-d) (v1;
-Figures 4 and 5 in v2), Appendix "Extended Conciseness Experiments".
+"""The conciseness study's GRPO learning-rate sweep: the ES paper's Figure 4 (a, b) and Figure 5 (a-d) (v2 App.
+A.4; Figures 3 and 4 in v1).
 
-- Figure 3(a): mean reward against mean KL(fine-tuned || base) of every GRPO model, for
+- Figure 4(a): mean reward against mean KL(fine-tuned || base) of every GRPO model, for
   beta in {0, 0.01, 0.1, 1.0} x learning rate in {2, 3, 4, 5} x 1e-6, four seeds.
-- Figure 3(b): the ES Pareto front against the GRPO front pooled over those learning rates and betas.
-- Figure 4(a-d): one panel per learning rate: the distribution of rewards of sampled
+- Figure 4(b): the ES Pareto front against the GRPO front pooled over those learning rates and betas.
+- Figure 5(a-d): one panel per learning rate: the distribution of rewards of sampled
   responses (20 per held-out prompt) of GRPO at each beta, of ES at each sigma, and of the
   base model (Qwen2.5-7B-Instruct); (c, d) are the learning rates 4e-6 and 5e-6.
 
-The paper's rewards are normalised to [0, 1] (0 is a raw reward of -2000, 1 the best, 0):
-``reward_worst=-2000`` reproduces that; by default raw rewards are plotted. Its reward is
-measured on sampled responses, hence ``reward="reward_sampled"`` by default (``"reward"``:
-greedy).
+The paper's rewards are normalised to [0, 1] (v2 App. A.2: 0 is a raw reward of -2000, 1 the best, 0):
+``reward_worst=-2000`` (the default, :data:`~esrepro.report.conciseness.REWARD_WORST`) reproduces that;
+``reward_worst=None`` plots raw rewards. Its reward is measured on sampled responses, hence
+``reward="reward_sampled"`` by default (``"reward"``: greedy); KL by Schulman's k3 (v2 App. A.2) by default.
 
 Input: the ``kl.json`` files ``esrepro kl`` writes (see :mod:`esrepro.report.conciseness`),
 with ``samples.jsonl`` beside each for the distributions. A GRPO run's beta and learning
@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from esrepro.io import read_json, read_jsonl
-from esrepro.report.conciseness import load_kl, pareto_front
+from esrepro.report.conciseness import REWARD_WORST, load_kl, normalise_reward, pareto_front
 from esrepro.report.figures import save_figure, write_frame_csv
 
 PathLike = str | os.PathLike
@@ -55,7 +55,7 @@ def value_from_name(method: str, key: str) -> float | None:
 
 
 def load_sweep(kl_paths: Iterable[PathLike], reward: RewardField = "reward_sampled",
-               reward_worst: float | None = None) -> pd.DataFrame:
+               reward_worst: float | None = REWARD_WORST) -> pd.DataFrame:
     """One row per kl.json: algorithm, beta, learning_rate, sigma, seed, reward, KL estimates, checkpoints.
 
     ``reward`` and every checkpoint's reward are mapped by :func:`normalise_reward` when
@@ -76,20 +76,13 @@ def load_sweep(kl_paths: Iterable[PathLike], reward: RewardField = "reward_sampl
         for c in r["checkpoints"]:
             if reward not in c:
                 raise ValueError(f"{r['path']}: checkpoint at iteration {c.get('iteration')} has no {reward!r}")
-            checkpoints.append({**c, "reward": normalise_reward(c[reward], reward_worst)})
+            checkpoints.append({**c, "reward": normalise_reward(c[reward], reward_worst), "reward_raw": float(c[reward])})
         rows.append({**{k: r[k] for k in ("model", "method", "seed", "algorithm", "exact", "k1", "k3", "path")},
-                     **{k: (math.nan if v is None else float(v)) for k, v in vals.items()},
-                     "reward": normalise_reward(r[reward], reward_worst), "checkpoints": checkpoints})
+                     **{k: (math.nan if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
+                        for k, v in vals.items()},
+                     "reward": normalise_reward(r[reward], reward_worst), "reward_raw": float(r[reward]),
+                     "checkpoints": checkpoints})
     return pd.DataFrame(rows)
-
-
-def normalise_reward(value: float, worst: float | None) -> float:
-    """``(r - worst) / (0 - worst)``: the paper's [0, 1] scale for worst = -2000; ``r`` itself when worst is None."""
-    if worst is None:
-        return float(value)
-    if not worst < 0:
-        raise ValueError(f"reward_worst must be negative (the best reward is 0), got {worst}")
-    return (float(value) - worst) / -worst
 
 
 def _reward_label(reward: RewardField, worst: float | None) -> str:
@@ -98,22 +91,25 @@ def _reward_label(reward: RewardField, worst: float | None) -> str:
     return f"mean reward ({what})\n{scale}"
 
 
-def sweep_points(runs: pd.DataFrame, kl: str = "exact") -> pd.DataFrame:
+def sweep_points(runs: pd.DataFrame, kl: str = "k3") -> pd.DataFrame:
     """The plotted points: each run's final (kind ``run``), each configuration's mean ± std over seeds
-    (``config``), every kept checkpoint (``checkpoint``, with ``on_front`` for its algorithm family's front)."""
+    (``config``), every kept checkpoint (``checkpoint``, with ``on_front`` for its algorithm family's front);
+    ``reward`` as plotted, ``reward_raw`` before normalisation."""
     rows = []
     for r in runs.itertuples(index=False):
         base = {"algorithm": r.algorithm, "beta": r.beta, "learning_rate": r.learning_rate, "sigma": r.sigma}
         rows.append({**base, "kind": "run", "seed": r.seed, "iteration": math.nan, "kl": getattr(r, kl),
-                     "reward": r.reward, "kl_std": math.nan, "reward_std": math.nan, "seeds": 1})
+                     "reward": r.reward, "reward_raw": r.reward_raw, "kl_std": math.nan, "reward_std": math.nan,
+                     "seeds": 1})
         for c in r.checkpoints:
             rows.append({**base, "kind": "checkpoint", "seed": r.seed, "iteration": c["iteration"], "kl": c[kl],
-                         "reward": c["reward"], "kl_std": math.nan, "reward_std": math.nan, "seeds": 1})
+                         "reward": c["reward"], "reward_raw": c["reward_raw"], "kl_std": math.nan,
+                         "reward_std": math.nan, "seeds": 1})
     keys = ["algorithm", "beta", "learning_rate", "sigma"]
     for key, g in runs.groupby(keys, dropna=False, sort=True):
         rows.append({**dict(zip(keys, key)), "kind": "config", "seed": math.nan, "iteration": math.nan,
                      "kl": float(g[kl].mean()), "reward": float(g["reward"].mean()),
-                     "kl_std": float(g[kl].std()) if len(g) > 1 else math.nan,
+                     "reward_raw": float(g["reward_raw"].mean()), "kl_std": float(g[kl].std()) if len(g) > 1 else math.nan,
                      "reward_std": float(g["reward"].std()) if len(g) > 1 else math.nan, "seeds": len(g)})
     pts = pd.DataFrame(rows)
     pts["on_front"] = False
@@ -134,7 +130,7 @@ def _lr_colors(lrs: Sequence[float]) -> dict[float, tuple]:
     return {lr: cmap(0.05 + 0.8 * i / k) for i, lr in enumerate(sorted(lrs))}
 
 
-def sweep_figure(points: pd.DataFrame, out_stem: PathLike, ylabel: str, kl: str = "exact",
+def sweep_figure(points: pd.DataFrame, out_stem: PathLike, ylabel: str, kl: str = "k3",
                  title: str = "Conciseness: GRPO over learning rates and β, against ES") -> list[Path]:
     """(a) GRPO configurations' reward vs KL, colour = learning rate, marker = β; (b) ES vs GRPO Pareto fronts."""
     rl = points[points["algorithm"].isin(SWEEP_ALGORITHMS)]
@@ -186,18 +182,18 @@ def sweep_figure(points: pd.DataFrame, out_stem: PathLike, ylabel: str, kl: str 
 def build_lr_sweep(
     kl_paths: Sequence[PathLike],
     out_stem: PathLike,
-    kl: str = "exact",
+    kl: str = "k3",
     reward: RewardField = "reward_sampled",
-    reward_worst: float | None = None,
+    reward_worst: float | None = REWARD_WORST,
 ) -> list[Path]:
-    """Figure 3 (a, b) from kl.json files (GRPO sweep runs, ES runs, base): PNG, PDF and CSV of the points."""
+    """Figure 4 (a, b) from kl.json files (GRPO sweep runs, ES runs, base): PNG, PDF and CSV of the points."""
     runs = load_sweep(kl_paths, reward, reward_worst)
     points = sweep_points(runs, kl)
     paths = sweep_figure(points, out_stem, _reward_label(reward, reward_worst), kl)
     return [*paths, write_frame_csv(points, Path(f"{out_stem}.csv"))]
 
 
-# --- Figure 4: reward distributions per learning rate --------------------------------------
+# --- Figure 5: reward distributions per learning rate --------------------------------------
 def sample_rewards_by_run(runs: pd.DataFrame) -> dict[int, list[float]]:
     """Row index of ``runs`` -> raw rewards of the run's sampled responses (``samples.jsonl`` beside kl.json)."""
     out = {}
@@ -214,13 +210,13 @@ def sample_rewards_by_run(runs: pd.DataFrame) -> dict[int, list[float]]:
 
 def distribution_table(runs: pd.DataFrame, rewards: dict[int, list[float]],
                        learning_rates: Sequence[float] | None = None, n_bins: int = 40,
-                       reward_worst: float | None = None) -> pd.DataFrame:
+                       reward_worst: float | None = REWARD_WORST) -> pd.DataFrame:
     """Per learning-rate panel and series (GRPO per β at that rate, ES per σ, base): density per bin.
 
     ``rewards``: raw rewards per run (:func:`sample_rewards_by_run`). Responses are pooled over
     seeds; the bins span every reward, one per integer when the rewards are integers spanning
-    fewer than ``n_bins`` values (the raw conciseness reward is), and are then mapped with
-    :func:`normalise_reward` when ``reward_worst`` is given.
+    fewer than ``n_bins`` values (the raw conciseness reward is); the rewards are then mapped with
+    :func:`normalise_reward` and the edges linearly when ``reward_worst`` is given.
     """
     rl = runs[runs["algorithm"].isin(SWEEP_ALGORITHMS)]
     found = sorted(set(rl["learning_rate"]))
@@ -253,13 +249,14 @@ def distribution_table(runs: pd.DataFrame, rewards: dict[int, list[float]],
     else:
         edges = np.linspace(lo, hi if hi > lo else lo + 1.0, n_bins + 1)
     norm = np.vectorize(lambda v: normalise_reward(v, reward_worst), otypes=[float])
+    # the edges map linearly (unclipped), so that the best reward's bin keeps its width
+    edges = edges if reward_worst is None else (edges - reward_worst) / -reward_worst
     rows = []
     for lr, label, algo, value, vals in series:
-        dens, _ = np.histogram(norm(np.asarray(vals, dtype=float)), bins=norm(edges), density=True)
+        dens, _ = np.histogram(norm(np.asarray(vals, dtype=float)), bins=edges, density=True)
         for i in range(len(edges) - 1):
             rows.append({"learning_rate": lr, "series": label, "algorithm": algo, "value": value, "n": len(vals),
-                         "lo": normalise_reward(edges[i], reward_worst),
-                         "hi": normalise_reward(edges[i + 1], reward_worst), "density": float(dens[i])})
+                         "lo": float(edges[i]), "hi": float(edges[i + 1]), "density": float(dens[i])})
     return pd.DataFrame(rows)
 
 
@@ -313,10 +310,10 @@ def build_lr_distributions(
     kl_paths: Sequence[PathLike],
     out_stem: PathLike,
     learning_rates: Sequence[float] | None = None,
-    reward_worst: float | None = None,
+    reward_worst: float | None = REWARD_WORST,
     n_bins: int = 40,
 ) -> list[Path]:
-    """Figure 4 (one panel per learning rate; ``learning_rates=[4e-6, 5e-6]`` gives 4(c, d)): PNG, PDF, CSV."""
+    """Figure 5 (one panel per learning rate; ``learning_rates=[4e-6, 5e-6]`` gives 5(c, d)): PNG, PDF, CSV."""
     runs = load_sweep(kl_paths, "reward_sampled")
     table = distribution_table(runs, sample_rewards_by_run(runs), learning_rates, n_bins, reward_worst)
     scale = f"normalised: 0 = {reward_worst:g}, 1 = 0" if reward_worst is not None else "raw"

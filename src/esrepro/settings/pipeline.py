@@ -130,12 +130,22 @@ class ESSweep(Settings):
     """A study's ES runs: one per sigma."""
 
     sigmas: list[float] = Field(min_length=1, description="noise scales, one run each (methods es_sigma<value>)")
+    alpha_over_sigma: float | None = Field(None, gt=0, description="each run's learning rate alpha = this x its sigma "
+                                           "(0.5: the ES paper's alpha = sigma/2, v2 App. A.2); null: alpha from "
+                                           "settings or defaults.es")
     settings: Partial = Field(default_factory=dict, description="ES settings of every run, over defaults.es")
 
     @field_validator("settings")
     @classmethod
     def _not_swept(cls, v: Partial) -> Partial:
         return _without(v, ("sigma", "algorithm", "keep_every"), "sigmas")
+
+    @model_validator(mode="after")
+    def _alpha_once(self) -> "ESSweep":
+        if self.alpha_over_sigma is not None and "alpha" in self.settings:
+            raise FieldProblem("settings.alpha", "set by alpha_over_sigma (alpha = alpha_over_sigma x sigma); "
+                                                 "give one of them")
+        return self
 
     @field_validator("sigmas")
     @classmethod
@@ -150,12 +160,13 @@ class GRPOSweep(Settings):
 
     betas: list[float] | None = Field(None, min_length=1, description="KL coefficients, one run each (methods "
                                       "grpo_beta<value>)")
-    betas_logspace: Logspace | None = Field(None, description="the appendix's sweep instead: {start: -4, stop: 0, "
-                                            "num: 10} gives ten log-spaced betas")
+    betas_logspace: Logspace | None = Field(None, description="log-spaced betas instead of a list: {start: -2, "
+                                            "stop: 0, num: 10} gives ten from 0.01 to 1 (v2 App. A.2's values, "
+                                            "without its beta 0)")
     settings: Partial = Field(default_factory=dict, description="GRPO settings of every run, over defaults.grpo")
     learning_rates: list[float] | None = Field(
         None, min_length=1, description="also sweep the learning rate: one run per (beta, learning rate), methods "
-        "grpo_beta<b>_lr<lr> (the appendix's Figures 3-4: {2, 3, 4, 5} x 1e-6); null: settings' learning rate")
+        "grpo_beta<b>_lr<lr> (v2 App. A.4, Figures 4-5: {2, 3, 4, 5} x 1e-6); null: settings' learning rate")
 
     @field_validator("settings")
     @classmethod
@@ -186,8 +197,12 @@ class Study(Settings):
                               "table, figures and notes pool a configuration's runs over seeds, not over models)")
     seeds: list[int] = Field(min_length=1, description="seeds of every run")
     keep_every: int = Field(ge=1, description="keep the weights every K iterations/steps (the Pareto figure's points)")
-    reward_cutoff: float | None = Field(None, description="Table 2 keeps a configuration whose mean reward over seeds "
-                                        "is at least this (null keeps all)")
+    reward_cutoff: float | None = Field(None, ge=0, le=1, description="Table 2 keeps a configuration whose mean "
+                                        "normalised reward over seeds is above this (v2 Sec. 4.2: > 0.85; the reward "
+                                        "normalised to [0, 1], 0 = a raw reward of -2000, 1 = 0); null keeps all")
+    hacking_margin: float = Field(0.2, gt=0, le=1, description="Table 2 marks a run as hacking the reward (*) when the "
+                                  "share of its sampled responses that are not words (esrepro.report.conciseness."
+                                  "is_nonword) exceeds the base model's share by more than this")
     es: ESSweep | None = Field(None, description="the ES runs: one per sigma (es-sweep block)")
     grpo: GRPOSweep | None = Field(None, description="the GRPO runs: one per beta (grpo-sweep block)")
 
@@ -316,15 +331,17 @@ class ESSAStudy(Settings):
 class Studies(Settings):
     """The studies this config runs."""
 
-    conciseness: Study | None = Field(None, description="the conciseness study (Table 2, Figures 1, 3-4)")
+    conciseness: Study | None = Field(None, description="the conciseness study (v2 Sec. 4.2 and App. A.2: "
+                                       "Table 2, Figure 1)")
     essa: ESSAStudy | None = Field(None, description="the ESSA study (ESSA Figures 2, 4, 6, 7, 8, 9)")
     conciseness_lr: Study | None = Field(
-        None, description="the conciseness GRPO learning-rate x beta sweep (appendix Figures 3 and 4); its GRPO runs "
+        None, description="the conciseness GRPO learning-rate x beta sweep (v2 App. A.4, Figures 4 and 5); its GRPO runs "
         "are compared with the conciseness study's ES runs")
 
 
 class Stability(Settings):
-    """Cross-run stability: more seeds of some training runs, so their tables report mean and std over seeds."""
+    """Cross-run stability: more seeds of some training runs, so their tables report mean and std over seeds (this
+    pipeline's own study: the ES paper's run-to-run evidence is its Table 2's four conciseness seeds, v2 Sec. 4.2)."""
 
     task: str = Field(description="training task (needs train.<task>)")
     models: list[str] = Field(min_length=1, description="registry keys of the models rerun")
@@ -354,7 +371,7 @@ class Report(Settings):
     table1: TableRef = Field(default_factory=TableRef, description="Table 1's task and split")
     extras: list[Literal[REPORT_EXTRAS]] = Field(
         default_factory=list, description="v2 outputs to write: gains (Figure 5), sample_curves (Figure 6, from "
-        "periodic evaluation), param_shift (Figures 7-9, every ES run), lr_sweep (Figures 3-4, "
+        "periodic evaluation), param_shift (Figures 7-9, every ES run), lr_sweep (v2 Figures 4-5, "
         "studies.conciseness_lr), train_tasks (accuracy per training task and test set), math (the math table), "
         "puzzles (the puzzle table), stability (mean and std over seeds); [] writes none")
 

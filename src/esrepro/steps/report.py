@@ -28,9 +28,9 @@ def table1(metrics: list[str], published: str, registry: str, models: list[str],
                     settings={"task": task, "split": split, "models": models, "notes": note or []})
 
 
-def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None = None,
-           note: list[str] | None = None) -> None:
-    """Table 2 (conciseness: reward and KL per configuration, mean +- std over seeds)."""
+def table2(kl: list[str], registry: str, published: str, out: str, reward_cutoff: float | None = None,
+           hacking_margin: float = 0.2, note: list[str] | None = None) -> None:
+    """Table 2 (conciseness: normalised reward and KL per configuration, mean +- std over seeds, beside the paper's)."""
     from esrepro.config import load_registry
     from esrepro.provenance.manifest import now
     from esrepro.report.conciseness import build_table2, load_kl
@@ -38,8 +38,22 @@ def table2(kl: list[str], registry: str, out: str, reward_cutoff: float | None =
     started = now()
     reg = load_registry(registry)
     display = ", ".join(reg[m].display if m in reg else m for m in sorted(set(load_kl(kl)["model"])))
-    build_table2(kl, out, reward_cutoff, notes=note or [], model_display=display)
-    report_manifest("table2", out, TABLE, started, inputs={**{p: p for p in kl}, "registry": registry},
+    build_table2(kl, out, reward_cutoff, notes=note or [], model_display=display, published=published,
+                 hacking_margin=hacking_margin, displays={k: reg[k].display for k in reg})
+    report_manifest("table2", out, TABLE, started,
+                    inputs={**kl_inputs(kl), "registry": registry, "published": published},
+                    settings={"reward_cutoff": reward_cutoff, "hacking_margin": hacking_margin, "notes": note or []})
+
+
+def conciseness_stability(kl: list[str], published: str, out: str, reward_cutoff: float | None = None,
+                          note: list[str] | None = None) -> None:
+    """Run-to-run stability of the conciseness study: GRPO's reward std over seeds against ES's, beside the paper's."""
+    from esrepro.provenance.manifest import now
+    from esrepro.report.conciseness import build_conciseness_stability
+
+    started = now()
+    build_conciseness_stability(kl, out, reward_cutoff, published, notes=note or [])
+    report_manifest("conciseness_stability", out, TABLE, started, inputs={**kl_inputs(kl), "published": published},
                     settings={"reward_cutoff": reward_cutoff, "notes": note or []})
 
 
@@ -66,7 +80,7 @@ def curves(log: list[str], out: str) -> None:
                     settings={"labels": list(logs)})
 
 
-def pareto(kl: list[str], out: str, estimator: str = "exact") -> None:
+def pareto(kl: list[str], out: str, estimator: str = "k3") -> None:
     """Reward against KL to the base model, with each method's Pareto front (png, pdf and csv)."""
     from esrepro.provenance.manifest import now
     from esrepro.report.figures import pareto_figure
@@ -248,8 +262,8 @@ def param_shift(histogram: list[str], out: str, task: str = "countdown", sampled
                     settings={"task": task, "sampled_coords": sampled_coords, "seed": seed})
 
 
-def lr_sweep(kl: list[str], out: str, estimator: str = "exact") -> None:
-    """Figure 3: GRPO's final models over learning rates and betas, and the ES and GRPO Pareto fronts."""
+def lr_sweep(kl: list[str], out: str, estimator: str = "k3") -> None:
+    """Figure 4 (v2): GRPO's final models over learning rates and betas, and the ES and GRPO Pareto fronts."""
     from esrepro.provenance.manifest import now
     from esrepro.report.lr_sweep import build_lr_sweep
 
@@ -259,7 +273,7 @@ def lr_sweep(kl: list[str], out: str, estimator: str = "exact") -> None:
 
 
 def lr_distributions(kl: list[str], out: str) -> None:
-    """Figure 4: reward distributions of sampled responses, one panel per GRPO learning rate (ES and base in each)."""
+    """Figure 5 (v2): reward distributions of sampled responses, one panel per GRPO learning rate (ES and base in each)."""
     from esrepro.provenance.manifest import now
     from esrepro.report.lr_sweep import build_lr_distributions
 

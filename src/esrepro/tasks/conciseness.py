@@ -1,12 +1,12 @@
 """Conciseness: answer with exactly as many characters as the shortest verifiable answer.
 
 Data live in the package file ``esrepro/tasks/data/conciseness.yaml`` (two
-training prompts from the authors' release, four held-out prompts from the
-paper). The prompt is the raw question, no chat template, as in the authors'
+training prompts from the authors' release, the eight held-out prompts of the
+paper's v2 Table 6). The prompt is the raw question, no chat template, as in the authors'
 script.
 
-Reward (the authors' ``compute_reward``): ``-|len(response) - len(solution)|`` in
-characters. ``Score.correct`` is the answer check, not the length check: the
+Reward (the authors' ``compute_reward``; v2 App. A.2): ``-|len(response) - len(solution)|`` in
+characters (the report shows it normalised to [0, 1], :func:`esrepro.report.conciseness.normalise_reward`). ``Score.correct`` is the answer check, not the length check: the
 response, stripped of surrounding whitespace and trailing ``.``/``!``, equals
 the solution (or an ``accept`` alternative) ignoring case. ``details`` has both
 ``answer_match`` and ``length_match`` (reward == 0). Option ``correct_by="length"``
