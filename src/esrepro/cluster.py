@@ -48,15 +48,18 @@ def rl_job(p: Pipeline, model: str, settings: dict, rule: str = "train") -> Reso
     node with as many processes (and GPUs) as share its per-step batch evenly, at most the entry's.
 
     The settings' batch is a total per optimiser step whatever the world size (esrepro.rl.budget), so a
-    batch of 60 completions on an 8-GPU entry runs as 6 processes of 10, not as 8 processes of 7.5.
+    batch of 60 completions on an 8-GPU entry runs as 6 processes of 10, not as 8 processes of 7.5. The counts
+    allowed are those the training itself accepts (esrepro.rl.shares.admits: GRPO's ``process_batch`` divides the
+    accumulation steps or the micro-batch, PPO's ``shares`` the prompts and mini-batch), so 15 x 4 = 60 completions
+    run as 5 processes (15 x 4 / 5 = 3 x 4), not 6, which neither 15 nor 4 can be divided by.
     """
-    from esrepro.rl.budget import samples_per_step
+    from esrepro.rl.shares import largest_world
 
     res = p.resources(model, rule)
     if res.nodes > 1:
         return res  # the launcher needs every node's processes: the batch must divide over all of them
-    total, most = samples_per_step(settings), res.training_processes()
-    world = max(w for w in range(1, most + 1) if total % w == 0)
+    most = res.training_processes()
+    world = largest_world(settings, most)
     if world == most:
         return res
     return res.model_copy(update={"processes": world, "gpu": world if res.gpu else 0})
