@@ -62,7 +62,53 @@ def test_one_process_seeing_several_gpus_is_told_to_run_under_torchrun():
 
 
 def test_policy_master_weights_are_float32_whatever_the_registry_dtype(tiny_model_dir):
-    assert _policy(tiny_model_dir, None, "bfloat16") == (str(tiny_model_dir), {"dtype": torch.float32})
+    assert _policy(tiny_model_dir, None, "bfloat16") == (str(tiny_model_dir),
+                                                         {"dtype": torch.float32, "device_map": {"": "cpu"}})
+
+
+def test_fsdp_processes_load_policy_and_reference_on_their_own_gpu(tiny_model_dir, monkeypatch):
+    """TRL 1.16 leaves ``device_map`` unset under FSDP (it sets None for MULTI_GPU and DeepSpeed only), and an unset
+    device_map on a GPU machine is ``"auto"``: every GPU the process sees. Rank 1 of 2 under sharding: fsdp loads
+    the float32 policy and reference whole on its own GPU instead."""
+    from esrepro.distributed import world
+    from esrepro.rl.grpo import process_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    here = world()
+    _, kwargs = _policy(tiny_model_dir, None, "bfloat16", process_device(False, here.local_rank))
+    assert kwargs == {"dtype": torch.float32, "device_map": {"": "cuda:1"}}
+    assert process_device(False) == "cuda:0"  # one process: the indexed device the Trainer compares with its own
+
+
+def test_trl_builds_the_reference_model_from_our_placement(tiny_model_dir, tmp_path, monkeypatch):
+    """A real GRPOTrainer with beta > 0 on CPU: the reference model TRL builds gets our model_init_kwargs, device_map
+    included (outside DDP and DeepSpeed TRL passes them on unchanged, which is what FSDP relies on)."""
+    import trl.trainer.grpo_trainer as grpo_trainer
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from esrepro.models.loading import load_tokenizer
+
+    loads: list[dict] = []
+    real = grpo_trainer.create_model_from_path
+
+    def recording(model_id, **kwargs):  # the real loader, its kwargs kept
+        loads.append(dict(kwargs))
+        return real(model_id, **kwargs)
+
+    monkeypatch.setattr(grpo_trainer, "create_model_from_path", recording)
+    policy, init_kwargs = _policy(tiny_model_dir, None, "bfloat16", "cpu")
+    settings = {**GRPO, "beta": 0.04}
+    cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(tmp_path), on_cpu=True),
+                     model_init_kwargs=init_kwargs)
+    tok = load_tokenizer(tiny_model_dir)
+    trainer = GRPOTrainer(model=policy, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=cfg,
+                          processing_class=tok, train_dataset=Dataset.from_list([{"prompt": "1 2 3"}] * 8))
+    assert trainer.ref_model is not None and len(loads) == 2  # the policy, then the reference
+    assert all(k["device_map"] == {"": "cpu"} and k["dtype"] == torch.float32 for k in loads)
+    assert {p.device.type for p in trainer.ref_model.parameters()} == {"cpu"}
 
 
 @pytest.mark.parametrize("master", [torch.float32, torch.bfloat16])

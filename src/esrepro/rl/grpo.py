@@ -162,12 +162,25 @@ def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> Non
         save_checkpoint(model, tokenizer, path)
 
 
-def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str) -> tuple[Any, dict | None]:
+def process_device(on_cpu: bool, local_rank: int = 0) -> str:
+    """The one device a training process loads its models on: ``cpu``, or its own GPU ``cuda:LOCAL_RANK`` (with the
+    index, which transformers' Trainer compares with its own device to tell a placed model from a split one)."""
+    return "cpu" if on_cpu else f"cuda:{local_rank}"
+
+
+def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
+            device: str = "cpu") -> tuple[Any, dict | None]:
     """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it in
     float32 master weights, every weight trainable), or the base in the registry dtype with the adapter loaded
-    trainable by peft (peft keeps adapter weights in float32; no kwargs then)."""
+    trainable by peft (peft keeps adapter weights in float32; no kwargs then).
+
+    TRL 1.16 loads the policy, and the reference model of ``beta > 0``, from these kwargs; it sets ``device_map``
+    to None itself only under DDP (MULTI_GPU) and DeepSpeed, so under FSDP both would load with transformers'
+    ``device_map="auto"``, spread over every GPU the process sees (all of the node's under torchrun). The kwargs
+    therefore place them whole on the process's own ``device`` (:func:`process_device`), from where FSDP2 shards
+    them (TRL's DDP path still replaces this with None and accelerate moves the model)."""
     if adapter_dir is None:
-        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE]}
+        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
     from peft import PeftModel
 
     base = load_model(model_dir, dtype=dtype)
@@ -318,7 +331,7 @@ def train_grpo(
         fsdp_layers = decoder_layer_classes(model_dir)
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         out_dir = str(resume_dir) if resume_dir is not None else tmp
-        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype)
+        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, process_device(on_cpu, here.local_rank))
         cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
                                               world_size=here.world_size, fsdp_layers=fsdp_layers,
                                               resume=resume_dir is not None),
