@@ -60,6 +60,24 @@ def test_torchrun_prefix():
     assert "--rdzv-backend c10d" in two and "$SLURM_JOB_NODELIST" in two
 
 
+def test_a_multi_node_job_meets_on_a_port_of_its_own():
+    """Two multi-node jobs whose first node is the same meet at different rendezvous ports: the port the command
+    computes from $SLURM_JOB_ID (evaluated by bash, as the job's shell does), in 20000-29999."""
+    command = torchrun(Resources(gpu=4, nodes=2))
+    host, port_expression = re.search(r'--rdzv-endpoint (".*\)"):(.+) $', command).groups()
+    assert host == '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    ports = {}
+    for job_id in (4242, 4243, 99_999):
+        out = subprocess.run(["bash", "-c", f"echo {port_expression}"], env={"SLURM_JOB_ID": str(job_id)},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        ports[job_id] = int(out)
+    assert ports == {4242: 24242, 4243: 24243, 99_999: 29999}  # before: 29500 for every job
+
+    from esrepro.cluster import rdzv_port
+
+    assert ports == {j: rdzv_port(j) for j in ports}
+
+
 def test_an_rl_job_takes_as_many_processes_as_share_its_batch(paper):
     grpo = {"algorithm": "grpo", "per_device_train_batch_size": 60, "gradient_accumulation_steps": 1}
     res = rl_job(paper, "qwen2.5-7b-instruct", grpo)
