@@ -62,7 +62,53 @@ def test_one_process_seeing_several_gpus_is_told_to_run_under_torchrun():
 
 
 def test_policy_master_weights_are_float32_whatever_the_registry_dtype(tiny_model_dir):
-    assert _policy(tiny_model_dir, None, "bfloat16") == (str(tiny_model_dir), {"dtype": torch.float32})
+    assert _policy(tiny_model_dir, None, "bfloat16") == (str(tiny_model_dir),
+                                                         {"dtype": torch.float32, "device_map": {"": "cpu"}})
+
+
+def test_fsdp_processes_load_policy_and_reference_on_their_own_gpu(tiny_model_dir, monkeypatch):
+    """TRL 1.16 leaves ``device_map`` unset under FSDP (it sets None for MULTI_GPU and DeepSpeed only), and an unset
+    device_map on a GPU machine is ``"auto"``: every GPU the process sees. Rank 1 of 2 under sharding: fsdp loads
+    the float32 policy and reference whole on its own GPU instead."""
+    from esrepro.distributed import world
+    from esrepro.rl.grpo import process_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    here = world()
+    _, kwargs = _policy(tiny_model_dir, None, "bfloat16", process_device(False, here.local_rank))
+    assert kwargs == {"dtype": torch.float32, "device_map": {"": "cuda:1"}}
+    assert process_device(False) == "cuda:0"  # one process: the indexed device the Trainer compares with its own
+
+
+def test_trl_builds_the_reference_model_from_our_placement(tiny_model_dir, tmp_path, monkeypatch):
+    """A real GRPOTrainer with beta > 0 on CPU: the reference model TRL builds gets our model_init_kwargs, device_map
+    included (outside DDP and DeepSpeed TRL passes them on unchanged, which is what FSDP relies on)."""
+    import trl.trainer.grpo_trainer as grpo_trainer
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from esrepro.models.loading import load_tokenizer
+
+    loads: list[dict] = []
+    real = grpo_trainer.create_model_from_path
+
+    def recording(model_id, **kwargs):  # the real loader, its kwargs kept
+        loads.append(dict(kwargs))
+        return real(model_id, **kwargs)
+
+    monkeypatch.setattr(grpo_trainer, "create_model_from_path", recording)
+    policy, init_kwargs = _policy(tiny_model_dir, None, "bfloat16", "cpu")
+    settings = {**GRPO, "beta": 0.04}
+    cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(tmp_path), on_cpu=True),
+                     model_init_kwargs=init_kwargs)
+    tok = load_tokenizer(tiny_model_dir)
+    trainer = GRPOTrainer(model=policy, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], args=cfg,
+                          processing_class=tok, train_dataset=Dataset.from_list([{"prompt": "1 2 3"}] * 8))
+    assert trainer.ref_model is not None and len(loads) == 2  # the policy, then the reference
+    assert all(k["device_map"] == {"": "cpu"} and k["dtype"] == torch.float32 for k in loads)
+    assert {p.device.type for p in trainer.ref_model.parameters()} == {"cpu"}
 
 
 @pytest.mark.parametrize("master", [torch.float32, torch.bfloat16])
@@ -116,7 +162,7 @@ def test_vllm_colocate_settings_reach_trl_on_gpu_and_are_forced_off_on_cpu():
 
     settings = {**GRPO, "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.35,
                 "vllm_tensor_parallel_size": 2, "vllm_enable_sleep_mode": True}
-    gpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=False)
+    gpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=False, prompt_tokens=50)
     assert {k: gpu[k] for k in ("use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
                                 "vllm_enable_sleep_mode")} == {
         "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.35,
@@ -246,3 +292,64 @@ def test_no_resume_state_is_kept_after_the_last_step(tiny_model_dir, tmp_path):
     assert len(rows) == 2
     assert [p.name for p in sorted(tmp_path.glob("checkpoint-*"))] == ["checkpoint-1"]
     assert trl_resume.last_complete(tmp_path) == tmp_path / "checkpoint-1"
+
+
+# --- vLLM's context ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_context_is_the_longest_prompt_plus_the_completion():
+    """vLLM left to size its context takes the model's window (131,072 tokens on Llama-3.1-8B): one sequence's KV
+    cache alone (16 GiB in bf16) is more than 0.3 of an 80 GB GPU holds beside the weights, and the engine refuses to
+    start. GRPO gives it the longest prompt plus max_new_tokens; a setting of its own is kept; none is an error."""
+    settings = {**GRPO, "use_vllm": True, "vllm_mode": "colocate"}
+    kw = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="x", on_cpu=False, prompt_tokens=57)
+    assert kw["vllm_max_model_length"] == 57 + GRPO["max_new_tokens"]
+    kept = grpo_config_kwargs({**settings, "vllm_max_model_length": 4096}, steps=1, seed=0, output_dir="x",
+                              on_cpu=False, prompt_tokens=57)
+    assert kept["vllm_max_model_length"] == 4096
+    with pytest.raises(ValueError, match="vllm_max_model_length"):
+        grpo_config_kwargs(settings, steps=1, seed=0, output_dir="x", on_cpu=False)
+    assert grpo_config_kwargs(settings, steps=1, seed=0, output_dir="x", on_cpu=True)["use_vllm"] is False
+
+
+def test_paper_grpo_jobs_give_vllm_a_context_sized_from_their_prompts():
+    """Every GRPO-family job of the paper's plan (Table 1's GRPO-z 8/30, GRPO-v, Dr.GRPO-v cells, the conciseness and
+    ESSA baselines) at its launched process count: the GRPOConfig arguments of each rollout-by-vLLM run carry a
+    context of the longest prompt plus its 1,024 completion tokens (a stated 400-token prompt bound here; the run
+    measures its own prompts), far below the 32,768-131,072-token windows of the paper's models."""
+    from esrepro import preflight
+    from esrepro.cluster import rl_job
+    from esrepro.config import load_pipeline, load_yaml
+    from esrepro.plan import Plan
+    from esrepro.settings.methods import GRPO_ALGORITHMS
+    from conftest import REPO
+
+    paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
+    seen: dict[str, int] = {}
+    for _, task, model, method, cell in preflight._training_jobs(paper, Plan(paper)):
+        settings = paper.method_settings(model, task, method, cell).as_dict()
+        if settings["algorithm"] not in GRPO_ALGORITHMS:
+            continue
+        world = rl_job(paper, model, settings).training_processes()
+        kw = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="x", on_cpu=False, world_size=world,
+                                fsdp_layers=["DecoderLayer"], prompt_tokens=400)
+        if kw["use_vllm"]:
+            assert kw["vllm_mode"] == "colocate" and kw["vllm_gpu_memory_utilization"] <= 0.3, (task, model, method)
+            assert kw["vllm_max_model_length"] == 400 + settings["max_new_tokens"] <= 8192, (task, model, method)
+            seen[settings["algorithm"]] = seen.get(settings["algorithm"], 0) + 1
+    # Table 1's Countdown cells roll out with vLLM: GRPO-z (8) and (30) 28 cells each, GRPO-v and Dr.GRPO-v 7 each
+    assert seen == {"grpo": 56, "verl_grpo": 7, "verl_dr_grpo": 7}, seen
+
+
+def test_longest_prompt_tokens_counts_as_trl_encodes(tiny_model_dir):
+    """Without a chat template TRL encodes prompts with the tokenizer's own call; with one, the template tokenizes."""
+    from esrepro.models.loading import load_tokenizer
+    from esrepro.rl.grpo import longest_prompt_tokens
+
+    tok = load_tokenizer(tiny_model_dir)
+    prompts = ["1 2 3", "1 2 3 4 5 6 7 8 9 10 11 12"]
+    assert longest_prompt_tokens(tok, prompts, chat=False) == len(tok(prompts[1])["input_ids"])
+    tok.chat_template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
+    text = tok.apply_chat_template([{"role": "user", "content": prompts[1]}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert longest_prompt_tokens(tok, prompts, chat=True) == len(tok(text, add_special_tokens=False)["input_ids"])

@@ -14,6 +14,8 @@ from esrepro.cluster import rl_job, torchrun
 from esrepro.config import load_pipeline, load_yaml
 from esrepro.distributed import split_batch, world
 from esrepro.rl.budget import samples_per_step
+from esrepro.rl.grpo_parallel import process_batch
+from esrepro.rl.shares import per_process
 from esrepro.settings.registry import Resources
 
 
@@ -58,6 +60,24 @@ def test_torchrun_prefix():
     assert "--rdzv-backend c10d" in two and "$SLURM_JOB_NODELIST" in two
 
 
+def test_a_multi_node_job_meets_on_a_port_of_its_own():
+    """Two multi-node jobs whose first node is the same meet at different rendezvous ports: the port the command
+    computes from $SLURM_JOB_ID (evaluated by bash, as the job's shell does), in 20000-29999."""
+    command = torchrun(Resources(gpu=4, nodes=2))
+    host, port_expression = re.search(r'--rdzv-endpoint (".*\)"):(.+) $', command).groups()
+    assert host == '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    ports = {}
+    for job_id in (4242, 4243, 99_999):
+        out = subprocess.run(["bash", "-c", f"echo {port_expression}"], env={"SLURM_JOB_ID": str(job_id)},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        ports[job_id] = int(out)
+    assert ports == {4242: 24242, 4243: 24243, 99_999: 29999}  # before: 29500 for every job
+
+    from esrepro.cluster import rdzv_port
+
+    assert ports == {j: rdzv_port(j) for j in ports}
+
+
 def test_an_rl_job_takes_as_many_processes_as_share_its_batch(paper):
     grpo = {"algorithm": "grpo", "per_device_train_batch_size": 60, "gradient_accumulation_steps": 1}
     res = rl_job(paper, "qwen2.5-7b-instruct", grpo)
@@ -65,6 +85,19 @@ def test_an_rl_job_takes_as_many_processes_as_share_its_batch(paper):
     assert rl_job(paper, "qwen2.5-7b-instruct", {**grpo, "per_device_train_batch_size": 32,
                                                  "gradient_accumulation_steps": 8}).gpu == 8
     assert rl_job(paper, "qwen2.5-0.5b-instruct", {"algorithm": "ppo", "prompts_per_step": 256}).gpu == 4
+
+
+def test_an_rl_job_takes_only_process_counts_its_training_accepts(paper):
+    """15 prompts' completions x 4 accumulation steps = 60 a step: 6 divides 60 but neither 15 nor 4, so GRPO's
+    process_batch refuses 6 processes; the job runs as 5 (3 x 4 each), the largest count it accepts."""
+    grpo = {"algorithm": "grpo", "per_device_train_batch_size": 15, "gradient_accumulation_steps": 4}
+    res = rl_job(paper, "qwen2.5-7b-instruct", grpo)
+    assert (res.processes, res.gpu) == (5, 5)
+    assert process_batch(grpo, res.processes) == {"per_device_train_batch_size": 3, "gradient_accumulation_steps": 4}
+    # PPO: 96 prompts split over 8, but its mini-batch of 24 over 8 leaves 3 responses, not a whole micro-batch of 2
+    ppo = {"algorithm": "ppo", "prompts_per_step": 96, "mini_batch_size": 24, "micro_batch_size": 2}
+    assert rl_job(paper, "qwen2.5-7b-instruct", ppo).processes == 6
+    assert per_process(ppo, 6)["mini_batch_per_process"] == 4
 
 
 def test_split_batch_and_world(monkeypatch):
@@ -97,7 +130,9 @@ def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
         spec = re.search(r"--spec '(\{.*?\})'", job["shell"]).group(1)
         import json
 
-        assert samples_per_step(json.loads(spec)) % int(m.group(1)) == 0
+        settings = json.loads(spec)
+        assert samples_per_step(settings) % int(m.group(1)) == 0
+        per_process(settings, int(m.group(1)))  # what the job's training processes compute when they start
     cpu_only = [j for j in jobs if j["rule"] in ("select_rl", "param_shift_histogram")]
     assert cpu_only and all(int(j["resources"].get("gpu", 0)) == 0 for j in cpu_only)
     assert all("gpu_model" not in j["resources"] for j in cpu_only)

@@ -48,15 +48,18 @@ def rl_job(p: Pipeline, model: str, settings: dict, rule: str = "train") -> Reso
     node with as many processes (and GPUs) as share its per-step batch evenly, at most the entry's.
 
     The settings' batch is a total per optimiser step whatever the world size (esrepro.rl.budget), so a
-    batch of 60 completions on an 8-GPU entry runs as 6 processes of 10, not as 8 processes of 7.5.
+    batch of 60 completions on an 8-GPU entry runs as 6 processes of 10, not as 8 processes of 7.5. The counts
+    allowed are those the training itself accepts (esrepro.rl.shares.admits: GRPO's ``process_batch`` divides the
+    accumulation steps or the micro-batch, PPO's ``shares`` the prompts and mini-batch), so 15 x 4 = 60 completions
+    run as 5 processes (15 x 4 / 5 = 3 x 4), not 6, which neither 15 nor 4 can be divided by.
     """
-    from esrepro.rl.budget import samples_per_step
+    from esrepro.rl.shares import largest_world
 
     res = p.resources(model, rule)
     if res.nodes > 1:
         return res  # the launcher needs every node's processes: the batch must divide over all of them
-    total, most = samples_per_step(settings), res.training_processes()
-    world = max(w for w in range(1, most + 1) if total % w == 0)
+    most = res.training_processes()
+    world = largest_world(settings, most)
     if world == most:
         return res
     return res.model_copy(update={"processes": world, "gpu": world if res.gpu else 0})
@@ -125,15 +128,25 @@ def ray_layout(p: Pipeline, task: str, model: str, method: str) -> str:
     return f"{nodes} x {per_node}: {engines} {settings.backend} engines" + (f", tp {tp}" if res.gpu else "")
 
 
-#: The rendezvous port of a multi-node torchrun job (on its first node).
-RDZV_PORT = 29500
+#: The rendezvous ports of multi-node torchrun jobs (on each job's first node): RDZV_PORT_BASE + SLURM_JOB_ID mod
+#: RDZV_PORTS, i.e. 20000-29999, below Linux's ephemeral range (32768-60999) from which other programs' outgoing
+#: connections take theirs. Two jobs sharing a first node get different ports unless their ids differ by a multiple
+#: of 10,000 (a fixed port, torchrun's 29500, made the second job's rendezvous fail or join the first's).
+RDZV_PORT_BASE = 20000
+RDZV_PORTS = 10000
+
+
+def rdzv_port(job_id: int) -> int:
+    """The rendezvous port of the multi-node job ``job_id`` (what :func:`torchrun`'s shell expression computes)."""
+    return RDZV_PORT_BASE + job_id % RDZV_PORTS
 
 
 def torchrun(res: Resources) -> str:
     """The torchrun prefix of a data-parallel job: ``res.training_processes()`` per node; none for one process.
 
-    One node: ``torchrun --standalone``. Several: one torchrun per node, started by ``srun`` (the executor plugin
-    runs the job's command on its first node, :func:`slurm_resource`), meeting at the first node's c10d rendezvous.
+    One node: ``torchrun --standalone`` (a free port of its own). Several: one torchrun per node, started by ``srun``
+    (the executor plugin runs the job's command on its first node, :func:`slurm_resource`), meeting at the first
+    node's c10d rendezvous on the job's own port (:func:`rdzv_port` of ``$SLURM_JOB_ID``, computed by the shell).
     """
     per_node = res.training_processes()
     if res.nodes == 1 and per_node == 1:
@@ -143,7 +156,7 @@ def torchrun(res: Resources) -> str:
         return f"torchrun --standalone --nnodes 1 {common} "
     head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
     return (f"srun --nodes {res.nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 torchrun --nnodes {res.nodes} "
-            f"{common} --rdzv-backend c10d --rdzv-id \"$SLURM_JOB_ID\" --rdzv-endpoint {head}:{RDZV_PORT} ")
+            f"{common} --rdzv-backend c10d --rdzv-id \"$SLURM_JOB_ID\" --rdzv-endpoint {head}:$(({RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORTS})) ")
 
 
 def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) -> str:

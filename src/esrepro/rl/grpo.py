@@ -70,12 +70,17 @@ ALGORITHM_LOSS = GRPO_VARIANTS
 
 
 def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str, on_cpu: bool, world_size: int = 1,
-                       fsdp_layers: list[str] | None = None, resume: bool = False) -> dict[str, Any]:
+                       fsdp_layers: list[str] | None = None, resume: bool = False,
+                       prompt_tokens: int | None = None) -> dict[str, Any]:
     """The ``GRPOConfig`` arguments of one run, from our settings block (in TRL's key names: TRL_NAMES).
 
     ``world_size``: training processes sharing each step's batch (esrepro.rl.grpo_parallel.process_batch);
     ``fsdp_layers``: the decoder layer classes to shard with ``sharding: fsdp``; ``resume``: write TRL
-    checkpoints into ``output_dir`` every ``resume_every`` steps (else none)."""
+    checkpoints into ``output_dir`` every ``resume_every`` steps (else none); ``prompt_tokens``: the longest
+    training prompt as TRL encodes it (:func:`longest_prompt_tokens`), which with ``use_vllm`` sizes vLLM's context
+    (``vllm_max_model_length``: that plus ``max_new_tokens``) unless the settings give one. Left to vLLM, the
+    context is the model's whole window (131,072 tokens for Llama-3.1-8B), whose KV cache does not fit in
+    ``vllm_gpu_memory_utilization`` (0.3) of a GPU, and the engine refuses to start."""
     missing = [k for k in PINNED_KEYS if k not in settings]
     if missing:
         raise ValueError(f"GRPO settings must pin {', '.join(missing)} (TRL defaults differ between releases)")
@@ -89,6 +94,12 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
     kw = {TRL_NAMES.get(k, k): settings[k] for k in TRL_KEYS if k in settings}
     if on_cpu:
         kw.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True, use_vllm=False)
+    if kw.get("use_vllm") and kw.get("vllm_max_model_length") is None:
+        if prompt_tokens is None:
+            raise ValueError("use_vllm: vLLM's context (vllm_max_model_length) is the longest prompt plus "
+                             "max_new_tokens; give the longest prompt's length (prompt_tokens) or set "
+                             "vllm_max_model_length")
+        kw["vllm_max_model_length"] = int(prompt_tokens) + int(kw["max_completion_length"])
     if world_size > 1:
         from esrepro.rl.grpo_parallel import process_batch
 
@@ -136,6 +147,17 @@ def training_examples(examples: list[dict], settings: dict) -> list[dict]:
     return [e for _ in range(copies) for e in examples]
 
 
+def longest_prompt_tokens(tokenizer: Any, prompts: list[str], chat: bool) -> int:
+    """The longest of ``prompts`` in tokens as TRL 1.16's GRPOTrainer encodes them for generation: the chat
+    template with the generation prompt (tokenized by the template) for a chat model, else the tokenizer's own
+    call (special tokens such as BOS included)."""
+    if chat:
+        return max(len(tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                     tokenize=True, return_dict=True)["input_ids"])
+                   for p in prompts)
+    return max(len(ids) for ids in tokenizer(list(prompts))["input_ids"])
+
+
 def _dataset(task: Task, examples: list[dict], chat: bool):
     from datasets import Dataset
 
@@ -162,12 +184,25 @@ def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> Non
         save_checkpoint(model, tokenizer, path)
 
 
-def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str) -> tuple[Any, dict | None]:
+def process_device(on_cpu: bool, local_rank: int = 0) -> str:
+    """The one device a training process loads its models on: ``cpu``, or its own GPU ``cuda:LOCAL_RANK`` (with the
+    index, which transformers' Trainer compares with its own device to tell a placed model from a split one)."""
+    return "cpu" if on_cpu else f"cuda:{local_rank}"
+
+
+def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
+            device: str = "cpu") -> tuple[Any, dict | None]:
     """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it in
     float32 master weights, every weight trainable), or the base in the registry dtype with the adapter loaded
-    trainable by peft (peft keeps adapter weights in float32; no kwargs then)."""
+    trainable by peft (peft keeps adapter weights in float32; no kwargs then).
+
+    TRL 1.16 loads the policy, and the reference model of ``beta > 0``, from these kwargs; it sets ``device_map``
+    to None itself only under DDP (MULTI_GPU) and DeepSpeed, so under FSDP both would load with transformers'
+    ``device_map="auto"``, spread over every GPU the process sees (all of the node's under torchrun). The kwargs
+    therefore place them whole on the process's own ``device`` (:func:`process_device`), from where FSDP2 shards
+    them (TRL's DDP path still replaces this with None and accelerate moves the model)."""
     if adapter_dir is None:
-        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE]}
+        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
     from peft import PeftModel
 
     base = load_model(model_dir, dtype=dtype)
@@ -318,10 +353,13 @@ def train_grpo(
         fsdp_layers = decoder_layer_classes(model_dir)
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         out_dir = str(resume_dir) if resume_dir is not None else tmp
-        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype)
+        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, process_device(on_cpu, here.local_rank))
+        prompt_tokens = None
+        if settings.get("use_vllm") and not on_cpu:
+            prompt_tokens = longest_prompt_tokens(tokenizer, sorted({task.prompt(e) for e in examples}), chat)
         cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
                                               world_size=here.world_size, fsdp_layers=fsdp_layers,
-                                              resume=resume_dir is not None),
+                                              resume=resume_dir is not None, prompt_tokens=prompt_tokens),
                          model_init_kwargs=init_kwargs)
         trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
         trainer = trainer_class(

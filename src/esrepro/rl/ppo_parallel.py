@@ -10,39 +10,13 @@ the identity (no collective is issued), which keeps the one-process computation 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from esrepro.distributed import World, split_batch
-
-
-@dataclass(frozen=True)
-class Shares:
-    """One process's part of a PPO step (responses): the manifest records it."""
-
-    world_size: int
-    prompts_per_process: int     # rollouts per process and step (prompts_per_step / world_size)
-    mini_batch_per_process: int  # responses per process and optimiser step (mini_batch_size / world_size)
-    micro_batch_size: int        # responses per forward/backward pass (per process)
-    rollout_batch_size: int      # responses per generate call (per process)
-    generate_calls: int          # generate calls per process and step
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def shares(cfg: Any, world_size: int) -> Shares:
-    """Each process's share of the settings' per-step totals; an error naming the field that does not split."""
-    prompts = split_batch(cfg.prompts_per_step, world_size, "prompts_per_step")
-    mini = split_batch(cfg.mini_batch_size, world_size, "mini_batch_size")
-    if mini % cfg.micro_batch_size:
-        raise ValueError(f"micro_batch_size: {cfg.micro_batch_size} responses per pass must divide each process's "
-                         f"share of mini_batch_size ({cfg.mini_batch_size} / {world_size} processes = {mini})")
-    rollout = min(cfg.rollout_batch_size or prompts, prompts)
-    return Shares(world_size, prompts, mini, cfg.micro_batch_size, rollout, -(-prompts // rollout))
+from esrepro.distributed import World
+from esrepro.rl.shares import Shares, shares  # noqa: F401  (the rule esrepro.cluster.rl_job follows too)
 
 
 def _dist() -> Any:

@@ -197,7 +197,7 @@ class GRPOSettings(RLSettings):
     vllm_tensor_parallel_size: int = Field(1, ge=1, description="use_vllm colocate: GPUs one vLLM engine spans (a "
                                            "divisor of the job's GPUs)")
     vllm_max_model_length: int | None = Field(None, ge=1, description="use_vllm: vLLM's context window (null: the "
-                                              "model config's)")
+                                              "longest training prompt plus max_new_tokens, esrepro.rl.grpo)")
     vllm_enable_sleep_mode: bool = Field(False, description="use_vllm colocate: offload vLLM's weights and KV cache "
                                          "during the optimiser step (less memory, slower steps)")
     vllm_importance_sampling_correction: bool = Field(
