@@ -120,6 +120,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "url_file": ("--url-file", dict(default=None, help="write the mirror's URL to this file")),
     "request_log": ("--request-log", dict(default=None, help="append one line per request here (default: stderr)")),
     "packages": ("packages", dict(nargs="+", help="modules to import (e.g. vllm ray bitsandbytes)")),
+    "title": ("--title", dict(default="", help="a figure's title")),
     "kind": ("--kind", dict(default="points", choices=["points", "relative"],
                             help="improvement in percentage points (the paper's bars) or relative to the base")),
 }
@@ -136,7 +137,9 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("dvc-record", "out"): dict(help="JSON summary of what was recorded"),
     **{(v, "out"): dict(help=OUT_STEM) for v in ("gains", "sample-curves", "param-shift", "lr-sweep",
                                                  "lr-distributions", "train-tasks-table", "math-table",
-                                                 "puzzle-table", "stability-table")},
+                                                 "math-figure", "puzzle-table", "stability-table")},
+    ("math-figure", "model"): dict(help="registry key of the math runs' model (the bars without a model of their own)"),
+    ("math-figure", "title"): dict(default="", help="the figure's title"),
     **{(v, "task"): dict(required=False, default="countdown", help="task the figure shows")
        for v in ("gains", "sample-curves", "param-shift")},
     ("param-shift-histogram", "out"): dict(help="output folder (histogram.json, manifest.json)"),
@@ -203,6 +206,8 @@ VERBS: dict[str, Verb] = {
     "lr-distributions": Verb("esrepro.steps.report:lr_distributions", "Figure 4: reward distributions per learning rate"),
     "train-tasks-table": Verb("esrepro.steps.report:train_tasks_table", "accuracy per training task and test set"),
     "math-table": Verb("esrepro.steps.report:math_table", "the math table beside the published RL baselines"),
+    "math-figure": Verb("esrepro.steps.report:math_figure", "v2 Figure 2: math pass@1 of the base, RL and ES "
+                        "checkpoints per benchmark, beside the paper's"),
     "puzzle-table": Verb("esrepro.steps.report:puzzle_table", "the puzzle table (Sudoku, ARC-AGI)"),
     "rehearse": Verb("esrepro.steps.rehearsal:rehearse",
                      "rehearse the paper's run on this machine at toy size (config/rehearsal.yaml) and report"),

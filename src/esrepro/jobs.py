@@ -119,7 +119,8 @@ def _reports(plan: Plan) -> list[Job]:
     p, R, ex = plan.p, plan.paths, ExtrasPlan(plan)
     targets = set(plan.table_targets())
     made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.PARETO, R.DISTRIBUTION, R.LR_SWEEP,
-                              R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.PUZZLE_TABLE, R.STABILITY)
+                              R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.MATH_FIGURE, R.PUZZLE_TABLE,
+                              R.STABILITY)
             if any(t.startswith(f"{stem}.") for t in targets)}
     rules = [(R.TABLE1, "table1_countdown", TABLE1), (R.CURVES, "countdown_curves", TABLE1),
              (R.TABLE3, "table3_rl_hyperparameters", TABLE1), (R.TABLE2, "table2_conciseness", STUDY_GROUPS["conciseness"]),
@@ -128,6 +129,7 @@ def _reports(plan: Plan) -> list[Job]:
              (R.LR_SWEEP, "lr_sweep", STUDY_GROUPS["conciseness_lr"]),
              (R.LR_DISTRIBUTIONS, "lr_distributions", STUDY_GROUPS["conciseness_lr"]),
              (R.TRAIN_TASKS, "train_tasks_table", SHARED), (R.MATH_TABLE, "math_table", MATH),
+             (R.MATH_FIGURE, "math_figure", MATH),
              (R.PUZZLE_TABLE, "puzzle_table", PUZZLES), (R.STABILITY, "stability_table", STABILITY)]
     out = [Job(rule, group) for stem, rule, group in rules if stem in made]
     out += [Job("gains", TABLE1, {"task": t}) for t in ex.gains_tasks()]

@@ -73,6 +73,7 @@ LR_SWEEP = f"{FIGURES}/conciseness_lr_sweep"  # Figure 3: GRPO over learning rat
 LR_DISTRIBUTIONS = f"{FIGURES}/conciseness_lr_distributions"  # Figure 4: reward distributions per learning rate
 TRAIN_TASKS = f"{TABLES}/train_tasks"  # accuracy per training task, test set, model and method
 MATH_TABLE = f"{TABLES}/math"  # the v2 math table beside the published RL baselines
+MATH_FIGURE = f"{FIGURES}/math_fig2"  # v2 Figure 2: base, RL and ES checkpoints per math benchmark
 PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Original vs ES
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
 

@@ -301,6 +301,19 @@ def math_table(metrics: list[str], published: str, registry: str, out: str, note
            metrics, registry, out, note, published)
 
 
+def math_figure(metrics: list[str], published: str, registry: str, model: str, out: str, title: str = "") -> None:
+    """v2 Figure 2: pass@1 of the base model, the RL checkpoints and the ES checkpoints per math benchmark, beside
+    the paper's values (config/published.yaml, math_v2.figure)."""
+    from esrepro.provenance.manifest import now
+    from esrepro.report.math_figure import build_fig2
+
+    started = now()
+    build_fig2(metrics, published, model, out, title=title)
+    report_manifest("math_figure", out, FIGURE, started,
+                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
+                    settings={"model": model, "title": title})
+
+
 def puzzle_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:
     """The puzzle table: Sudoku and ARC-AGI accuracy before and after fine-tuning, beside the paper's."""
     from esrepro.report.task_tables import build_puzzle_table
