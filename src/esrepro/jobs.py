@@ -23,7 +23,7 @@ ESSA_REFERENCE = "ESSA reference runs (Figs. 2, 4, 6-9)"
 ESSA_GRPO_GROUP = "ESSA Fig. 8 (against GRPO)"
 ESSA_SCALING = "ESSA Fig. 6 (PRM800K)"
 STUDY_GROUPS = {"conciseness": "ES Table 2, Fig. 1 (conciseness)", "conciseness_lr": "ES Figs. 3-4 (GRPO learning rates)"}
-MATH = "ES v2 math table"
+MATH = "ES v2 Fig. 2 and math table"
 PUZZLES = "ES v2 puzzle table"
 SHIFTS = "ES Figs. 7-9 (parameter shifts)"
 

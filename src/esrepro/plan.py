@@ -375,9 +375,10 @@ class ExtrasPlan:
 
     # --- Figures 7-9 --------------------------------------------------------------------------------
     def es_runs(self) -> list[RunKey]:
-        """(task, model, method, seed) of every ES run: training runs of ES methods and every study's ES runs."""
+        """(task, model, method, seed) of every ES run from its base model: training runs of ES methods and every
+        study's ES runs (a run with ``start_from`` has no random walk from the base model to compare with)."""
         out = [(task, m, meth, s) for task in self.p.cfg.train for m, meth, s in self.plan.train_runs(task)
-               if self.p.algorithm_of(task, meth).name == "es"]
+               if self.p.algorithm_of(task, meth).name == "es" and self.p.start_of(m, task, meth) is None]
         for name, study in self.p.studies().items():
             out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)
                     if self.p.algorithm_of(study.task, meth).name == "es"]
