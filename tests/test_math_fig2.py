@@ -243,3 +243,19 @@ def test_fig2_without_a_published_figure_is_a_clear_error(tmp_path):
 
     with pytest.raises(ValueError, match="figure"):
         figure_block({"tables": {"math_v2": {"task": "math"}}})
+
+
+def test_fig2_step_labels_the_runs_own_model_and_writes_its_manifest(tmp_path):
+    from esrepro.steps.report import math_figure
+
+    rows = [(s, "tiny-v2", m, 0, 0.25) for s in MATH_SETS for m in ("base", "es", "esckpt2", "esckpt3")]
+    out = tmp_path / "out" / "math_fig2"
+    out.parent.mkdir()
+    math_figure(_metrics(tmp_path, rows), str(REPO / "config/published.yaml"), str(REPO / "config/models.yaml"),
+                "tiny-v2", str(out), title="tiny")
+    table = list(csv.DictReader(out.with_suffix(".csv").open()))
+    base = next(r for r in table if r["bar"] == "base")
+    assert base["label"].startswith("tiny-qwen2") and "paper: Qwen2.5-Math-7B" in base["label"]
+    assert {r["bar"] for r in table if r["ours"] == ""} == {"simplerl_zero", "open_reasoner_zero", "oat_zero", ""}
+    manifest = json.loads((tmp_path / "out" / "math_fig2.manifest.json").read_text())
+    assert manifest["settings"]["model"] == "tiny-v2"

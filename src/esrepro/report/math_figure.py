@@ -42,12 +42,13 @@ def figure_block(published: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def fig2_frame(metrics: pd.DataFrame, figure: Mapping[str, Any], model: str,
-               benchmarks: Sequence[str] | None = None) -> pd.DataFrame:
+               benchmarks: Sequence[str] | None = None, display: str | None = None) -> pd.DataFrame:
     """One row per (benchmark, bar): ours (mean and sample std over seeds, %) and the paper's determined value; then
     one row per paper value whose benchmark only is determined (``bar`` empty).
 
     ``model``: the math runs' model (a bar without ``model`` is its run); ``benchmarks``: the sets drawn (default:
-    Fig. 2's five, in its order).
+    Fig. 2's five, in its order); ``display``: that model's name, which labels its base-model bar when it is not the
+    paper's (e.g. the tiny model).
     """
     sets = list(benchmarks or FIG2_BENCHMARKS)
     assigned = figure.get("assigned") or {}
@@ -60,7 +61,10 @@ def fig2_frame(metrics: pd.DataFrame, figure: Mapping[str, Any], model: str,
             acc = pd.to_numeric(sel["accuracy"]) * 100.0 if len(sel) else pd.Series(dtype=float)
             paper = (assigned.get(bar["key"]) or {}).get(bench, math.nan)
             note = "" if len(acc) else "not evaluated in this run"
-            rows.append({"benchmark": bench, "bar": bar["key"], "label": bar["label"], "model": who, "method": method,
+            label = bar["label"]
+            if not bar.get("model") and method == "base" and display and display != label:
+                label = f"{display} (base; paper: {label})"
+            rows.append({"benchmark": bench, "bar": bar["key"], "label": label, "model": who, "method": method,
                          "seeds": int(len(acc)), "ours": float(acc.mean()) if len(acc) else math.nan,
                          "ours_std": float(acc.std()) if len(acc) > 1 else math.nan, "paper": float(paper),
                          "note": note})
@@ -76,8 +80,9 @@ def fig2_figure(df: pd.DataFrame, figure: Mapping[str, Any], title: str = "") ->
     the benchmark's group where only the benchmark is."""
     bars = [b["key"] for b in figure["bars"]]
     labels = {b["key"]: b["label"] for b in figure["bars"]}
+    labels.update({r["bar"]: r["label"] for _, r in df[df["bar"] != ""].iterrows()})
     sets = list(dict.fromkeys(df["benchmark"]))
-    fig = Figure(figsize=(max(8.0, 2.0 * len(sets)), 4.6))
+    fig = Figure(figsize=(max(8.0, 2.0 * len(sets)), 5.2))
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(len(bars), 1)
     paper_bar_drawn = paper_group_drawn = False
@@ -103,22 +108,27 @@ def fig2_figure(df: pd.DataFrame, figure: Mapping[str, Any], title: str = "") ->
             ax.plot([j - 0.4, j + 0.4], [value, value], color="black", lw=0.8, ls="--",
                     label=None if paper_group_drawn else "paper (v2 Fig. 2), bar not determined")
             paper_group_drawn = True
+    missing = [labels[k] for k in bars if df[df["bar"] == k]["ours"].isna().all()]
+    if missing:  # bars this run does not evaluate (at the tiny scale: the RL checkpoints, 7B hub models)
+        ax.text(0.99, 0.98, "not run in this configuration:\n" + "\n".join(missing), transform=ax.transAxes,
+                ha="right", va="top", fontsize=7, color="0.3")
     ax.set_xticks(range(len(sets)))
     ax.set_xticklabels([FIG2_BENCHMARKS.get(s, s) for s in sets])
     ax.set_ylabel("pass@1 (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=7, ncol=3, loc="lower center", frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.15, 1, 1))
     return fig
 
 
 def build_fig2(metric_paths: Iterable[PathLike], published_path: PathLike, model: str, out_stem: PathLike,
-               title: str = "", benchmarks: Sequence[str] | None = None) -> pd.DataFrame:
+               title: str = "", benchmarks: Sequence[str] | None = None, display: str | None = None) -> pd.DataFrame:
     """Load the math evaluations, write Fig. 2 (``{out_stem}.png``, ``.pdf``) and its plotted numbers (``.csv``)."""
     figure = figure_block(load_published(published_path))
-    df = fig2_frame(load_metrics(metric_paths), figure, model, benchmarks)
+    df = fig2_frame(load_metrics(metric_paths), figure, model, benchmarks, display)
     save_figure(fig2_figure(df, figure, title), out_stem)
     write_frame_csv(df, Path(f"{out_stem}.csv"))
     return df

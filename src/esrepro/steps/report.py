@@ -308,7 +308,8 @@ def math_figure(metrics: list[str], published: str, registry: str, model: str, o
     from esrepro.report.math_figure import build_fig2
 
     started = now()
-    build_fig2(metrics, published, model, out, title=title)
+    display = (registry_entries(registry).get(model) or {}).get("display")
+    build_fig2(metrics, published, model, out, title=title, display=display)
     report_manifest("math_figure", out, FIGURE, started,
                     inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
                     settings={"model": model, "title": title})
