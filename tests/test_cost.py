@@ -52,8 +52,8 @@ def test_requests_are_within_one_and_two_times_the_estimates(paper):
     rows = [r for _, r in pairs]
     estimated = [r for r in rows if r.estimated_gpu_h]
     gpu_jobs = [r for r in rows if r.gpu_jobs]
-    assert estimated == gpu_jobs and len(gpu_jobs) == 702  # every GPU job has an estimate: train, evaluate, KL
-    assert sum(j.rule in ("train", "train_cell", "essa_grpo") for j, r in pairs if r.estimated_gpu_h) == 411
+    assert estimated == gpu_jobs and len(gpu_jobs) == 628  # every GPU job has an estimate: train, evaluate, KL
+    assert sum(j.rule in ("train", "train_cell", "essa_grpo") for j, r in pairs if r.estimated_gpu_h) == 292
     assert all(r.unestimated_gpu_h == 0 for r in rows)
     assert within(estimated) and within(summary(paper))
     total = summary(paper)[-1]
@@ -71,10 +71,10 @@ def test_outputs_are_written(tmp_path, capsys):
     assert main(["cost", "config/paper.yaml", "--csv", str(tmp_path / "c.csv"),
                  "--markdown", str(tmp_path / "out" / "c.md")]) == 0
     printed = capsys.readouterr().out
-    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 814 |" in printed
+    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 755 |" in printed
     assert "290 minutes on 8 GPUs" in printed
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
-    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 814
+    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 755
 
 
 def test_a_bad_path_is_one_clear_error(tmp_path, capsys):

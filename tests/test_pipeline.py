@@ -41,13 +41,16 @@ def test_paper_dag_lists_every_model(tmp_path):
     # baseline (Fig. 8, Qwen2.5-Math-7B) by its own rule; on PRM800K (Fig. 6 left) Llama-3.1-8B's reference run
     essa = (1 + 3 + 4 + 4 + 1) + (1 + 2)
     scaling = 1
-    assert stats["train"] == str(7 + 3 + 3 + 14 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "10"
+    # v2 Fig. 2: ES on MATH and its continuation from the 160-iteration snapshot (ESCHKPT-2); the three released RL
+    # checkpoints are fetched and evaluated only; ARC-AGI's Qwen2.5-14B-Instruct is fetched too
+    assert stats["train"] == str(7 + 4 + 3 + 14 * 4 + 16 * 4 + essa + scaling) and stats["fetch_model"] == "14"
     assert stats["essa_grpo"] == "1"
     # Countdown: base + 6 methods per model (+ 3 x 6 stability runs); GSM8K and conciseness: the base models;
-    # the five math sets: Qwen2.5-Math-7B's base and ES; Sudoku and ARC: Qwen2.5-3B-Instruct's base and ES;
+    # the five math sets: v2 Fig. 2's seven bars (Qwen2.5-Math-7B's base, the three RL checkpoints, ESCHKPT-1/2/3);
+    # Sudoku: Qwen2.5-3B-Instruct's base and ES; ARC: Qwen2.5-14B-Instruct's;
     # ESSA: every run and the baseline, and the base models of Qwen2.5-Math-7B and Qwen2.5-32B on GSM8K;
     # PRM800K (an evaluate entry): every base model of the config, Llama-3.1-8B's and its scaling run
-    assert stats["evaluate"] == str(7 * 7 + 3 * 6 + 7 * 2 + 5 * 2 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
+    assert stats["evaluate"] == str(7 * 7 + 3 * 6 + 7 * 2 + 5 * 7 + 2 * 2 + essa + 1 + 2 + 7 + 1 + scaling)
     # KL: every Countdown run and base model, every study run and the study's base model
     assert stats["kl"] == str(7 * 7 + 3 * 6 + 1 + 14 * 4 + 16 * 4)
     for rule in ("table2_conciseness", "conciseness_stability", "conciseness_pareto", "conciseness_distribution"):

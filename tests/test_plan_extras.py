@@ -130,16 +130,17 @@ def test_default_dry_run(tmp_path):
     parser, _ = build_parser("sample-curves")
     args = parser.parse_args(shlex.split(line.split(" > ")[0])[1:])
     assert args.periodic == [f"{run}/periodic_eval.jsonl" for run in COUNTDOWN_RUNS]
-    # ES on Countdown (2 seeds), MATH, Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the
-    # learning-rate sweep's 4; the ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
-    assert stats["train"] == 2 + 3 + 4 + 8 + 4 + 7
+    # ES on Countdown (2 seeds), MATH (and Fig. 2's continuation), Sudoku and ARC; the conciseness study's 4 ES and
+    # 8 GRPO runs, the learning-rate sweep's 4; the ESSA study's 7 (reference, population, rank, engines,
+    # resampling, scaling x 2)
+    assert stats["train"] == 2 + 4 + 4 + 8 + 4 + 7
     # Table 1's 5 RL methods (GRPO-z (8): 2 learning rates; GRPO-v, Dr.GRPO-v: one cell) and seed 1 of GRPO-z (8)
     # and GRPO-v
     assert stats["train_cell"] == 9 and stats["select_rl"] == 7
     assert stats["param_shift_histogram"] == 9 and stats["param_shift_figure"] == 5
     assert stats["sample_curves"] == 4 and stats["gains"] == 1 and stats["essa_grpo"] == 2
-    for rule in ("math_table", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions", "stability_table",
-                 "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report"):
+    for rule in ("math_table", "math_figure", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions",
+                 "stability_table", "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report"):
         assert stats[rule] == 1, rule
     assert stats["build_tiny"] == 2  # tiny and tiny-v2
     # the ESSA reference runs, whose SFT start the GRPO baselines wait for, are scheduled before the short jobs
@@ -158,9 +159,9 @@ def test_the_essa_reference_runs_start_first():
 def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     out = _dry_run(copy_repo(tmp_path / "repo"), "config/paper.yaml")
     stats = _stats(out)
-    # the seven Table 1 models, Qwen2.5-Math-7B, ARC-AGI's Qwen2.5-14B-Instruct (v2 Table 3), and ESSA's Qwen2.5-32B
-    # and Llama-3.1-8B (base models)
-    assert stats["fetch_model"] == 11
+    # the seven Table 1 models, Qwen2.5-Math-7B, ARC-AGI's Qwen2.5-14B-Instruct (v2 Table 3), ESSA's Qwen2.5-32B and
+    # Llama-3.1-8B (base models), and v2 Fig. 2's three released RL checkpoints (evaluated only)
+    assert stats["fetch_model"] == 14
     assert "results/models/qwen2.5-math-7b/base" in out
     assert "results/runs/math_train/qwen2.5-math-7b/es/seed0/checkpoint" in out
     for s in ("math500", "minerva", "olympiad_bench", "aime24", "amc23"):
@@ -172,8 +173,8 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
         assert f"results/runs/countdown/qwen2.5-3b-instruct/es/seed{seed}/checkpoint" in out
         assert f"results/runs/countdown/qwen2.5-3b-instruct/grpo30/seed{seed}/selection.json" in out
     assert "results/runs/countdown/qwen2.5-7b-instruct/es/seed1" not in out
-    for rule in ("math_table", "puzzle_table", "stability_table", "train_tasks_table", "gains", "sample_curves",
-                 "lr_sweep", "lr_distributions"):
+    for rule in ("math_table", "math_figure", "puzzle_table", "stability_table", "train_tasks_table", "gains",
+                 "sample_curves", "lr_sweep", "lr_distributions"):
         assert stats[rule] == 1, rule
     assert stats["param_shift_histogram"] == 7 + 3 + 3 + 12  # Countdown ES (+ stability seeds), math/puzzles, study
     # v2 Table 4's (beta, lr) cells; GRPO-v's one cell; conciseness GRPO with group 30; the lr x beta sweep
@@ -255,7 +256,9 @@ def test_math_table_sets_ours_beside_the_published_rl_baselines(tmp_path):
     df = build_math_table(_metrics(tmp_path, rows), REPO / "config/published.yaml",
                           {"qwen2.5-math-7b": {"display": "Qwen2.5-Math-7B"}}, tmp_path / "math")
     ours = df[df["Source"] == "ours"].set_index("Method")
-    assert ours.loc["ES", "MATH500"] == pytest.approx(50.0) and ours.loc["ES", "Average"] == pytest.approx(50.0)
+    assert list(ours.index) == ["Qwen2.5-Math-7B", "ESCHKPT-1"]  # v2 Fig. 2's rows and labels
+    assert ours.loc["ESCHKPT-1", "MATH500"] == pytest.approx(50.0)
+    assert ours.loc["ESCHKPT-1", "Average"] == pytest.approx(50.0)
     oat = df[df["Model"] == "Oat-Zero-7B"].iloc[0]
     assert (oat["Method"], oat["AIME24"], oat["MATH500"], oat["Average"]) == ("Dr.GRPO", 43.3, 80.0,
                                                                             pytest.approx(51.42))

@@ -169,8 +169,11 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         seen[rule].add(model)
     # the ESSA study's models, its scaling runs' (Fig. 6: Llama-3.1-8B on PRM800K) included
     studied = {m for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)}
-    for rule in ("train", "evaluate", "fetch_model"):
-        assert seen[rule] == set(config["models"]) | studied, (rule, seen[rule])
+    evaluated_only = {m for task in pipeline.cfg.train for m in pipeline.eval_models(task)}  # v2 Fig. 2's RL checkpoints
+    assert evaluated_only == {"simplerl-zero-7b", "open-reasoner-zero-7b", "oat-zero-7b"}
+    assert seen["train"] == set(config["models"]) | studied, seen["train"]
+    for rule in ("evaluate", "fetch_model"):
+        assert seen[rule] == set(config["models"]) | studied | evaluated_only, (rule, seen[rule])
     assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the checks above are not vacuous
 
     # every ES job of the 7B/8B models, and only those, runs on 2 nodes x 4 GPUs as 8 vLLM engines
@@ -179,9 +182,10 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
                for meth in pipeline.train_methods(task) if pipeline.algorithm_of(task, meth).name == "es"}
     es_jobs |= {("qwen2.5-7b-instruct", meth) for meth, found in pipeline.study_methods("conciseness").items()
                 if found.algorithm == "es"}
-    # Countdown x 2 models, MATH (Qwen2.5-Math-7B), the conciseness study's three sigmas
+    # Countdown x 2 models, MATH (Qwen2.5-Math-7B: ESCHKPT-1's run and ESCHKPT-2's continuation), the conciseness
+    # study's three sigmas
     es_layouts = {k: v for k, v in layouts.items() if not k[1].startswith("essa")}
-    assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 1 + 3, sorted(layouts)
+    assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 2 + 3, sorted(layouts)
     assert set(es_layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
     # the ESSA runs beyond one node, 8 GPUs per node, one engine each: the GPU sweep (ESSA Fig. 2: up to 128
     # GPUs) and Qwen2.5-32B's 16 GPUs (Figs. 6 and 9)

@@ -273,9 +273,75 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
 
 
 # --- per-task models, stability, study name clashes, report extras ---------------------------------------
+def _snapshot_ref(p: Pipeline, out: list[str], task: str, ref, where: str, target: str | None = None) -> None:
+    """One problem per way ``ref`` ({method, iteration}) names no weights a run of ``task`` keeps."""
+    block = p.cfg.train[task]
+    if ref.method not in block.methods:
+        out.append(f"{where}.method: {ref.method!r} is not in train.{task}.methods")
+        return
+    if ref.method == target:
+        out.append(f"{where}.method: a run cannot start from its own weights")
+        return
+    if p.is_rl(task, ref.method):
+        out.append(f"{where}.method: {ref.method!r} is an RL method (best grid cell kept); only runs trained directly "
+                   "(ES) keep snapshots to start from or evaluate")
+        return
+    for model in [m for m in p.train_models(task) if m in p.registry]:
+        settings = _collect(out, lambda: p.method_settings(model, task, ref.method))
+        if settings is None:
+            continue
+        last, every = getattr(settings, "iterations", None), settings.keep_every
+        if ref.iteration == last:
+            continue
+        if last is not None and ref.iteration > last:
+            out.append(f"{where}.iteration: {ref.iteration} is past the last iteration ({last}) of {ref.method} "
+                       f"({model})")
+        elif not every or ref.iteration % every:
+            out.append(f"{where}.iteration: {ref.method} ({model}) keeps no snapshot at iteration {ref.iteration} "
+                       f"(keep_every: {every}); set train.{task}.{ref.method}.keep_every to a divisor of it")
+
+
+def _snapshots(p: Pipeline, out: list[str]) -> None:
+    """train.<task>.snapshots, eval_models and each method's start_from name weights that exist, without cycles."""
+    for task, block in p.cfg.train.items():
+        _registry_keys(p, out, block.eval_models, "train", task, "eval_models")
+        out += [at(p.source, "train", task, "eval_models") + f": {m!r} is trained on {task} (train.{task}.models); "
+                "its base model is evaluated already" for m in block.eval_models if m in p.train_models(task)]
+        for name, ref in block.snapshots.items():
+            where = at(p.source, "train", task, "snapshots", name)
+            if name in block.methods or name in block.overrides():
+                out.append(f"{where}: the name of a method of train.{task}; a snapshot needs a name of its own")
+            _snapshot_ref(p, out, task, ref, where)
+        for method in block.methods:
+            if _collect([], lambda: p.algorithm_of(task, method)) is None:
+                continue
+            for model in [m for m in p.train_models(task) if m in p.registry]:
+                settings = _collect([], lambda: p.method_settings(model, task, method))
+                ref = getattr(settings, "start_from", None)
+                if ref is None:
+                    continue
+                where = at(p.source, "train", task, method, "start_from")
+                if p.is_rl(task, method):
+                    out.append(f"{where}: RL methods (trained per grid cell) start from the base model")
+                    continue
+                _snapshot_ref(p, out, task, ref, where, target=method)
+                seen, cur = {method}, ref.method
+                while True:  # a chain of starts must end at a run from the base model
+                    nxt = _collect([], lambda: p.start_of(model, task, cur))
+                    if nxt is None:
+                        break
+                    if nxt.method in seen:
+                        out.append(f"{where}: the runs' starts form a cycle ({' -> '.join([*seen, nxt.method])})")
+                        break
+                    seen.add(nxt.method)
+                    cur = nxt.method
+                break  # the chain and the reference are the same for every model but the iterations checked above
+
+
 def _per_task(p: Pipeline, out: list[str]) -> None:
     from esrepro.tasks.math_data import MATH_SETS
 
+    _snapshots(p, out)
     for task, block in p.cfg.train.items():
         _registry_keys(p, out, block.models or [], "train", task, "models")
     st = p.cfg.stability

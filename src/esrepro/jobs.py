@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_SWEEPS, Pipeline
 from esrepro.plan import ExtrasPlan, Plan
 
-TABLE1 = "ES Table 1, Figs. 5-6 (Countdown)"
+TABLE1 = "ES Table 1, Figs. 6-7 (Countdown)"
 STABILITY = "ES v2 stability (Countdown seeds)"
 SHARED = "Models, data, other evaluations, reports"
 #: ESSA figures by sweep (esrepro.pipeline.ESSA_SWEEPS' keys).
@@ -23,9 +23,9 @@ ESSA_REFERENCE = "ESSA reference runs (Figs. 2, 4, 6-9)"
 ESSA_GRPO_GROUP = "ESSA Fig. 8 (against GRPO)"
 ESSA_SCALING = "ESSA Fig. 6 (PRM800K)"
 STUDY_GROUPS = {"conciseness": "ES Table 2, Fig. 1 (conciseness)", "conciseness_lr": "ES Figs. 4-5 (GRPO learning rates)"}
-MATH = "ES v2 math table"
-PUZZLES = "ES v2 puzzle table"
-SHIFTS = "ES Figs. 7-9 (parameter shifts)"
+MATH = "ES v2 Fig. 2 and math table"
+PUZZLES = "ES v2 Table 3 (puzzles)"
+SHIFTS = "ES Figs. 8-10 (parameter shifts)"
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,9 @@ def _reports(plan: Plan) -> list[Job]:
     """One job per table or figure the config writes, and the run's summaries."""
     p, R, ex = plan.p, plan.paths, ExtrasPlan(plan)
     targets = set(plan.table_targets())
-    made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.CONCISENESS_STABILITY, R.PARETO, R.DISTRIBUTION, R.LR_SWEEP,
-                              R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.PUZZLE_TABLE, R.STABILITY)
+    made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.CONCISENESS_STABILITY, R.PARETO, R.DISTRIBUTION,
+                              R.LR_SWEEP, R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.MATH_FIGURE,
+                              R.PUZZLE_TABLE, R.STABILITY)
             if any(t.startswith(f"{stem}.") for t in targets)}
     rules = [(R.TABLE1, "table1_countdown", TABLE1), (R.CURVES, "countdown_curves", TABLE1),
              (R.TABLE3, "table3_rl_hyperparameters", TABLE1), (R.TABLE2, "table2_conciseness", STUDY_GROUPS["conciseness"]),
@@ -129,6 +130,7 @@ def _reports(plan: Plan) -> list[Job]:
              (R.LR_SWEEP, "lr_sweep", STUDY_GROUPS["conciseness_lr"]),
              (R.LR_DISTRIBUTIONS, "lr_distributions", STUDY_GROUPS["conciseness_lr"]),
              (R.TRAIN_TASKS, "train_tasks_table", SHARED), (R.MATH_TABLE, "math_table", MATH),
+             (R.MATH_FIGURE, "math_figure", MATH),
              (R.PUZZLE_TABLE, "puzzle_table", PUZZLES), (R.STABILITY, "stability_table", STABILITY)]
     out = [Job(rule, group) for stem, rule, group in rules if stem in made]
     out += [Job("gains", TABLE1, {"task": t}) for t in ex.gains_tasks()]

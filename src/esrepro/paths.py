@@ -68,13 +68,14 @@ def snapshot_name(iteration: int) -> str:
 # --- the ES paper v2's remaining tables and figures --------------------------------------------------------------
 PERIODIC_EVAL = "periodic_eval.jsonl"  # inside a run directory: test accuracy during training (eval_every)
 PARAM_SHIFT = "results/param_shift/{task}/{model}/{method}/seed{seed}"  # histogram.json + manifest.json per ES run
-GAINS = f"{FIGURES}/gains_{{task}}"  # Figure 5: accuracy improvement over the base model
-SAMPLE_CURVES = f"{FIGURES}/sample_curves_{{task}}"  # Figure 6: test accuracy against training samples
-PARAM_SHIFT_FIGURE = f"{FIGURES}/param_shift_{{task}}"  # Figures 7-9: |theta_final - theta_base| vs a random walk
+GAINS = f"{FIGURES}/gains_{{task}}"  # Figure 6: accuracy improvement over the base model
+SAMPLE_CURVES = f"{FIGURES}/sample_curves_{{task}}"  # Figure 7: test accuracy against training samples
+PARAM_SHIFT_FIGURE = f"{FIGURES}/param_shift_{{task}}"  # Figures 8-10: |theta_final - theta_base| vs a random walk
 LR_SWEEP = f"{FIGURES}/conciseness_lr_sweep"  # Figure 3: GRPO over learning rates and beta, against ES
 LR_DISTRIBUTIONS = f"{FIGURES}/conciseness_lr_distributions"  # Figure 4: reward distributions per learning rate
 TRAIN_TASKS = f"{TABLES}/train_tasks"  # accuracy per training task, test set, model and method
 MATH_TABLE = f"{TABLES}/math"  # the v2 math table beside the published RL baselines
+MATH_FIGURE = f"{FIGURES}/math_fig2"  # v2 Figure 2: base, RL and ES checkpoints per math benchmark
 PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Original vs ES
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
 

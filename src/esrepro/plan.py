@@ -46,15 +46,62 @@ class Plan:
         Base models: the training task's models when ``task`` (or its ``train_task``) is trained on, else the
         config's models."""
         train_task = self.p.train_task_of(task)
-        models = self.p.train_models(train_task) if train_task in self.p.cfg.train else self.models
-        return [(m, BASE, 0) for m in models] + self.train_runs(train_task)
+        trained = train_task in self.p.cfg.train
+        models = self.p.train_models(train_task) if trained else self.models
+        if trained:
+            models = list(dict.fromkeys(models + self.p.eval_models(train_task)))
+        return [(m, BASE, 0) for m in models] + self.train_runs(train_task) + self.snapshot_runs(train_task)
+
+    def snapshot_runs(self, task: str) -> list[Run]:
+        """(model, snapshot name, seed) of every kept snapshot evaluated as a run (``train.<task>.snapshots``): one
+        per run of the snapshot's method."""
+        snaps = self.p.snapshots(task)
+        return [(m, name, s) for name, ref in snaps.items() for m, meth, s in self.train_runs(task)
+                if meth == ref.method]
+
+    def weights_at(self, task: str, model: str, ref, seed: int | str) -> str:
+        """The weights of ``ref`` ({method, iteration}) for this task, model and seed: the kept snapshot, or the
+        final checkpoint at the run's last iteration."""
+        run = P.fill(self.paths.RUN, task=task, model=model, method=ref.method, seed=seed)
+        last = getattr(self.p.method_settings(model, task, ref.method), "iterations", None)
+        if ref.iteration == last:
+            return f"{run}/{P.CHECKPOINT}"
+        return f"{run}/{P.SNAPSHOTS}/{P.snapshot_name(ref.iteration)}"
 
     def checkpoint_of(self, task: str, model: str, method: str, seed: int | str) -> str:
-        """The weights evaluated on ``task``: the base model, or the run's final checkpoint."""
+        """The weights evaluated on ``task``: the base model, a kept snapshot, or the run's final checkpoint."""
         if method == BASE:
             return P.fill(self.paths.BASE_MODEL, model=model)
-        run = P.fill(self.paths.RUN, task=self.p.train_task_of(task), model=model, method=method, seed=seed)
+        train_task = self.p.train_task_of(task)
+        ref = self.p.snapshots(train_task).get(method)
+        if ref is not None:
+            return self.weights_at(train_task, model, ref, seed)
+        run = P.fill(self.paths.RUN, task=train_task, model=model, method=method, seed=seed)
         return f"{run}/{P.CHECKPOINT}"
+
+    def checkpoint_input(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """What an evaluation waits for: :meth:`checkpoint_of`, or for a kept snapshot (not a rule's declared
+        output) the manifest of the run that keeps it."""
+        train_task = self.p.train_task_of(task)
+        ref = self.p.snapshots(train_task).get(method) if method != BASE else None
+        if ref is None:
+            return self.checkpoint_of(task, model, method, seed)
+        run = P.fill(self.paths.RUN, task=train_task, model=model, method=ref.method, seed=seed)
+        return f"{run}/{P.MANIFEST}"
+
+    def start_dir(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """The weights a training run starts from: the base model, or (``start_from``) another run's snapshot."""
+        ref = self.p.start_of(model, task, method)
+        if ref is None:
+            return P.fill(self.paths.BASE_MODEL, model=model)
+        return self.weights_at(task, model, ref, seed)
+
+    def start_input(self, task: str, model: str, method: str, seed: int | str) -> str:
+        """What a training run waits for: the base model, or the manifest of the run whose snapshot it starts from."""
+        ref = self.p.start_of(model, task, method)
+        if ref is None:
+            return P.fill(self.paths.BASE_MODEL, model=model)
+        return f"{P.fill(self.paths.RUN, task=task, model=model, method=ref.method, seed=seed)}/{P.MANIFEST}"
 
     def methods_regex(self, rl: bool) -> str:
         """Methods trained through a grid (``rl``), or directly (ES and every study method)."""
@@ -110,7 +157,8 @@ class Plan:
     def run_dirs(self) -> list[str]:
         """Every training run directory the evaluations read."""
         dirs = [P.fill(self.paths.RUN, task=self.p.train_task_of(task), model=m, method=meth, seed=s)
-                for task in self.p.evaluated_tasks() for m, meth, s in self.runs(task) if meth != BASE]
+                for task in self.p.evaluated_tasks() for m, meth, s in self.runs(task)
+                if meth != BASE and meth not in self.p.snapshots(self.p.train_task_of(task))]
         dirs += [self.essa_run(m, meth, s, t) for t in self.p.essa_tasks() for m, meth, s in self.p.essa_runs(t)]
         return list(dict.fromkeys(dirs))
 
@@ -305,13 +353,13 @@ class ExtrasPlan:
         self.p = plan.p
         self.extras = set(self.p.cfg.report.extras)
 
-    # --- Figure 5 ---------------------------------------------------------------------------------
+    # --- Figure 6 ---------------------------------------------------------------------------------
     def gains_tasks(self) -> list[str]:
         """Tasks with a gains figure: Table 1's task, when it is trained on."""
         task = self.p.cfg.report.table1.task
         return [task] if "gains" in self.extras and self.p.train_methods(task) else []
 
-    # --- Figure 6 ---------------------------------------------------------------------------------
+    # --- Figure 7 ---------------------------------------------------------------------------------
     def periodic_runs(self, task: str) -> list[str]:
         """Run directories of ``task``'s runs that evaluate periodically (``eval_every``)."""
         out = []
@@ -326,11 +374,12 @@ class ExtrasPlan:
             return []
         return [t for t in self.p.cfg.train if self.periodic_runs(t)]
 
-    # --- Figures 7-9 --------------------------------------------------------------------------------
+    # --- Figures 8-10 --------------------------------------------------------------------------------
     def es_runs(self) -> list[RunKey]:
-        """(task, model, method, seed) of every ES run: training runs of ES methods and every study's ES runs."""
+        """(task, model, method, seed) of every ES run from its base model: training runs of ES methods and every
+        study's ES runs (a run with ``start_from`` has no random walk from the base model to compare with)."""
         out = [(task, m, meth, s) for task in self.p.cfg.train for m, meth, s in self.plan.train_runs(task)
-               if self.p.algorithm_of(task, meth).name == "es"]
+               if self.p.algorithm_of(task, meth).name == "es" and self.p.start_of(m, task, meth) is None]
         for name, study in self.p.studies().items():
             out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)
                     if self.p.algorithm_of(study.task, meth).name == "es"]
@@ -379,6 +428,14 @@ class ExtrasPlan:
     def math_metrics(self) -> list[str]:
         return self.plan.task_metrics(self.math_sets()) if "math" in self.extras else []
 
+    def math_figure_model(self) -> str | None:
+        """The model of Figure 2's ES and base bars: the first model trained on the math sets' training task (None:
+        no math figure, when ``math`` is not an extra or no math set is evaluated on a trained task)."""
+        sets = self.math_sets()
+        if "math" not in self.extras or not sets:
+            return None
+        return self.p.train_models(self.p.train_task_of(sets[0]))[0]
+
     def puzzle_tasks(self) -> list[str]:
         return [t for t in PUZZLES if t in self.p.cfg.train and t in self.p.evaluated_tasks()]
 
@@ -402,6 +459,8 @@ class ExtrasPlan:
         out += [f"{P.fill(paths.PARAM_SHIFT_FIGURE, task=t)}.{e}" for t in self.shift_tasks() for e in FIGURE]
         if self.lr_sweep_kl():
             out += [f"{stem}.{e}" for stem in (paths.LR_SWEEP, paths.LR_DISTRIBUTIONS) for e in FIGURE]
+        if self.math_figure_model() is not None:
+            out += [f"{paths.MATH_FIGURE}.{e}" for e in FIGURE]
         for stem, inputs in ((paths.TRAIN_TASKS, self.train_task_metrics()), (paths.MATH_TABLE, self.math_metrics()),
                              (paths.PUZZLE_TABLE, self.puzzle_metrics()), (paths.STABILITY, self.stability_metrics())):
             if inputs:

@@ -12,7 +12,7 @@ RUN_OUTPUTS = {
 }
 TRAIN_SHELL = (
     "{params.launcher}esrepro train --method {wildcards.method} --task {wildcards.task} --model {wildcards.model} "
-    "--model-dir {input.model} --dtype {params.dtype} --data-dir {input.data} --spec {params.spec:q} "
+    "--model-dir {params.model_dir} --dtype {params.dtype} --data-dir {input.data} --spec {params.spec:q} "
     "{params.chat} --seed {wildcards.seed} --out {params.run} --threads {threads} --device {params.device} > {log} 2>&1"
 )
 
@@ -35,15 +35,18 @@ RL_RESOURCES = {
 }
 
 
+# A run with `start_from` starts from another run's kept snapshot (v2 App. A.6's ESCHKPT-2): it waits for that
+# run's manifest and reads the snapshot in place of the base model (esrepro.plan.Plan.start_dir).
 rule train:
     input:
-        model=R.BASE_MODEL,
+        model=lambda w: PLAN.start_input(w.task, w.model, w.method, w.seed),
         data=R.PREPARED,
     output:
         **RUN_OUTPUTS,
     wildcard_constraints:
         method=PLAN.methods_regex(rl=False),
     params:
+        model_dir=lambda w: PLAN.start_dir(w.task, w.model, w.method, w.seed),
         spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, w.method)),
         dtype=dtype_of,
         device=CFG.device,
@@ -73,6 +76,7 @@ rule train_cell:
     wildcard_constraints:
         method=PLAN.methods_regex(rl=True),
     params:
+        model_dir=lambda w, input: input.model,
         spec=lambda w: specs.as_json(specs.method_spec(PIPELINE, w.model, w.task, w.method, w.cell)),
         dtype=dtype_of,
         device=CFG.device,

@@ -31,9 +31,13 @@ class SettingsMixin:
         return self.essa_methods(task).get(method) if task in self.essa_tasks() else None
 
     def algorithm_of(self, task: str, method: str) -> Algorithm:
-        """The algorithm ``method`` runs on ``task``: a study's, else ``methods.<method>.algorithm``, else its name."""
+        """The algorithm ``method`` runs on ``task``: a study's, else ``methods.<method>.algorithm``, else
+        ``train.<task>.<method>.algorithm``, else its name."""
         found = self.study_method(task, method)
-        name = found.algorithm if found else self.cfg.methods.get(method, {}).get("algorithm", method)
+        block = self.cfg.train.get(task)
+        own = block.overrides().get(method, {}) if block is not None else {}
+        name = found.algorithm if found else (self.cfg.methods.get(method, {}).get("algorithm")
+                                              or own.get("algorithm") or method)
         try:
             return algorithm(name)
         except KeyError:

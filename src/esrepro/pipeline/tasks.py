@@ -4,6 +4,7 @@ whose runs), and each task's options, evaluation and KL settings."""
 from __future__ import annotations
 
 from esrepro.settings.layers import Layer, resolve
+from esrepro.settings.methods import SnapshotRef
 from esrepro.settings.pipeline import EvalSettings, KLSettings
 
 
@@ -21,6 +22,22 @@ class TasksMixin:
         block = self.cfg.train.get(task)
         return list(block.models) if block is not None and block.models else list(self.models)
 
+    def eval_models(self, task: str) -> list[str]:
+        """Models evaluated only (as base models) on ``task``'s evaluation sets (``train.<task>.eval_models``)."""
+        block = self.cfg.train.get(task)
+        return list(block.eval_models) if block is not None else []
+
+    def snapshots(self, task: str) -> dict[str, SnapshotRef]:
+        """Kept snapshots of ``task``'s runs evaluated as runs of their own (``train.<task>.snapshots``)."""
+        block = self.cfg.train.get(task)
+        return dict(block.snapshots) if block is not None else {}
+
+    def start_of(self, model: str, task: str, method: str) -> SnapshotRef | None:
+        """The weights a run of ``method`` on ``task`` starts from (``start_from``); None: the base model."""
+        if method not in self.train_methods(task) or self.is_rl(task, method):
+            return None
+        return getattr(self.method_settings(model, task, method), "start_from", None)
+
     def stability_seeds(self, task: str, model: str, method: str) -> list[int]:
         """Extra seeds the ``stability`` block asks for this run (empty when none)."""
         st = self.cfg.stability
@@ -31,7 +48,7 @@ class TasksMixin:
     def all_models(self) -> list[str]:
         """Every model a job of this config touches: the config's, each training task's and each study's."""
         out = list(self.models)
-        out += [m for task in self.cfg.train for m in self.train_models(task)]
+        out += [m for task in self.cfg.train for m in self.train_models(task) + self.eval_models(task)]
         out += [m for s in self.studies().values() for m in s.models]
         if self.cfg.stability is not None:
             out += list(self.cfg.stability.models)

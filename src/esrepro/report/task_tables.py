@@ -115,7 +115,8 @@ def _math_block(published: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def math_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]
                ) -> pd.DataFrame:
-    """Rows: each model's base and fine-tuned runs (ours), the paper's own numbers, then the published RL baselines.
+    """Rows: the runs of v2 Fig. 2's bars (ours, in its legend order and labels), any other run, the paper's own
+    numbers, then the published RL baselines of the secondary reference.
 
     Columns: ``Model``, ``Method``, ``Source``, one column per math set (accuracy %, ours: mean over
     seeds with ``... std``), and ``Average`` (of the five, when all five are there).
@@ -135,14 +136,26 @@ def math_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapp
         rec["Average"] = sum(vals) / len(vals) if vals and not any(math.isnan(v) for v in vals) else math.nan
         records.append(rec)
 
-    keys = list(dict.fromkeys(m for _, m, _ in stats.index))
+    def add_ours(model: str, method: str, label: str) -> None:
+        vals = {s: float(stats.loc[(s, model, method)]["mean"]) for s in sets if (s, model, method) in stats.index}
+        stds = {s: float(stats.loc[(s, model, method)]["std"]) for s in sets if (s, model, method) in stats.index}
+        add(_display(models, model), label, "ours", vals, stds)
+
+    runs = list(dict.fromkeys((mm, m) for _, mm, m in stats.index))
+    # v2 Fig. 2's rows first, in its legend order (a bar without a model: the math runs' own model), labelled as it is
+    bars = (block.get("figure") or {}).get("bars") or []
+    own = {b["model"] for b in bars if b.get("model")}
+    done: set[tuple[str, str]] = set()
+    for bar in bars:
+        for model, method in runs:
+            if method == bar["method"] and (model == bar["model"] if bar.get("model") else model not in own):
+                add_ours(model, method, bar["label"])
+                done.add((model, method))
+    keys = list(dict.fromkeys(m for m, _ in runs))
     keys = [k for k in models if k in keys] + sorted(set(keys) - set(models))
     for model in keys:
-        methods = method_order(m for t, mm, m in stats.index if mm == model)
-        for method in methods:
-            vals = {s: float(stats.loc[(s, model, method)]["mean"]) for s in sets if (s, model, method) in stats.index}
-            stds = {s: float(stats.loc[(s, model, method)]["std"]) for s in sets if (s, model, method) in stats.index}
-            add(_display(models, model), method_label(method), "ours", vals, stds)
+        for method in method_order(m for mm, m in runs if mm == model and (mm, m) not in done):
+            add_ours(model, method, method_label(method))
     prov = block.get("provenance") or {}
     for model, by_method in (block.get("benchmark_models") or {}).items():
         for method, values in (by_method or {}).items():

@@ -230,7 +230,7 @@ def train_grpo(
     ``PeftModel``; save it with :func:`save_policy`).
 
     ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, completions per step): evaluate the policy
-    greedily before training and every ``eval_every`` steps (v2, Figure 6).
+    greedily before training and every ``eval_every`` steps (v2, Figure 7).
 
     ``resume_dir``: write TRL checkpoints there every ``resume_every`` steps and continue from the last complete
     one (its log and periodic rows restored; a state of other settings is refused).

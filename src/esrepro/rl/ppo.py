@@ -198,7 +198,7 @@ def train_ppo(
     Every process of a distributed job calls it (:mod:`esrepro.rl.ppo_parallel`); on return rank 0 holds the
     whole policy (unsharded, in the registry ``dtype``), and the rows are the job's (reduced over processes).
     ``periodic``: (:class:`esrepro.train.periodic.PeriodicEval`, samples per step): evaluate the policy
-    greedily before training and every ``eval_every`` steps (v2, Figure 6; rank 0 evaluates).
+    greedily before training and every ``eval_every`` steps (v2, Figure 7; rank 0 evaluates).
     ``resume_dir``: write the resume state there every ``resume_every`` steps and continue from it when it
     exists (None: no resume state). ``device``: this process's device (None: its GPU when there is one).
 

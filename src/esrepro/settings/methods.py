@@ -23,6 +23,15 @@ from esrepro.settings.base import FORMER_NAMES, FieldProblem, Settings
 Generation = Literal["default", "static", "continuous"]
 
 
+class SnapshotRef(Settings):
+    """Another run's weights part-way through: the run of ``method`` (same task, model and seed) after ``iteration``
+    iterations, a snapshot it kept (``keep_every``) or, at its last iteration, its final checkpoint."""
+
+    method: str = Field(description="the method of the same task whose run holds the weights")
+    iteration: int = Field(ge=1, description="after this many of its iterations: a multiple of its keep_every, or "
+                           "its last iteration (its final checkpoint)")
+
+
 class MethodSettings(Settings):
     """Options every training method has."""
 
@@ -31,7 +40,7 @@ class MethodSettings(Settings):
     keep_every: int | None = Field(
         None, ge=1, description="keep the weights every K iterations (ES) or steps (RL) under <run>/checkpoints/"
         "iterK, e.g. for the Pareto figure; null keeps none")
-    # --- periodic evaluation (v2: Figure 6, test accuracy against training-sample evaluations) ---
+    # --- periodic evaluation (v2: Figure 7, test accuracy against training-sample evaluations) ---
     eval_every: int | None = Field(
         None, ge=1, description="greedy evaluation on the training task's test split every K iterations (ES) or "
         "steps (RL), and once before training, into <run>/periodic_eval.jsonl; null: none")
@@ -73,6 +82,10 @@ class ESSettings(PopulationSettings):
     """Full-parameter evolution strategies (the paper's Algorithm 1)."""
 
     algorithm: Literal["es"] = Field("es", description="es")
+    start_from: SnapshotRef | None = Field(
+        None, description="start from another ES run's kept weights instead of the base model: {method, iteration} "
+        "of this task, model and seed (v2 App. A.6: ESCHKPT-2 continues the 160-iteration snapshot); the run counts "
+        "its own iterations from 0, as the authors' trainer does with a loaded checkpoint; null: the base model")
     iterations: int = Field(500, ge=1, description="ES iterations")
     population: int = Field(30, ge=2, description="population size N (perturbations per iteration)")
     sigma: float = Field(1e-3, gt=0, description="noise scale of the perturbations")
@@ -102,6 +115,14 @@ class ESSettings(PopulationSettings):
         "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "
         "cache and compiled decoding; CUDA graphs on GPU) or continuous (transformers' continuous batching, paged "
         "attention); greedy outputs are identical on CPU")
+
+    def as_dict(self) -> dict[str, Any]:
+        """:meth:`Settings.as_dict`, without ``start_from`` when it is unset (a run from the base model keeps the spec,
+        manifest and resume-state key it had before the option existed)."""
+        out = super().as_dict()
+        if out.get("start_from") is None:
+            out.pop("start_from", None)
+        return out
 
     @model_validator(mode="after")
     def _generation_backend(self) -> "ESSettings":

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from esrepro.settings.base import FieldProblem, Settings
-from esrepro.settings.methods import Generation
+from esrepro.settings.methods import Generation, SnapshotRef
 
 TASK_NAME = r"^[a-z0-9_]+$"
 METHOD_NAME = r"^[a-z0-9]+$"
@@ -370,8 +370,8 @@ class Report(Settings):
 
     table1: TableRef = Field(default_factory=TableRef, description="Table 1's task and split")
     extras: list[Literal[REPORT_EXTRAS]] = Field(
-        default_factory=list, description="v2 outputs to write: gains (Figure 5), sample_curves (Figure 6, from "
-        "periodic evaluation), param_shift (Figures 7-9, every ES run), lr_sweep (v2 Figures 4-5, "
+        default_factory=list, description="v2 outputs to write: gains (Figure 6), sample_curves (Figure 7, from "
+        "periodic evaluation), param_shift (Figures 8-10, every ES run), lr_sweep (v2 Figures 4-5, "
         "studies.conciseness_lr), train_tasks (accuracy per training task and test set), math (the math table), "
         "puzzles (the puzzle table), stability (mean and std over seeds); [] writes none")
 
@@ -384,6 +384,25 @@ class TrainTask(Settings):
     methods: list[str] = Field(min_length=1, description="methods trained on this task, in table order")
     models: list[str] | None = Field(None, min_length=1, description="registry keys of the models trained on this "
                                      "task (null: the config's models)")
+    eval_models: list[str] = Field(
+        default_factory=list, description="registry keys evaluated only, as base models, on this task's evaluation "
+        "sets beside its runs (e.g. other papers' released checkpoints, v2 Fig. 2); [] none")
+    snapshots: dict[str, SnapshotRef] = Field(
+        default_factory=dict, description="name -> {method, iteration}: a kept snapshot of a method's runs, evaluated "
+        "on this task's evaluation sets as a run of its own named by the key (v2 App. A.6: ESCHKPT-3); {} none")
+
+    @field_validator("eval_models")
+    @classmethod
+    def _distinct_models(cls, v: list[str]) -> list[str]:
+        return distinct_entries(v)
+
+    @field_validator("snapshots")
+    @classmethod
+    def _snapshot_names(cls, v: dict[str, SnapshotRef]) -> dict[str, SnapshotRef]:
+        bad = [k for k in v if not re.fullmatch(METHOD_NAME, k)]
+        if bad:
+            raise ValueError(f"snapshot names are method names (lower-case letters and digits); got {bad}")
+        return v
 
     @field_validator("methods")
     @classmethod

@@ -188,7 +188,7 @@ def _label(task: str) -> str:
 # --- figures ------------------------------------------------------------------------------------------------------
 def gains(metrics: list[str], registry: str, models: list[str], out: str, task: str = "countdown",
           split: str = "test", kind: str = "points") -> None:
-    """Figure 5: accuracy improvement of every method over its base model, per model."""
+    """Figure 6: accuracy improvement of every method over its base model, per model."""
     from esrepro.provenance.manifest import now
     from esrepro.report.gains import GAIN_METHODS, build_gains
     from esrepro.report.tables import load_metrics
@@ -204,7 +204,7 @@ def gains(metrics: list[str], registry: str, models: list[str], out: str, task: 
 
 
 def sample_curves(periodic: list[str], registry: str, out: str, task: str = "countdown") -> None:
-    """Figure 6: test accuracy against training-sample evaluations, from every run's periodic_eval.jsonl."""
+    """Figure 7: test accuracy against training-sample evaluations, from every run's periodic_eval.jsonl."""
     from esrepro.provenance.manifest import now
     from esrepro.report.sample_curves import build_sample_curves
 
@@ -251,7 +251,7 @@ def param_shift_histogram(task: str, model: str, method: str, model_dir: str, ba
 
 def param_shift(histogram: list[str], out: str, task: str = "countdown", sampled_coords: int = 0, seed: int = 0
                 ) -> None:
-    """Figures 7-9: each ES run's histogram of parameter shifts against its random walk, and their difference."""
+    """Figures 8-10: each ES run's histogram of parameter shifts against its random walk, and their difference."""
     from esrepro.provenance.manifest import now
     from esrepro.report.param_shift import build_param_shift
 
@@ -313,6 +313,20 @@ def math_table(metrics: list[str], published: str, registry: str, out: str, note
 
     _table("math_table", lambda entries, notes: build_math_table(metrics, published, entries, out, notes=notes),
            metrics, registry, out, note, published)
+
+
+def math_figure(metrics: list[str], published: str, registry: str, model: str, out: str, title: str = "") -> None:
+    """v2 Figure 2: pass@1 of the base model, the RL checkpoints and the ES checkpoints per math benchmark, beside
+    the paper's values (config/published.yaml, math_v2.figure)."""
+    from esrepro.provenance.manifest import now
+    from esrepro.report.math_figure import build_fig2
+
+    started = now()
+    display = (registry_entries(registry).get(model) or {}).get("display")
+    build_fig2(metrics, published, model, out, title=title, display=display)
+    report_manifest("math_figure", out, FIGURE, started,
+                    inputs={**{m: m for m in metrics}, "published": published, "registry": registry},
+                    settings={"model": model, "title": title})
 
 
 def puzzle_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:

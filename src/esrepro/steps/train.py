@@ -34,7 +34,9 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
     here = world()
     set_threads(threads)
     started = now()
-    inputs = verify_inputs({"base_model": model_dir, "train_data": Path(data_dir) / "train.jsonl"})
+    # a run with start_from reads another run's snapshot in place of the base model: its hash is recorded as such
+    start = "start_checkpoint" if spec.get("start_from") else "base_model"
+    inputs = verify_inputs({start: model_dir, "train_data": Path(data_dir) / "train.jsonl"})
     options = dict(spec.get("task_options", {}))
     settings_in = {k: v for k, v in spec.items() if k != "task_options"}
     algo = algorithm(settings_in.get("algorithm", method))

@@ -1,4 +1,4 @@
-"""Periodic evaluation during training (v2, Figure 6): test accuracy against training-sample evaluations.
+"""Periodic evaluation during training (v2, Figure 7): test accuracy against training-sample evaluations.
 
 A method with ``eval_every: K`` evaluates its current weights greedily on the training task's
 test split (the first ``eval_limit`` examples) once before training and after every K

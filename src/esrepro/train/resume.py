@@ -28,7 +28,10 @@ class ResumeMismatch(RuntimeError):
 def state_key(settings: Any, seed: int, not_in_state: Iterable[str], extra: dict | None = None) -> dict:
     """What a resume state must have been written with: the settings that shape the run (all but
     ``not_in_state``), the seed, and ``extra`` (e.g. the hash of an input the run builds on)."""
-    return {**settings.model_dump(mode="json", exclude=set(not_in_state)), "seed": seed, **(extra or {})}
+    shaped = settings.model_dump(mode="json", exclude=set(not_in_state))
+    if "start_from" in shaped and shaped["start_from"] is None:  # unset: the key states had before the option
+        del shaped["start_from"]
+    return {**shaped, "seed": seed, **(extra or {})}
 
 
 def has_state(state_dir: str | Path) -> bool:
