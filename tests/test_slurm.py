@@ -111,6 +111,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
+    from esrepro.cluster import train_resources_key
     from esrepro.job_time import timed_job, timed_step
     from esrepro.config import load_pipeline
 
@@ -131,9 +132,8 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
             continue
         model, method = job["wildcards"]["model"], job["wildcards"].get("method")
         key = registry_rule[rule]
-        es = rule == "train" and pipeline.algorithm_of(job["wildcards"]["task"], method).name == "es"
-        if es and "train_es" in pipeline.model(model).resources:
-            key = "train_es"
+        if rule == "train":  # an ES run's own layout where the entry has one (train_es_<task>, train_es)
+            key = train_resources_key(pipeline, job["wildcards"]["task"], model, method)
         # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
         # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job),
         # its runtime from its estimate, at most the registry's (esrepro.job_time.timed_job)
@@ -156,7 +156,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
                                 r"--layout '([^']+)' -- esrepro train ", job["shell"])
             assert launcher, job["shell"][:300]
             assert os.access(launcher.group(1), os.X_OK)
-            layouts[model, method] = launcher.group(2)
+            layouts[job["wildcards"].get("task", ""), model, method] = launcher.group(2)
         else:
             assert "gres" not in resources and "mpi" not in resources and "tasks" not in resources
             # one process (or torchrun's one per GPU for PPO and GRPO; an ESSA job's SFT processes)
@@ -171,25 +171,29 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     studied = {m for task in pipeline.essa_tasks() for m in pipeline.essa_models(task)}
     evaluated_only = {m for task in pipeline.cfg.train for m in pipeline.eval_models(task)}  # v2 Fig. 2's RL checkpoints
     assert evaluated_only == {"simplerl-zero-7b", "open-reasoner-zero-7b", "oat-zero-7b"}
-    assert seen["train"] == set(config["models"]) | studied, seen["train"]
+    trained = {m for task in pipeline.cfg.train for m in pipeline.train_models(task)}  # ARC's Qwen2.5-14B-Instruct too
+    assert "qwen2.5-14b-instruct" in trained
+    assert seen["train"] == set(config["models"]) | studied | trained, seen["train"]
     for rule in ("evaluate", "fetch_model"):
-        assert seen[rule] == set(config["models"]) | studied | evaluated_only, (rule, seen[rule])
+        assert seen[rule] == set(config["models"]) | studied | trained | evaluated_only, (rule, seen[rule])
     assert pipeline.resources("qwen2.5-7b-instruct", "train").gpu == 8  # the checks above are not vacuous
 
-    # every ES job of the 7B/8B models, and only those, runs on 2 nodes x 4 GPUs as 8 vLLM engines
-    big = {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen2.5-math-7b"}
-    es_jobs = {(m, meth) for task in pipeline.cfg.train for m in pipeline.train_models(task) if m in big
+    # every ES job of the 7B/8B and 14B models, and Sudoku's (v2 App. A.8: 2,500 iterations on 800 puzzles, the 3B
+    # entry's train_es_sudoku), and only those, runs on 2 nodes x 4 GPUs as 8 vLLM engines
+    big = {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen2.5-math-7b", "qwen2.5-14b-instruct"}
+    es_jobs = {(task, m, meth) for task in pipeline.cfg.train for m in pipeline.train_models(task)
+               if m in big or task == "sudoku"
                for meth in pipeline.train_methods(task) if pipeline.algorithm_of(task, meth).name == "es"}
-    es_jobs |= {("qwen2.5-7b-instruct", meth) for meth, found in pipeline.study_methods("conciseness").items()
-                if found.algorithm == "es"}
+    es_jobs |= {("conciseness", "qwen2.5-7b-instruct", meth)
+                for meth, found in pipeline.study_methods("conciseness").items() if found.algorithm == "es"}
     # Countdown x 2 models, MATH (Qwen2.5-Math-7B: ESCHKPT-1's run and ESCHKPT-2's continuation), the conciseness
-    # study's three sigmas
-    es_layouts = {k: v for k, v in layouts.items() if not k[1].startswith("essa")}
-    assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 2 + 3, sorted(layouts)
+    # study's three sigmas, ARC-AGI (Qwen2.5-14B-Instruct) and Sudoku (Qwen2.5-3B-Instruct)
+    es_layouts = {k: v for k, v in layouts.items() if not k[2].startswith("essa")}
+    assert set(es_layouts) == es_jobs and len(es_jobs) == 2 + 2 + 3 + 1 + 1, sorted(layouts)
     assert set(es_layouts.values()) == {"2 nodes x 4 GPUs: 8 vllm engines, tp 1"}
     # the ESSA runs beyond one node, 8 GPUs per node, one engine each: the GPU sweep (ESSA Fig. 2: up to 128
     # GPUs) and Qwen2.5-32B's 16 GPUs (Figs. 6 and 9)
-    essa_layouts = {k: v for k, v in layouts.items() if k[1].startswith("essa")}
+    essa_layouts = {k[1:]: v for k, v in layouts.items() if k[2].startswith("essa")}
     engines = {(m, meth): pipeline.method_settings(m, task, meth).engines or 8 for task in pipeline.essa_tasks()
                for m in pipeline.essa_models(task) for meth in pipeline.essa_methods(task, m) if meth != "essa_grpo"}
     sweep = {k: n for k, n in engines.items() if n > 8}
