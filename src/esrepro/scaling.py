@@ -212,7 +212,7 @@ def table1_costs(p: Pipeline, task: str = "countdown") -> list[JobCost]:
 #: (esrepro.tasks.split_sizes gives None): the published counts.
 PUBLISHED_SPLITS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
                     ("minerva", "test"): 272, ("olympiad_bench", "test"): 675, ("aime24", "test"): 30,
-                    ("amc23", "test"): 40, ("prm800k", "test"): 500, ("prm800k", "train"): 12000,
+                    ("amc23", "test"): 83, ("prm800k", "test"): 500, ("prm800k", "train"): 12000,
                     ("math_train", "train"): 8523}
 DOWNLOAD_BYTES_PER_S = 100e6  # fetching a model from the hub (assumed)
 READ_BYTES_PER_S = 1e9  # reading, copying or loading a checkpoint on the cluster's storage (assumed)
