@@ -353,7 +353,7 @@ def readme_results(golden: str | Path) -> str:
     tables = Path(golden) / "results" / "tables"
     t1 = pd.read_csv(tables / "table1_countdown.csv")
     row = t1[t1["model"] == "tiny"].iloc[0]
-    methods = ["Original", "PPO", "GRPO (8)", "GRPO (30)", "Dr.GRPO", "ES"]
+    methods = ["Original", "PPO-z", "GRPO-z (8)", "GRPO-z (30)", "GRPO-v", "Dr.GRPO-v", "ES"]  # v2 Table 1's columns
     lines = ["| " + " | ".join(methods) + " |", "|" + "---:|" * len(methods),
              "| " + " | ".join(f"{row[f'{m} (ours)']:.1f}" for m in methods) + " |"]
     t2 = pd.read_csv(tables / "table2_conciseness.csv")
@@ -362,19 +362,12 @@ def readme_results(golden: str | Path) -> str:
         std = r.get(f"{col} std")
         return f"{r[col]:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
 
-    if "Reward (ours)" in t2.columns:  # Table 2 in the ES paper's layout: our rows (not the paper's alone)
-        lines += ["", "| Configuration | Seeds | Reward (normalised) | KL (k3) | Hacking | Status |",
-                  "|---|---:|---:|---:|---|---|"]
-        for _, r in t2[t2["Status"] != "not run"].iterrows():
-            hack = "" if pd.isna(r["Hacking (ours)"]) else r["Hacking (ours)"]
-            lines.append(f"| {r['configuration']} | {int(r['Seeds'])} | {spread(r, 'Reward (ours)', 3)} | "
-                         f"{spread(r, 'KL (ours)')} | {hack} | {r['Status']} |")
-    else:  # the layout before it (golden trees written before Table 2 followed the paper's)
-        lines += ["", "| Method | Setting | Seeds | Greedy reward | KL to the base model |", "|---|---|---:|---:|---:|"]
-        for _, r in t2.iterrows():
-            setting = "" if pd.isna(r["Setting"]) else r["Setting"]
-            lines.append(f"| {r['Method']} | {setting} | {r['Seeds']} | {spread(r, 'Reward')} | "
-                         f"{spread(r, 'KL exact')} |")
+    # Table 2 in the ES paper's layout: our rows (not the paper's alone)
+    lines += ["", "| Configuration | Seeds | Reward (normalised) | KL (k3) | Hacking | Status |", "|---|---:|---:|---:|---|---|"]
+    for _, r in t2[t2["Status"] != "not run"].iterrows():
+        hack = "" if pd.isna(r["Hacking (ours)"]) else r["Hacking (ours)"]
+        lines.append(f"| {r['configuration']} | {int(r['Seeds'])} | {spread(r, 'Reward (ours)', 3)} | "
+                     f"{spread(r, 'KL (ours)')} | {hack} | {r['Status']} |")
     if (tables / "stability.csv").is_file():
         st = pd.read_csv(tables / "stability.csv")
         lines += ["", "| Method | Seeds | Mean | Std | Min | Max |", "|---|---:|---:|---:|---:|---:|"]
