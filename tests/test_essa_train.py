@@ -230,7 +230,8 @@ def test_study_methods_and_layers():
     assert (ref.resample_per_step, resample.resample_per_step) == (None, 8)
     assert p.method_settings("tiny", "countdown", "essa_eng2").engines == 2
     grpo = p.method_settings("tiny", "countdown", "essa_grpo")
-    assert grpo.algorithm == "grpo" and grpo.train_examples == ref.fitness_examples
+    # ESSA Sec. 4.4 ran its GRPO baseline on VERL: GRPO with VERL's semantics (esrepro.settings.methods.VERL_DEFAULTS)
+    assert grpo.algorithm == "verl_grpo" and grpo.train_examples == ref.fitness_examples
     assert grpo.sample_budget == ref.iterations * ref.population * ref.fitness_examples
     plan = Plan(p)
     assert "essa_grpo" not in plan.methods_regex(rl=False) and plan.essa_grpo_regex() == "essa_grpo"

@@ -114,11 +114,9 @@ def _g(x: Any) -> str:
 
 def _key(algo: str, model: str, hyper: Mapping[str, Any]) -> tuple:
     """A configuration's identity for matching ours to the paper's rows: values equal to 3 significant digits."""
-    from esrepro.pipeline.names import format_value
-
     names = ("sigma", "alpha") if algo == "es" else ("beta", "learning_rate")
     vals = [hyper.get(k) for k in names]
-    return (algo, model, *("" if v is None or (isinstance(v, float) and math.isnan(v)) else format_value(v)
+    return (algo, model, *("" if v is None or (isinstance(v, float) and math.isnan(v)) else float(f"{float(v):.3g}")
                            for v in vals))
 
 
