@@ -11,7 +11,8 @@ from esrepro.models.loading import load_tokenizer
 from esrepro.rl.budget import check_problem_count, prompts_per_generation, rl_budget, samples_per_step
 from esrepro.rl.grpo import grpo_config_kwargs, train_grpo, training_examples
 from esrepro.settings.methods import GRPOSettings
-from esrepro.tasks.base import Score, Task
+
+from test_rl_trainers import SHORT, LengthTask  # a reward that varies on an untrained model
 
 
 def _settings(algorithm: str, **over) -> dict:
@@ -66,22 +67,7 @@ def test_rollouts_larger_than_the_problems_repeat_them():
         check_problem_count({**s, "repeat_prompts": False}, 200)
     assert training_examples(problems, _settings("grpo")) == problems  # GRPO-z: 32 prompts a step, no copies
 
-
 # --- TRL's numbers against VERL's formulas, on a real tiny model ---------------------------------------------------
-
-
-class _Len(Task):
-    name = "len"
-
-    def prompt(self, example: dict) -> str:
-        return example["prompt"]
-
-    def score(self, response: str, example: dict) -> Score:
-        return Score(min(len(response), 40) / 40, False)
-
-
-PROMPTS = [{"id": i, "prompt": f"Using the numbers [{a} {b}], make {a + b}."} for i, (a, b) in
-           enumerate([(3, 4), (5, 9), (12, 2), (7, 7)])]
 
 
 def _tiny(algorithm: str, **over) -> dict:
@@ -100,7 +86,7 @@ def _trainer(model_dir, settings: dict, tmp_path, reward):
     cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(tmp_path), on_cpu=True),
                      model_init_kwargs={"dtype": torch.float32})
     return GRPOTrainer(model=str(model_dir), reward_funcs=[reward], args=cfg, processing_class=tok,
-                       train_dataset=Dataset.from_list([{"prompt": e["prompt"]} for e in PROMPTS]))
+                       train_dataset=Dataset.from_list([{"prompt": e["prompt"]} for e in SHORT]))
 
 
 def _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
@@ -165,7 +151,7 @@ def test_trl_advantages_are_verls(tiny_model_dir, tmp_path, algorithm):
 
     s = _tiny(algorithm, temperature=1.5)
     trainer = _trainer(tiny_model_dir, s, tmp_path, reward)
-    batch = [{"prompt": PROMPTS[i // 4]["prompt"]} for i in range(8)]  # 2 prompts x group of 4
+    batch = [{"prompt": SHORT[i // 4]["prompt"]} for i in range(8)]  # 2 prompts x group of 4
     out = trainer._generate_and_score_completions(batch)
     r = torch.tensor(rewards_seen).view(-1, 4)
     centred = r - r.mean(1, keepdim=True)
@@ -179,8 +165,8 @@ def test_a_verl_variant_trains_with_rollouts_of_repeated_prompts(tiny_model_dir,
     """2 optimiser steps from one rollout of 8 prompts drawn from 4 problems (copies), with the KL term for GRPO-v."""
     torch.set_num_threads(1)
     s = _tiny(algorithm, num_generations=2, updates_per_generation=2, repeat_prompts=True)  # 4 a step, 8 a rollout
-    assert prompts_per_generation(s) == 8 > len(PROMPTS)
-    model, _, rows = train_grpo(tiny_model_dir, _Len(), PROMPTS, s, steps=2, seed=0)
+    assert prompts_per_generation(s) == 8 > len(SHORT)
+    model, _, rows = train_grpo(tiny_model_dir, LengthTask(), SHORT, s, steps=2, seed=0)
     assert [r["step"] for r in rows] == [0, 1]
     assert all(("kl" in r) == (algorithm == "verl_grpo") for r in rows)
     from safetensors.torch import load_file
