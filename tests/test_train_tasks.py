@@ -195,7 +195,6 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
     # every completion answers in its task's format, where its grader looks
     from esrepro.tasks.arc import last_python_block
     from esrepro.tasks.math import last_boxed
-    from esrepro.tasks.sudoku import last_answer_block
 
     for (prompt, completion), task in zip(got, groups):
         if task == "math_train":

@@ -24,16 +24,13 @@ board-generation logic and reward function (Stojanovski et al., 2025). Here both
 
 ``reasoning_gym`` takes about a second to import (it loads every one of its datasets), so it is
 imported only when puzzles are generated or answers scored.
-
-:func:`last_answer_block` and :func:`cell_fraction` are generic answer-block helpers that the
-ARC task shares.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable
 
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import EMBEDDED, source_count, source_kind, write_prepared
@@ -146,30 +143,6 @@ def grade(response: str, example: dict) -> Score:
     answer = extract(response)
     reward = float(_rg_score_answer()(answer, {"answer": example["answer"], "metadata": example["metadata"]}))
     return Score(reward, reward == 1.0, {"formatted": answer is not None})
-
-
-#: Longest answer block the shared helpers read (whitespace included): bounds the work, not the layout.
-MAX_BLOCK_CHARS = 1 << 16
-
-
-def last_answer_block(text: str) -> str | None:
-    """Content of the last complete ``<answer>...</answer>`` block (linear-time scan)."""
-    close = text.rfind("</answer>")
-    if close == -1:
-        return None
-    start = text.rfind("<answer>", 0, close)
-    return None if start == -1 else text[start + len("<answer>") : close]
-
-
-def cell_fraction(block: str, solution_rows: Sequence[str]) -> float:
-    """Fraction of the solution's cells that a leniently read answer holds at the same place: the block's lines
-    are read as digit strings (anything else dropped), row r column c compared with the solution's."""
-    lines = [[ch for ch in line if ch.isdigit()] for line in block[:MAX_BLOCK_CHARS].split("\n")]
-    lines = [line for line in lines if line]
-    total = sum(len(r) for r in solution_rows)
-    right = sum(1 for r, row in enumerate(solution_rows) if r < len(lines)
-                for c, ch in enumerate(row) if c < len(lines[r]) and lines[r][c] == ch)
-    return right / total if total else 0.0
 
 
 # ---------------------------------------------------------------- data
