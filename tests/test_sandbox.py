@@ -203,3 +203,19 @@ def test_missing_bwrap_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr("esrepro.tasks.sandbox.BWRAP", "bwrap-not-installed")  # a command no machine has
     with pytest.raises(SandboxUnavailable, match="bwrap-not-installed.*bubblewrap"):
         run_function(CORRECT, "transform", [[[1]]], FAST)
+
+
+def test_an_interpreter_under_tmp_still_runs() -> None:
+    """A checkout (its venv) under /tmp: the sandbox's own empty /tmp must not hide the interpreter it runs."""
+    import shutil
+    import sys
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        (top / "bin").mkdir()
+        (top / "bin" / "python3").symlink_to(sys.executable)
+        result = run_function("def f(x):\n    return x + 1\n", "f", [41], FAST, python=str(top / "bin" / "python3"))
+    finally:
+        shutil.rmtree(top)
+    assert (result.status, result.value) == ("ok", 42), result

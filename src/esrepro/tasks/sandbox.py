@@ -190,10 +190,12 @@ def command(limits: Limits, run_id: str, python: str | None = None, info_fd: int
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     args += _system_binds()
+    # the empty /tmp first, then the interpreter's directories: bwrap mounts in order, so an interpreter (a venv, a
+    # checkout) under /tmp is bound on top of the tmpfs rather than hidden by it
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp"]
     for src, dest in python_dirs(python):
         args += ["--ro-bind", src, dest]
-    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", WORKDIR,
-             "--chdir", WORKDIR, "--setenv", "HOME", WORKDIR,
+    args += [*size, "--tmpfs", WORKDIR, "--chdir", WORKDIR, "--setenv", "HOME", WORKDIR,
              "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1"]
     rlimits = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_AS", int(limits.memory_bytes)),
                ("RLIMIT_NPROC", int(limits.processes)), ("RLIMIT_NOFILE", int(limits.open_files)),
