@@ -77,7 +77,6 @@ def test_rl_batch_keeps_how_the_papers_batch_divides_at_toy_size():
 
 def test_every_rl_job_of_the_rehearsal_runs_at_the_paper_jobs_process_count():
     paper = {job[:4]: job[5] for job in PAPER_JOBS}
-    assert {n for *_, n in PAPER_JOBS} == {4, 6, 8}  # docs/rehearsal.md lists them
     for task, model, method, cell, algorithm, n in REHEARSAL_JOBS:
         assert n == paper[(task, model, method, cell)], (task, model, method, cell)
         settings = REHEARSAL.method_settings(model, task, method, cell).as_dict()
