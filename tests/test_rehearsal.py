@@ -36,8 +36,8 @@ def test_rehearsal_keeps_the_papers_models_and_layouts_on_cpus():
             assert res.gpu == 0 and res.nodes == 1
             assert res.ray_cluster == (was.ray_cluster or was.nodes > 1), (key, rule)
             assert res.cpus_per_task == (2 if res.ray_cluster else 1), (key, rule)  # a CPU per engine of its cluster
-            if was.gpu > 1:
-                assert res.training_processes() == 2, (key, rule)
+            if was.gpu > 1:  # one gloo process per GPU, up to 8 (an RL job's; an ESSA SFT takes 2 of them)
+                assert res.training_processes() == min(was.training_processes(), 8), (key, rule)
     # the 7B's ES layout (2 nodes x 4 GPUs) becomes a Ray cluster on one node, under scripts/ray-slurm
     assert paper.registry["qwen2.5-7b-instruct"].resources["train_es"].nodes == 2
     assert rehearsal.registry["qwen2.5-7b-instruct"].resources["train_es"].ray_cluster

@@ -170,7 +170,10 @@ def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) ->
     from esrepro.essa.sft_launch import PROCESSES_ENV
 
     # ESSA's LoRA SFT starts its own torchrun, one process per GPU of the job's first node (esrepro.essa.sft_launch)
-    env = f"{PROCESSES_ENV}={res.training_processes()} " if name == "essa" and res.training_processes() > 1 else ""
+    sft = res.training_processes()
+    if p.cfg.rehearsal is not None:  # the rehearsal's ESSA SFT: at most rehearsal.processes (its RL jobs: the paper's)
+        sft = min(sft, p.cfg.rehearsal.processes)
+    env = f"{PROCESSES_ENV}={sft} " if name == "essa" and sft > 1 else ""
     if not on_ray_cluster(res):
         return env
     return f"{env}{shlex.quote(ray_slurm)} --cluster --layout {shlex.quote(ray_layout(p, task, model, method))} -- "

@@ -79,6 +79,10 @@ class SettingsMixin:
         settings = resolve(algo.settings, self.method_layers(model, task, method, cell))
         if algo.rl and settings.sample_budget is None:
             settings = settings.model_copy(update={"sample_budget": self._es_budget(model, task, method, settings)})
+        if algo.rl and self.cfg.rehearsal is not None:  # the paper job's processes, with a batch of a step or two
+            from esrepro.rehearsal.registry import rl_settings
+
+            settings = rl_settings(self, model, task, method, settings)
         return settings
 
     def _es_budget(self, model: str, task: str, method: str, settings: Any) -> int:
