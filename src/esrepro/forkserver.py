@@ -65,12 +65,12 @@ SOCKET_ENV = "ESREPRO_FORKSERVER"
 DECIDING = frozenset({"HOME", "XDG_CACHE_HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ",
                       "LD_PRELOAD", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX", "CUBLAS_WORKSPACE_CONFIG"})
 #: Prefixes of the deciding variables: Python; torch and its kernels (OpenMP, Intel's OpenMP, MKL, OpenBLAS,
-#: GotoBLAS, Accelerate's vecLib, numexpr, oneDNN, ATen); numpy; CUDA and NCCL; transformers, the hub client,
+#: GotoBLAS, Accelerate's vecLib, numexpr, oneDNN, ATen, Triton); numpy; CUDA and NCCL; transformers, the hub client,
 #: tokenizers, safetensors, datasets, PEFT, TRL, accelerate, vLLM, Ray; esrepro (less :data:`SOCKET_ENV`).
 DECIDING_PREFIXES = ("PYTHON", "TORCH", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_",
                      "VECLIB_", "NUMEXPR_", "DNNL_", "ONEDNN_", "ATEN_", "NPY_", "NUMPY_", "CUDA_", "CUDNN_",
                      "NCCL_", "NVIDIA_", "TRANSFORMERS_", "HF_", "HUGGINGFACE_", "TOKENIZERS_", "SAFETENSORS_",
-                     "DATASETS_", "PEFT_", "TRL_", "ACCELERATE_", "VLLM_", "RAY_", "ESREPRO_")
+                     "DATASETS_", "PEFT_", "TRL_", "ACCELERATE_", "VLLM_", "RAY_", "TRITON_", "ESREPRO_")
 #: The variables Snakemake sets to a job's thread count; the server is started with them at 1, the
 #: thread count of every tiny-scale job (a job with more threads differs, and runs fresh).
 THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
