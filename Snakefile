@@ -31,6 +31,7 @@ config.update(CFG.model_dump(mode="json"))  # the report's captions see every se
 # A local tiny run forks its jobs from one interpreter that has torch and transformers loaded, instead
 # of each job loading them (esrepro.forkserver: about 5 s of CPU per job); cluster jobs start their own.
 from esrepro import forkserver
+from snakemake.logging import logger
 
 
 onstart:
@@ -40,12 +41,13 @@ onstart:
         forkserver.start(f"{R.LOGS}/forkserver.log")
 
 
+# the server's counts end its log; Snakemake's log names them when more than a few jobs were declined
 onsuccess:
-    forkserver.stop()
+    forkserver.stop(warn=logger.warning)
 
 
 onerror:
-    forkserver.stop()
+    forkserver.stop(warn=logger.warning)
 
 
 include: "workflow/rules/common.smk"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -76,14 +77,58 @@ def test_a_job_in_the_server_prints_and_exits_as_a_fresh_command(server, tmp_pat
     assert made.returncode == 0 and any((out / "schemas").iterdir())
     proc.terminate()
     proc.wait(30)
-    assert "stopped after 3 jobs (0 declined)" in log.read_text()
+    assert forkserver.summary(log.read_text()) == {"served": 3, "declined": 0, "reasons": {}}
 
 
 def test_another_environment_runs_fresh_and_says_why(server):
-    sock, _, _ = server
-    done = esrepro(["options", "--markdown"], job_env(sock, OMP_NUM_THREADS="7"))
-    assert done.returncode == 0 and done.stdout.startswith("# Configuration options")
-    assert "declined this job: another environment (OMP_NUM_THREADS='7')" in done.stderr
+    sock, proc, log = server
+    for _ in range(2):
+        done = esrepro(["options", "--markdown"], job_env(sock, OMP_NUM_THREADS="7"))
+        assert done.returncode == 0 and done.stdout.startswith("# Configuration options")
+        assert "declined this job: another environment (OMP_NUM_THREADS='7')" in done.stderr
+    assert "declined" in esrepro(["options", "--markdown"], job_env(sock, ESREPRO_ANYTHING="1")).stderr
+    proc.terminate()
+    proc.wait(30)
+    counts = forkserver.summary(log.read_text())  # the server's log ends with its counts and the reasons
+    assert counts == {"served": 0, "declined": 3, "reasons": {"another environment (OMP_NUM_THREADS='7')": 2,
+                                                               "another environment (ESREPRO_ANYTHING='1')": 1}}
+    assert forkserver.note(counts) is None  # a few declined jobs are not worth a warning in Snakemake's log
+    many = forkserver.note({**counts, "declined": 4}, log)
+    assert "declined 4" in many and "2 x another environment (OMP_NUM_THREADS='7')" in many and str(log) in many
+
+
+def test_shell_variables_do_not_decide_and_the_job_keeps_its_own(tmp_path):
+    """What a shell or an activated venv sets (PS1, SHLVL, ...) never declines a job, which still sees its own values."""
+    (tmp_path / "envdump.py").write_text("import json, os\n\ndef main(argv):\n    print(json.dumps(dict(os.environ)))\n"
+                                         "    return 0\n")
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    sock, log = tmp_path / "s.sock", tmp_path / "server.log"
+    code = LIGHT.replace("(), None)", "(), None, 'envdump:main')")  # a server whose jobs print their environment
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(sock), str(os.getpid())],
+                                env=job_env(PYTHONPATH=pythonpath), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "serving" in log.read_text())
+        shell = {"PS1": "(venv) $ ", "PS2": "> ", "PROMPT_COMMAND": "true", "SHLVL": "3", "_": "/usr/bin/env",
+                 "OLDPWD": "/", "TERM": "dumb", "VIRTUAL_ENV": str(BIN.parent), "MAKEFLAGS": "-j2", "MAKELEVEL": "1"}
+        for name in shell:
+            assert not forkserver.decides(name), name
+        for name in ("OMP_NUM_THREADS", "PYTHONHASHSEED", "HF_HUB_OFFLINE", "MKL_CBWR", "ESREPRO_DETERMINISTIC",
+                     "TRANSFORMERS_OFFLINE", "CUDA_VISIBLE_DEVICES", "LC_ALL", "HOME", "TORCH_HOME"):
+            assert forkserver.decides(name), name
+        assert not forkserver.decides(forkserver.SOCKET_ENV)
+        env = job_env(sock, PYTHONPATH=pythonpath, **shell)
+        env.pop("TMPDIR", None)
+        done = esrepro(["anything"], env)
+        assert done.returncode == 0 and "declined" not in done.stderr, done.stderr
+        seen = json.loads(done.stdout)
+        assert {k: seen.get(k) for k in shell} == shell and "TMPDIR" not in seen  # the job's own values
+        declined = esrepro(["anything"], {**env, "OMP_NUM_THREADS": "7"})  # a variable that decides: runs fresh
+        assert "declined this job: another environment (OMP_NUM_THREADS='7')" in declined.stderr
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert forkserver.summary(log.read_text())["served"] == 1
 
 
 def test_an_unreachable_server_runs_fresh(tmp_path):
@@ -91,11 +136,11 @@ def test_an_unreachable_server_runs_fresh(tmp_path):
     assert done.returncode == 0 and "not available" in done.stderr
 
 
-def _blocked_job(sock: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def _blocked_job(sock: Path, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
     """A job that blocks: `esrepro validate` opening a FIFO nobody writes to."""
     fifo = tmp_path / "blocks.yaml"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([str(BIN / "esrepro"), "validate", str(fifo)], env=job_env(sock), cwd=REPO,
+    proc = subprocess.Popen([str(BIN / "esrepro"), "validate", str(fifo)], env=env or job_env(sock), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, fifo
 
@@ -144,7 +189,7 @@ def test_the_server_ends_with_its_parent(tmp_path):
     parent.wait(30)
     wait_for(lambda: not psutil.pid_exists(server_pid) or psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE,
              timeout_s=10)
-    assert not sock.exists() and "stopped after 0 jobs" in log.read_text()
+    assert not sock.exists() and forkserver.summary(log.read_text())["served"] == 0
 
 
 def test_start_loads_the_libraries_and_stop_ends_it(tmp_path, monkeypatch):
@@ -161,9 +206,9 @@ def test_start_loads_the_libraries_and_stop_ends_it(tmp_path, monkeypatch):
         assert time.monotonic() - started < 120
         assert "modules in" in log.read_text() and "torch" in forkserver.PRELOAD
     finally:
-        forkserver.stop()
+        counts = forkserver.stop()
     assert forkserver.SOCKET_ENV not in os.environ and not sock.exists()
-    assert "stopped after 1 jobs (0 declined)" in log.read_text()
+    assert counts == {"served": 1, "declined": 0, "reasons": {}} == forkserver.summary(log.read_text())
 
 
 def test_loading_that_starts_a_thread_is_refused(monkeypatch):

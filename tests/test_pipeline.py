@@ -198,11 +198,43 @@ def test_embedded_default_writes_every_output(default_run):
 
     # every job's command ran in the preloaded interpreter (esrepro.forkserver); none was declined
     server_log = (repo / "results/logs/forkserver.log").read_text()
-    served = re.findall(r"stopped after (\d+) jobs \((\d+) declined\)", server_log)
+    served = re.findall(r"stopped; served (\d+) jobs, declined (\d+)", server_log)
     assert len(served) == 1 and int(served[0][0]) > 100 and served[0][1] == "0", served
 
     again = _snakemake(["-n", "--profile", "workflow/profiles/default"], repo, timeout=120)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+#: A slice of the default that runs in seconds: three data sets that are generated or bundled, one job each.
+SLICE = ["data/prepared/gsm8k", "data/prepared/conciseness", "data/prepared/amc23"]
+#: The embedded default started as the README says, from a bash that sourced the venv's `activate` (which exports
+#: PS1; the bash that runs each job drops it), and as `make reproduce` starts it (MAKEFLAGS, MAKELEVEL).
+STARTS = {
+    "activated-venv": ["bash", "-c", 'source "$0" && snakemake --profile workflow/profiles/default --cores 1 "$@"',
+                       str(BIN / "activate"), *SLICE],
+    "make": ["make", "--no-print-directory", "-f", "slice.mk"],
+}
+
+
+@pytest.mark.parametrize("start", STARTS)
+def test_the_preloaded_interpreter_serves_every_job_however_the_run_is_started(tmp_path, start):
+    """Every job of a run runs in the preloaded interpreter (esrepro.forkserver), none declined, whether the
+    default is started from an activated venv or by make; the server's counts end its log."""
+    if not (BIN / "activate").exists():
+        pytest.skip(f"no venv activate script beside {sys.executable}")
+    repo = copy_repo(tmp_path)
+    (repo / "slice.mk").write_text(  # the recipe of the Makefile's reproduce target, on the slice
+        f"slice:\n\tPATH=\"{BIN}:$$PATH\" {BIN}/snakemake --profile workflow/profiles/default --cores 1 {' '.join(SLICE)}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PS1", "MAKEFLAGS", "MAKELEVEL")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if Path(p) != BIN)
+    proc = subprocess.run(STARTS[start], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "declined this job" not in out, out[-4000:]
+    from esrepro import forkserver
+
+    counts = forkserver.summary((repo / "results/logs/forkserver.log").read_text())
+    assert counts == {"served": len(SLICE), "declined": 0, "reasons": {}}, counts
 
 
 def _tree(repo: Path) -> dict[str, tuple[int, str]]:

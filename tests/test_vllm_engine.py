@@ -112,6 +112,13 @@ def test_resume_files_move_between_backends(model_dir, tmp_path):
     from esrepro.backends.hf import HFEngine
 
     assert HFEngine(tmp_path / "ckpt").checksum() == v.checksum()
+    from transformers import AutoTokenizer  # and transformers' own AutoTokenizer reads the ids the pipeline does
+
+    from esrepro.models.loading import load_tokenizer
+
+    text = "Using the numbers [31 7 2], make 40. <think> 31 + 7 + 2 </think>"
+    assert AutoTokenizer.from_pretrained(tmp_path / "ckpt")(text)["input_ids"] == \
+        load_tokenizer(tmp_path / "ckpt")(text)["input_ids"]
 
 
 def test_both_backends_apply_the_models_repetition_penalty(model_dir, tmp_path):

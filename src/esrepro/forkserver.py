@@ -12,10 +12,21 @@ tracks every job; only the interpreter's start-up is shared, as in ``multiproces
 
 What keeps a forked job equal to a fresh one, or else runs it fresh:
 
-* the server refuses a job whose interpreter (``sys.prefix``, version) or environment differs from its
-  own, apart from the variables a shell or Snakemake sets per job (:data:`PER_JOB`): the numerics and
-  thread variables are read when torch loads (esrepro.numerics), so a job with other values must load
-  its own; the command then runs in its own process, as it would without a server, and says why;
+* the server refuses a job whose interpreter (``sys.prefix``, version) differs from its own, or whose value of a
+  variable that decides differs (:func:`decides`): the variables that the libraries it has loaded read, at import
+  or later, and that can change a job's numbers or what its imports do. Those are named in :data:`DECIDING` and
+  :data:`DECIDING_PREFIXES`: Python's own (``PYTHON*``), the thread and kernel variables of torch, OpenMP, MKL,
+  OpenBLAS, oneDNN and numpy (read when torch loads; esrepro.numerics), CUDA's, the caches and switches of
+  transformers, the hub client, tokenizers, PEFT, TRL, accelerate, vLLM and Ray, esrepro's own (``ESREPRO_*``), and
+  the locale, home, time zone and dynamic loader (read once by the interpreter or the libraries it loaded). A
+  declined job runs in its own process, as it would without a server, and says why. Every other variable never
+  decides: the shell's (``PS1``, ``PS2``, ``PROMPT_COMMAND``, ``SHLVL``, ``_``, ``PWD``, ``OLDPWD``, ``TERM``, a
+  venv's ``VIRTUAL_ENV``; Snakemake runs each job through a non-interactive bash, which drops or resets some of
+  them), ``PATH`` (looked up by a job's subprocesses, which see the job's own) and the temporary folder. A
+  list of what decides, rather than of what may differ, is the choice that lets an activated venv, ``make`` or
+  any shell start the run, and the forked job still runs with its own environment, every variable included
+  (:meth:`_Server.become_job`); what the list must not miss is a variable read once, at import, by a module the
+  server preloads, which a forked job would not read again (a new library's, when it joins :data:`PRELOAD`);
 * the server never runs a torch operation and refuses to serve if loading started a thread (a forked
   OpenMP pool would hang the child);
 * the child takes the job's environment, folder, streams and ``sys.argv``, the default signal handlers
@@ -41,15 +52,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 #: The socket of the server a job may use (set by :func:`start` for the jobs Snakemake starts).
 SOCKET_ENV = "ESREPRO_FORKSERVER"
-#: Environment variables that may differ between the server and a job it runs: shell and Snakemake bookkeeping, and
-#: the temporary folder (Snakemake sets a job's to the system's, the server's; a variable that loading derives from
-#: it, torch's compile-cache folder, keeps the server's value).
-PER_JOB = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "TMPDIR", "TMP", "TEMP", "TEMPDIR"})
+#: Variables whose value decides whether a job may run in the server (with :data:`DECIDING_PREFIXES`): read once by
+#: the interpreter or by a preloaded library (the locale sets the interpreter's text encoding at start-up; the hub
+#: client reads ``HOME`` and ``XDG_CACHE_HOME`` for its cache folders when it loads; the dynamic loader its
+#: variables when torch's libraries load; ``TZ`` the time functions).
+DECIDING = frozenset({"HOME", "XDG_CACHE_HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ",
+                      "LD_PRELOAD", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX", "CUBLAS_WORKSPACE_CONFIG"})
+#: Prefixes of the deciding variables: Python; torch and its kernels (OpenMP, Intel's OpenMP, MKL, OpenBLAS,
+#: GotoBLAS, Accelerate's vecLib, numexpr, oneDNN, ATen, Triton); numpy; CUDA and NCCL; transformers, the hub client,
+#: tokenizers, safetensors, datasets, PEFT, TRL, accelerate, vLLM, Ray; esrepro (less :data:`SOCKET_ENV`).
+DECIDING_PREFIXES = ("PYTHON", "TORCH", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_",
+                     "VECLIB_", "NUMEXPR_", "DNNL_", "ONEDNN_", "ATEN_", "NPY_", "NUMPY_", "CUDA_", "CUDNN_",
+                     "NCCL_", "NVIDIA_", "TRANSFORMERS_", "HF_", "HUGGINGFACE_", "TOKENIZERS_", "SAFETENSORS_",
+                     "DATASETS_", "PEFT_", "TRL_", "ACCELERATE_", "VLLM_", "RAY_", "TRITON_", "ESREPRO_")
 #: The variables Snakemake sets to a job's thread count; the server is started with them at 1, the
 #: thread count of every tiny-scale job (a job with more threads differs, and runs fresh).
 THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -64,16 +85,24 @@ ENTRY = "esrepro.cli:main"
 #: Seconds between SIGTERM and SIGKILL for a child whose command went away, and between the server's looks.
 GRACE_S = 5.0
 POLL_S = 0.25
+#: More declined jobs than this in one run, and the Snakefile's hooks name them in Snakemake's log (:func:`note`).
+DECLINED_NOTE = 3
 _HEADER = struct.Struct("!I")
 _STATUS = struct.Struct("!i")
 
 _server: subprocess.Popen | None = None
+_log: tuple[Path, int] | None = None  # the server's log and its size when the server started
+
+
+def decides(name: str) -> bool:
+    """Whether a variable's value decides if a job may run in the server (:data:`DECIDING`, :data:`DECIDING_PREFIXES`)."""
+    return name != SOCKET_ENV and (name in DECIDING or name.startswith(DECIDING_PREFIXES))
 
 
 def fingerprint(prefix: str, version: str, environ: dict[str, str]) -> dict[str, Any]:
-    """What must be equal between the server and a job: interpreter and environment (less :data:`PER_JOB`)."""
-    return {"prefix": prefix, "version": version,
-            "env": {k: v for k, v in sorted(environ.items()) if k not in PER_JOB and k != SOCKET_ENV}}
+    """What must be equal between the server and a job: the interpreter and the variables that decide (:func:`decides`)."""
+    return {"prefix": os.path.realpath(prefix), "version": version,  # a venv reached through a link is the same
+            "env": {k: v for k, v in sorted(environ.items()) if decides(k)}}
 
 
 def difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
@@ -173,8 +202,10 @@ def start(log: str | Path, threads: int = 1) -> Path | None:
     folder = Path(tempfile.mkdtemp(prefix="esrepro-fs-"))
     path = folder / "jobs.sock"
     env = {**os.environ, **{k: str(threads) for k in THREAD_VARS}, SOCKET_ENV: str(path)}
+    global _log
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
+        _log = (Path(log), out.tell())
         _server = subprocess.Popen(
             [sys.executable, "-m", "esrepro.forkserver", str(path), str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -186,9 +217,12 @@ def start(log: str | Path, threads: int = 1) -> Path | None:
     return path
 
 
-def stop(timeout_s: float = 30.0) -> None:
-    """Stop the server :func:`start` started (it stops its children first) and forget its socket."""
-    global _server
+def stop(timeout_s: float = 30.0, warn: Callable[[str], Any] | None = None) -> dict[str, Any] | None:
+    """Stop the server :func:`start` started (it stops its children first) and forget its socket.
+
+    Returns what it counted (:func:`summary` of its log since it started), or None when none was started or it
+    wrote no summary; ``warn`` (Snakemake's logger) gets :func:`note`'s line when many jobs were declined."""
+    global _server, _log
     path = os.environ.pop(SOCKET_ENV, None)
     if _server is not None:
         if _server.poll() is None:
@@ -205,6 +239,45 @@ def stop(timeout_s: float = 30.0) -> None:
             Path(path).parent.rmdir()
         except OSError:
             pass
+    if _log is None:
+        return None
+    log, offset = _log
+    _log = None
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            counts = summary(f.read().decode(errors="replace"))
+    except OSError:
+        return None
+    if warn is not None and (line := note(counts, log)):
+        warn(line)
+    return counts
+
+
+_STOPPED = "esrepro forkserver: stopped; served {served} jobs, declined {declined}"
+_REASON = "esrepro forkserver: declined {count}: {reason}"
+
+
+def summary(log: str) -> dict[str, Any] | None:
+    """The last run's counts in a server log's text: ``{"served", "declined", "reasons": {reason: count}}``, or None."""
+    import re
+
+    found = None
+    for line in log.splitlines():
+        if m := re.fullmatch(r"esrepro forkserver: stopped; served (\d+) jobs, declined (\d+)", line.strip()):
+            found = {"served": int(m.group(1)), "declined": int(m.group(2)), "reasons": {}}
+        elif found is not None and (m := re.fullmatch(r"esrepro forkserver: declined (\d+): (.*)", line.strip())):
+            found["reasons"][m.group(2)] = int(m.group(1))
+    return found
+
+
+def note(counts: dict[str, Any] | None, log: str | Path = "the preloaded interpreter's log") -> str | None:
+    """A line for Snakemake's log when more than :data:`DECLINED_NOTE` jobs were declined (their reasons), else None."""
+    if not counts or counts["declined"] <= DECLINED_NOTE:
+        return None
+    reasons = "; ".join(f"{n} x {r}" for r, n in sorted(counts["reasons"].items(), key=lambda kv: -kv[1])[:3])
+    return (f"the preloaded interpreter (esrepro.forkserver) served {counts['served']} jobs and declined "
+            f"{counts['declined']}, which loaded torch themselves and ran slower: {reasons} (see {log})")
 
 
 # ----------------------------------------------------------------------------------------------- the server
@@ -268,6 +341,7 @@ class _Server:
         self.jobs: dict[int, _Job] = {}
         self.stopping = False
         self.served = self.declined = 0
+        self.reasons: Counter[str] = Counter()
 
     def run(self, parent: int | None) -> int:
         def request_stop(*_: object) -> None:
@@ -291,7 +365,9 @@ class _Server:
             self.listener.close()
             self.path.unlink(missing_ok=True)
             self.stop_all()
-            print(f"esrepro forkserver: stopped after {self.served} jobs ({self.declined} declined)", flush=True)
+            print(_STOPPED.format(served=self.served, declined=self.declined), flush=True)
+            for reason, count in self.reasons.most_common():
+                print(_REASON.format(count=count, reason=reason), flush=True)
         return 0
 
     def accept(self) -> None:
@@ -312,6 +388,7 @@ class _Server:
             if reason:
                 _send_message(conn, b"R", reason.encode())
                 self.declined += 1
+                self.reasons[reason] += 1
                 for fd in fds:
                     os.close(fd)
                 conn.close()
@@ -357,6 +434,7 @@ class _Server:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["environ"])
+            tempfile.tempdir = None  # the job's temporary folder, should loading have asked for the server's
             for k, v in self.loading.items():
                 if v is None:
                     os.environ.pop(k, None)

@@ -616,7 +616,7 @@ class VLLMEngine:
         """Write HF safetensors, config (dtype set to the engine's), generation config and tokenizer into ``path``."""
         from transformers import AutoConfig
 
-        from esrepro.models.loading import DTYPES
+        from esrepro.models.loading import DTYPES, save_tokenizer
 
         with atomic_path(path, is_dir=True) as tmp:
             tmp.mkdir(parents=True, exist_ok=True)
@@ -628,4 +628,4 @@ class VLLMEngine:
             config.save_pretrained(tmp)
             if (self.model_dir / "generation_config.json").exists():
                 shutil.copy2(self.model_dir / "generation_config.json", tmp / "generation_config.json")
-            self.tokenizer.save_pretrained(tmp)
+            save_tokenizer(self.tokenizer, tmp)

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from esrepro import numerics
 from esrepro.io import atomic_path, write_json, write_jsonl
+from esrepro.models.loading import save_tokenizer
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
 
 EOS = "<|endoftext|>"
@@ -213,7 +214,7 @@ def _warm_start(build: dict, corpus: list[str], pairs: list[tuple[str, str]], ou
                "sft_steps": len(losses), "sft_final_loss": losses[-1]}
     with atomic_path(out_dir, is_dir=True) as tmp:
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_tokenizer(tokenizer, tmp)  # so that transformers' AutoTokenizer loads it as trained
         write_jsonl(tmp / "sft_log.jsonl", sft_log)
         write_json(tmp / "build.json", {"build": build, "summary": summary})
     return summary
