@@ -162,3 +162,32 @@ def test_the_cli_prints_the_peaks_and_docs_hold_its_table(paper, tmp_path):
     table = pc.markdown(checked)
     assert table in run.stdout and out.read_text() == table
     assert table in (REPO / "docs" / "scaling.md").read_text()
+
+
+def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
+    """benchmarks/gpu_check.py [6]'s CPU side: the settings it trains with and the memory model's peak for them (the
+    same functions the plan check calls), ready to compare with torch.cuda.max_memory_allocated on a GPU."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    model_dir = gpu_check._es_engine().build_model("tiny", tmp_path / "tiny")
+    settings = gpu_check.memory_settings(16)
+    assert settings["grpo"]["beta"] > 0 and settings["grpo"]["sharding"] == settings["ppo"]["sharding"] == "fsdp"
+    grpo = gpu_check.memory_prediction(model_dir, settings["grpo"])
+    ppo = gpu_check.memory_prediction(model_dir, settings["ppo"])
+    assert grpo["prompt_tokens"] > 10 and 0 < grpo["predicted_gib"] < 1 and 0 < ppo["predicted_gib"] < 1
+    assert "CUDA context" not in grpo["parts_gib"] or grpo["predicted_gib"] < sum(grpo["parts_gib"].values())
+    assert any(k.startswith("reference, float32 (1/1)") for k in grpo["parts_gib"])
+    assert ppo["phase"] in ("load", "rollout", "train")
+    # the one-process job's phases are the 8-GPU job's at world 1: the reference sharded (a 1/1 share)
+    from esrepro.plan_check import ppo_phases
+    from esrepro.rl.ppo import _settings
+    from esrepro.rl.shares import per_process
+    from esrepro import memory as M
+    from transformers import AutoConfig
+
+    m = M.facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
+    phases = ppo_phases(m, _settings(settings["ppo"]), per_process(settings["ppo"], 1), 1, True, ppo["prompt_tokens"])
+    assert any("reference shard" in k for k in phases[0].parts)

@@ -136,10 +136,26 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
                 f"and DeepSpeed, so the policy{' and the beta ' + format(beta, 'g') + ' reference' if beta else ''} "
                 f"would spread over the node's {job.gpus} GPUs with accelerate's hooks, which FSDP's move breaks; "
                 "place the model on the process's own GPU ({'': 'cuda:LOCAL_RANK'})")
+    phases, vllm = grpo_phases(m, kw, settings, world, adapter, M.prompt_tokens(w["task"]))
+    if vllm is not None:
+        problem = vllm.problem()
+        if problem:
+            job.problems.append(f"colocated vLLM (vllm_gpu_memory_utilization {kw['vllm_gpu_memory_utilization']:g}, "
+                                f"vllm_max_model_length {kw.get('vllm_max_model_length')}): {problem}")
+        job.notes.append(f"vLLM KV cache {M.gib(vllm.kv)} GiB: {vllm.sequences} sequences of {vllm.max_model_len:,}")
+    job.phases = phases
+    _check_fit(job)
+
+
+def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: bool, prompt: int
+                ) -> tuple[list[Phase], M.VLLMFit | None]:
+    """One GRPO process's memory from its built ``GRPOConfig`` arguments ``kw`` (and the colocated engine's fit)."""
+    fsdp = settings.get("sharding", "ddp") == "fsdp"
+    beta = float(settings.get("beta", 0))
     n = world if fsdp else 1
     P = m.params
     micro = int(kw["per_device_train_batch_size"])
-    seq = M.prompt_tokens(w["task"]) + int(kw["max_completion_length"])
+    seq = prompt + int(kw["max_completion_length"])
     ctx = int(M.CUDA_CONTEXT)
     if adapter:  # a LoRA adapter on the frozen registry-dtype base
         persistent = {"frozen base (bf16)": 2 * P}
@@ -157,10 +173,6 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
                           max_model_len=kw.get("vllm_max_model_length"),
                           max_num_seqs=micro * tp * int(kw["steps_per_generation"]),
                           max_num_batched_tokens=M.TRL_VLLM_BATCHED_TOKENS)
-        problem = vllm.problem()
-        if problem:
-            job.problems.append(f"colocated vLLM (vllm_gpu_memory_utilization {kw['vllm_gpu_memory_utilization']:g}, "
-                                f"vllm_max_model_length {kw.get('vllm_max_model_length')}): {problem}")
     colocated = {"colocated vLLM": vllm.budget} if vllm else {}
     train = {**persistent, **colocated, "CUDA context": ctx,
              "activations and logits": M.training_activations(m, micro, seq, int(kw["max_completion_length"]),
@@ -170,14 +182,12 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
     if not vllm:  # rollouts through transformers' generate, the policy gathered whole in bf16 under FSDP
         train["generation (transformers)"] = M.generate_kv(m, micro, seq) + (2 * P if fsdp else 0)
     reserved = vllm.budget if vllm else 0
-    job.phases = [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("train", _gib(train), reserved=reserved)]
+    phases = [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("train", _gib(train), reserved=reserved)]
     if vllm:  # TRL starts its engine before accelerate shards the policy (the reference is sharded by then)
-        job.phases.insert(1, Phase("start vLLM", _gib({"policy loaded whole (float32)": 0 if adapter else 4 * P,
-                                                       **{k: v for k, v in persistent.items() if k.startswith("ref")},
-                                                       **colocated, "CUDA context": ctx}), reserved=reserved))
-    if vllm:
-        job.notes.append(f"vLLM KV cache {M.gib(vllm.kv)} GiB: {vllm.sequences} sequences of {vllm.max_model_len:,}")
-    _check_fit(job)
+        phases.insert(1, Phase("start vLLM", _gib({"policy loaded whole (float32)": 0 if adapter else 4 * P,
+                                                   **{k: v for k, v in persistent.items() if k.startswith("ref")},
+                                                   **colocated, "CUDA context": ctx}), reserved=reserved))
+    return phases, vllm
 
 
 def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None = None,
@@ -200,6 +210,20 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
     fsdp = cfg.sharding == "fsdp"
     if sharded_load is None:
         sharded_load = ppo.sharded_load(cfg.sharding)
+    job.phases = ppo_phases(m, cfg, share, world, sharded_load, M.prompt_tokens(w["task"]))
+    P = m.params
+    if not sharded_load:
+        host = world * 8 * P
+        job.notes.append(f"{world} float32 CPU copies of actor and critic at once ({M.gib(host)} GiB of host memory)")
+        if job.host_bytes and host > job.host_bytes:
+            job.problems.append(f"load: {world} processes each read float32 actor and critic on CPU at once, "
+                                f"{M.gib(host)} GiB, over the job's mem_mb ({M.gib(job.host_bytes)} GiB)")
+    _check_fit(job)
+
+
+def ppo_phases(m: M.ModelFacts, cfg, share: dict, world: int, sharded_load: bool, prompt: int) -> list[Phase]:
+    """One PPO process's memory: loading, a rollout, a training pass (``share``: its per-process batch)."""
+    fsdp = cfg.sharding == "fsdp"
     n = world if fsdp else 1
     P = m.params
     ctx = int(M.CUDA_CONTEXT)
@@ -216,7 +240,6 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
     else:
         load = {"actor loaded whole (float32)": 4 * P, "critic loaded whole (float32)": 4 * P,
                 **({"reference loaded whole (bf16)": 2 * P} if beta else {})}
-    prompt = M.prompt_tokens(w["task"])
     seq = prompt + cfg.max_new_tokens
     rollout = {**persistent, "CUDA context": ctx,
                **({"policy gathered for the rollout (bf16)": 2 * P} if fsdp else {}),
@@ -227,15 +250,29 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
                                                               cfg.gradient_checkpointing, "ppo")}
     if fsdp:
         train["FSDP gathered units"] = M.fsdp_transient(m, n)
-    job.phases = [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("rollout", _gib(rollout)),
-                  Phase("train", _gib(train))]
-    if not sharded_load:
-        host = world * 8 * P
-        job.notes.append(f"{world} float32 CPU copies of actor and critic at once ({M.gib(host)} GiB of host memory)")
-        if job.host_bytes and host > job.host_bytes:
-            job.problems.append(f"load: {world} processes each read float32 actor and critic on CPU at once, "
-                                f"{M.gib(host)} GiB, over the job's mem_mb ({M.gib(job.host_bytes)} GiB)")
-    _check_fit(job)
+    return [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("rollout", _gib(rollout)),
+            Phase("train", _gib(train))]
+
+
+def predict(model_dir: str | Path, settings: dict, world: int, prompt_tokens: int) -> Phase:
+    """The predicted peak phase of one GRPO or PPO process training the model in ``model_dir`` with ``settings`` (a
+    method settings dict) under ``world`` processes on GPUs: what benchmarks/gpu_check.py measures against."""
+    from transformers import AutoConfig
+
+    from esrepro.rl import grpo, ppo
+    from esrepro.rl.grpo_parallel import decoder_layer_classes
+    from esrepro.rl.shares import per_process
+
+    m = M.facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
+    if settings["algorithm"] == "ppo":
+        cfg = ppo._settings(settings)
+        return M.peak(ppo_phases(m, cfg, per_process(settings, world), world, ppo.sharded_load(cfg.sharding),
+                                 prompt_tokens))
+    fsdp = settings.get("sharding", "ddp") == "fsdp"
+    kw = grpo.grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(model_dir), on_cpu=False,
+                                 world_size=world, fsdp_layers=decoder_layer_classes(model_dir) if fsdp else None,
+                                 resume=False, prompt_tokens=prompt_tokens)
+    return M.peak(grpo_phases(m, kw, settings, world, False, prompt_tokens)[0])
 
 
 # --- population engines ---------------------------------------------------------------------------------------------
