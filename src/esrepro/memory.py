@@ -35,7 +35,7 @@ Constants (bytes unless stated):
   (assumed), the LoRA slots (``max_loras`` x the adapter's rank slot x every LoRA-wrapped linear's inputs and
   outputs, bf16), and the CUDA context; the rest is KV cache, which must hold at least one sequence of
   ``max_model_len`` tokens (vLLM refuses to start otherwise) and, for an ESSA engine, one sequence per LoRA slot
-  (:data:`ESSA_MIN_SEQUENCES`: else its candidates are scored a handful at a time).
+  (else its candidates are scored a handful at a time).
 - Quantised bases (bitsandbytes): int8 1 byte a linear weight, int4 (NF4, 64-element blocks with a float32 scale)
   0.5625; embeddings and the LM head stay bf16.
 - Prompts: :data:`PROMPT_TOKENS` per task, an upper bound of the longest prompt with its chat markup (assumed where
@@ -64,7 +64,6 @@ VLLM_MAX_NUM_SEQS = 1024
 VLLM_MAX_BATCHED_TOKENS = 16384
 #: TRL 1.16's colocated engine (trl/generation/vllm_generation.py): max_num_batched_tokens=4096.
 TRL_VLLM_BATCHED_TOKENS = 4096
-ESSA_MIN_SEQUENCES = "max_loras"
 QUANT_BYTES = {"native": 2.0, "int8": 1.0, "int4": 0.5625}
 PROMPT_TOKENS = {"arc": 4096}
 DEFAULT_PROMPT_TOKENS = 512
@@ -180,8 +179,8 @@ def training_activations(m: ModelFacts, micro_batch: int, seq: int, completion: 
 
 
 def fsdp_transient(m: ModelFacts, world: int) -> int:
-    """FSDP2's gathered parameters and unsharded gradients beyond the shards (none with one process...
-    fully_shard over one process still gathers: the same count)."""
+    """FSDP2's gathered units beyond the shards: the root unit and two decoder layers in bf16, and one layer's float32
+    gradients before their reduce-scatter (the same at any world size: ``fully_shard`` over one process gathers too)."""
     return (m.root_params + 2 * m.layer_params) * 2 + m.layer_params * 4
 
 

@@ -476,7 +476,11 @@ def jobs(p: Pipeline, only: set[tuple[str, str | None]] | None = None) -> list[J
         key = json.dumps([j.rule, w], sort_keys=True)
         if key in seen:
             continue
-        seen[key] = build(p, j.rule, w)
+        try:
+            seen[key] = build(p, j.rule, w)
+        except (ValueError, KeyError) as exc:  # a model without a known shape, a setting the job would refuse
+            gpus, procs = _gpus(p, j.rule, w)
+            seen[key] = JobCheck(j.rule, w, "?", gpus, procs, problems=[f"cannot be checked: {exc}"]) if gpus else None
         if seen[key] is not None:
             out.append(seen[key])
     return out
@@ -536,10 +540,11 @@ def plan_check(config: str, markdown_out: str | None = None) -> int:
 
 
 def preflight_problems(p: Pipeline, jobs_: set | None = None) -> list:
-    """The plan check's failures as pre-flight problems (only the jobs among ``jobs_``; None: all)."""
+    """The plan check's failures as pre-flight problems (only the jobs among ``jobs_``; None: all): a paper-scale run
+    on GPUs only (the tiny default and the rehearsal run their jobs on CPUs)."""
     from esrepro.preflight import Problem
 
-    if p.cfg.scale == "tiny":
+    if p.cfg.scale != "paper" or p.cfg.device == "cpu":
         return []
     return [Problem(f"plan check: {j.message()}", frozenset({(j.rule, j.wildcards.get("model"))}))
             for j in failures(jobs(p, jobs_))]

@@ -294,7 +294,11 @@ def train_ppo(
     torch.manual_seed(seed + here.rank)  # each process samples its own responses (rank 0: the 1-process stream)
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
-    if sharded_load(cfg.sharding) if load is None else load == "sharded":
+    if load is None:  # sharded under FSDP in a process group (a launcher's); one bare process loads whole
+        import torch.distributed as dist
+
+        load = "sharded" if sharded_load(cfg.sharding) and dist.is_available() and dist.is_initialized() else "whole"
+    if load == "sharded":
         if cfg.sharding != "fsdp":
             raise ValueError("a sharded load needs sharding: fsdp")
         actor, critic, ref = _load_sharded(model_dir, cfg, here, device, dtype, use["bf16"])
