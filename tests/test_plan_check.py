@@ -78,6 +78,15 @@ def test_the_reference_spread_by_device_map_auto_under_fsdp_fails(paper):
     assert "model_init_kwargs.device_map 'auto'" in job.message() and "grpo8/lr1e-06_beta0.001" in job.message()
 
 
+def test_an_fsdp_plugin_that_wraps_another_layer_fails(paper):
+    """accelerate's plugin, as transformers builds it from fsdp_config, must wrap the model's own decoder layer."""
+    p, _ = paper
+    s = p.method_settings("qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
+    job = _job(p, "train_cell", "countdown", "qwen2.5-7b-instruct", "grpo8", "lr1e-06_beta0.001")
+    pc.check_grpo(job, p, s, fsdp_layers=["LlamaDecoderLayer"])
+    assert "does not wrap the model's decoder layer Qwen2DecoderLayer" in job.message()
+
+
 def test_vllm_without_a_context_length_fails(paper):
     """Finding 3: vLLM sizes Llama-3.1-8B's whole 131,072-token window, 16 GiB of KV cache for one sequence."""
     p, _ = paper
@@ -191,3 +200,17 @@ def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
     m = M.facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
     phases = ppo_phases(m, _settings(settings["ppo"]), per_process(settings["ppo"], 1), 1, True, ppo["prompt_tokens"])
     assert any("reference shard" in k for k in phases[0].parts)
+
+
+def test_a_job_whose_model_has_no_known_shape_is_named(paper, monkeypatch):
+    """A registry model the memory model has no shape for stops the plan, naming the job, rather than raising."""
+    p, _ = paper
+    monkeypatch.delitem(M.SHAPES, ("qwen2", "14B"))
+    M.model_facts.cache_clear()
+    try:
+        checked = pc.jobs(p, {("train", "qwen2.5-14b-instruct"), ("evaluate", "qwen2.5-14b-instruct")})
+    finally:
+        M.model_facts.cache_clear()
+    bad = pc.failures(checked)
+    assert bad and all("cannot be checked" in j.message() and "qwen2.5-14b-instruct" in j.message() for j in bad)
+    assert {j.rule for j in bad} == {"train", "evaluate"}

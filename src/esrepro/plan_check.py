@@ -90,11 +90,40 @@ def _gib(parts: dict[str, float]) -> dict[str, int]:
 # --- RL ------------------------------------------------------------------------------------------------------------
 
 
+def fsdp_plugin(kw: dict, decoder_layer: str) -> str | None:
+    """accelerate's FSDP plugin as transformers builds it from the ``fsdp_config`` of ``kw`` (its own
+    ``TrainingArguments._process_fsdp_args``, then ``FullyShardedDataParallelPlugin``): None when it builds and wraps
+    the model's decoder layer class, else what is wrong."""
+    import os
+    from types import SimpleNamespace
+
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from transformers import TrainingArguments
+
+    saved = os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING")
+    try:
+        args = TrainingArguments._process_fsdp_args(SimpleNamespace(
+            fsdp=kw["fsdp"], fsdp_config=dict(kw["fsdp_config"]), gradient_checkpointing=kw["gradient_checkpointing"]))
+        plugin = FullyShardedDataParallelPlugin(**args)
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"accelerate's FSDP plugin from fsdp_config {kw.get('fsdp_config')}: {exc}"
+    finally:
+        if saved is None:
+            os.environ.pop("FSDP_CPU_RAM_EFFICIENT_LOADING", None)
+        else:
+            os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = saved
+    if plugin.fsdp_version != 2 or decoder_layer not in (plugin.transformer_cls_names_to_wrap or []):
+        return (f"accelerate's FSDP plugin (fsdp_version {plugin.fsdp_version}, transformer_layer_cls_to_wrap "
+                f"{plugin.transformer_cls_names_to_wrap}) does not wrap the model's decoder layer {decoder_layer}")
+    return None
+
+
 def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None = None,
-               init_kwargs: dict | None = None, vllm_max_model_length: Any = "built") -> None:
-    """GRPO through TRL: GRPOConfig's arguments at the job's world size, the models' load arguments, the colocated
-    vLLM engine, and one process's memory. ``world``, ``init_kwargs``, ``vllm_max_model_length``: replace what the
-    job builds (to put an old behaviour back)."""
+               init_kwargs: dict | None = None, vllm_max_model_length: Any = "built",
+               fsdp_layers: list[str] | None = None) -> None:
+    """GRPO through TRL: GRPOConfig's arguments at the job's world size, accelerate's FSDP plugin, the models' load
+    arguments, the colocated vLLM engine, and one process's memory. ``world``, ``init_kwargs``,
+    ``vllm_max_model_length``, ``fsdp_layers``: replace what the job builds (to put an old behaviour back)."""
     from trl import GRPOConfig
 
     from esrepro.rl import grpo
@@ -111,7 +140,7 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
     study = p.essa_study()
     adapter = w["method"] == ESSA_GRPO and study is not None and study.grpo_trains == "adapter"
     try:
-        layers = decoder_layer_classes(folder) if fsdp else None
+        layers = (fsdp_layers or decoder_layer_classes(folder)) if fsdp else None
         kw = grpo.grpo_config_kwargs(settings, steps=max(1, int(settings["sample_budget"]) // samples_per_step(settings)),
                                      seed=0, output_dir=str(folder), on_cpu=False, world_size=world,
                                      fsdp_layers=layers, resume=True, prompt_tokens=M.prompt_tokens(w["task"]))
@@ -122,6 +151,10 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
     unknown = sorted(k for k in kw if k not in known)
     if unknown:
         job.problems.append(f"GRPOConfig has no field(s) {', '.join(unknown)} (TRL 1.16)")
+    if "fsdp_config" in kw:
+        problem = fsdp_plugin(kw, m.decoder_layer)
+        if problem:
+            job.problems.append(problem)
     if vllm_max_model_length != "built":
         kw["vllm_max_model_length"] = vllm_max_model_length
     if init_kwargs is None and not adapter:
