@@ -76,6 +76,7 @@ rehearse: install $(VLLM_ENV)
 dry-run-paper: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/paper.yaml
 	$(BIN)/esrepro cost config/paper.yaml
+	$(BIN)/esrepro plan-check config/paper.yaml
 
 # ES against pure inference on the CPU (random-weight tiny model), then bf16 drift; GPU runs: see README
 benchmark: install

@@ -13,6 +13,12 @@ device given (``--device cuda``):
     through the trainers' own mixed-precision path (``--sharding ddp`` or ``fsdp``, the latter under torchrun):
     seconds per step, peak GPU memory, the returned policy's dtype, and from the resume state written after
     step 1 the master weights' dtype and the share of them that moved from the base.
+[6] memory against the model (esrepro.memory, as the plan check counts it): GRPO with beta > 0 under FSDP with one
+    process (the reference built and sharded as on 8 GPUs, its load arguments placing it on this GPU), and a PPO
+    step loading and sharding as the 8-GPU job does (meta device, rank 0's CPU copy, the reference sharded), each
+    with torch.cuda.max_memory_allocated against the predicted peak for the same shapes and the ratio (the
+    prediction counts the CUDA context, which the allocator does not: it is left out of the comparison). Run under
+    torchrun: torchrun --standalone --nproc-per-node 1 benchmarks/gpu_check.py --only memory
 [5] ES on the transformers engine: seconds per iteration, ES against pure inference on the same engine, the
     perturb + restore + update share (benchmarks/es_engine.py, the device synchronised around each section),
     then two short runs from one seed compared bit for bit.
@@ -243,6 +249,66 @@ def ppo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> d
     return out
 
 
+# --- [6] memory against the model ------------------------------------------------------------------------------
+#: The measured peak must be within this share of the predicted one.
+MEMORY_BAR = 0.20
+MEMORY_GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", num_generations=4,
+                   per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=1e-6, beta=0.04,
+                   sample_budget=32, sharding="fsdp")
+MEMORY_PPO = dict(algorithm="ppo", prompts_per_step=16, mini_batch_size=16, micro_batch_size=8,
+                  actor_learning_rate=1e-6, critic_learning_rate=1e-5, beta=0.001, sharding="fsdp")
+
+
+def memory_settings(new_tokens: int) -> dict[str, dict]:
+    """The settings of [6]'s two runs, as their trainers and the memory model read them."""
+    from esrepro.settings.methods import GRPOSettings, PPOSettings
+
+    return {"grpo": GRPOSettings(**MEMORY_GRPO, max_new_tokens=new_tokens).as_dict(),
+            "ppo": PPOSettings(**MEMORY_PPO, max_new_tokens=new_tokens).as_dict()}
+
+
+def memory_prediction(model_dir: Path, settings: dict) -> dict:
+    """The memory model's peak for one process of ``settings`` on ``model_dir`` (the longest of [6]'s prompts), GiB,
+    without the CUDA context (the allocator does not count it)."""
+    from esrepro import memory as M
+    from esrepro.models.loading import load_tokenizer
+    from esrepro.plan_check import predict
+    from esrepro.rl.grpo import longest_prompt_tokens
+
+    task = _length_task()
+    prompt = longest_prompt_tokens(load_tokenizer(model_dir), [task.prompt(e) for e in _problems(16)], chat=False)
+    phase = predict(model_dir, settings, 1, prompt)
+    allocated = phase.total - phase.parts.get("CUDA context", 0)
+    return {"phase": phase.name, "predicted_gib": allocated / M.GiB, "prompt_tokens": prompt,
+            "parts_gib": {k: v / M.GiB for k, v in phase.parts.items()}}
+
+
+def memory_check(device: str, model_dir: Path, new_tokens: int) -> dict:
+    """[6]: GRPO (beta > 0) and PPO under FSDP on this one GPU: measured peak against the memory model's."""
+    from esrepro.rl.grpo import train_grpo
+    from esrepro.rl.ppo import train_ppo
+
+    out = {}
+    for name, settings in memory_settings(new_tokens).items():
+        predicted = memory_prediction(model_dir, settings)
+        reset_peak(device)
+        if name == "grpo":
+            model, _, _ = train_grpo(model_dir, _length_task(), _problems(16), settings, steps=2, seed=0,
+                                     dtype="bfloat16")
+        else:
+            model, _, _ = train_ppo(model_dir, _length_task(), _problems(16), settings, steps=1, seed=0,
+                                    dtype="bfloat16", progress=False)
+        measured = peak_gib(device)
+        ratio = measured / predicted["predicted_gib"] if measured else None
+        out[name] = {**predicted, "measured_gib": measured, "ratio": ratio,
+                     "within_bar": ratio is not None and abs(ratio - 1) <= MEMORY_BAR}
+        print(f"[6] {name} memory: measured {measured} GiB, predicted {predicted['predicted_gib']:.2f} GiB "
+              f"({predicted['phase']}), ratio {ratio}", flush=True)
+        del model
+        reset_peak(device)
+    return out
+
+
 # --- [5] ES ------------------------------------------------------------------------------------------------------
 def es_check(device: str, model_dir: Path, args: argparse.Namespace) -> dict:
     from esrepro.backends.spec import EngineSpec
@@ -299,7 +365,8 @@ def main() -> None:
     sections = {"noise": lambda d: noise_check(args.device, d), "precision": lambda d: precision_check(args.device, d),
                 "grpo": lambda d: grpo_check(args.device, d, args.new_tokens, args.sharding),
                 "ppo": lambda d: ppo_check(args.device, d, args.new_tokens, args.sharding),
-                "es": lambda d: es_check(args.device, d, args)}
+                "es": lambda d: es_check(args.device, d, args),
+                "memory": lambda d: memory_check(args.device, d, args.new_tokens)}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         model_dir = _es_engine().build_model(args.shape, Path(tmp) / args.shape)

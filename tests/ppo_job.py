@@ -2,7 +2,8 @@
 
 Runs :func:`esrepro.rl.ppo.train_ppo` on four prompts with a length reward (one process, or each process
 under torchrun) and writes ``OUT/rank<R>.json``: the responses this process scored; rank 0 adds the log
-rows (without seconds) and the final weights (``OUT/weights.pt``).
+rows (without seconds) and the final weights (``OUT/weights.pt``). ``PPO_LOAD`` (sharded or whole) picks how it loads
+its models (unset: the run's own choice).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
     resume = sys.argv[5] if len(sys.argv) > 5 else None
     torch.set_num_threads(1)
     model, _, rows = train_ppo(model_dir, CountingLengthTask(), PROMPTS, settings, steps=steps, seed=3,
-                               progress=False, resume_dir=resume)
+                               progress=False, resume_dir=resume, load=os.environ.get("PPO_LOAD") or None)
     rank = int(os.environ.get("RANK", "0"))
     record: dict = {"scored": CountingLengthTask.scored}
     if rank == 0:

@@ -130,3 +130,28 @@ def test_a_sharded_actor_generates_in_step_and_evaluates_on_one_process(tiny_mod
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["width"] for r in records] == [1, 12]  # rank 0 ended at its first token and stepped on with rank 1
     assert len(records[0]["evaluated"]) == 2 and "evaluated" not in records[1]
+
+
+def _torchrun(cmd: list[str], procs: int, load: str) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    subprocess.run([str(torchrun), "--standalone", "--nnodes", "1", "--nproc-per-node", str(procs), *cmd[1:]],
+                   env={**_env(), "PPO_LOAD": load}, check=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("procs", [2, 4, 8])
+def test_a_sharded_load_trains_as_the_whole_load_does(tiny_model_dir, tmp_path, procs):
+    """FSDP2 with the models built on the meta device, sharded, and filled from rank 0's one CPU copy (no process holds
+    a whole model on its device; the reference sharded too) gives the rows and weights of every process loading whole
+    copies first, bit for bit (beta > 0: the reference is used)."""
+    per_step = max(4, procs)  # the paper's PPO jobs run 4 (0.5B-3B) or 8 (7B, 8B) processes
+    settings = {**BASE, "sharding": "fsdp", "prompts_per_step": per_step, "mini_batch_size": per_step}
+    results = {}
+    for load in ("whole", "sharded"):
+        out = tmp_path / load
+        _torchrun(_job(tiny_model_dir, out, settings, 2), procs, load)
+        results[load] = _result(out)
+    (rows_w, weights_w, scored_w), (rows_s, weights_s, scored_s) = results["whole"], results["sharded"]
+    assert rows_s == rows_w and [r["step"] for r in rows_s] == [0, 1] and "kl" in rows_s[0]
+    assert weights_s.keys() == weights_w.keys() and all(torch.equal(weights_s[k], weights_w[k]) for k in weights_w)
+    assert scored_s == scored_w == [2 * per_step // procs] * procs

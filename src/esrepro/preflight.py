@@ -1,13 +1,14 @@
 """Pre-flight checks: what a run's jobs will need that the machines lack, found before any job starts.
 
-Three kinds of problem (each a :class:`Problem`):
+Four kinds of problem (each a :class:`Problem`):
 
 * offline (:data:`OFFLINE_ENV` set): a hub model or downloaded data set that is not there yet cannot be fetched;
 * gated models (registry ``gated: true``) not yet fetched, with no hub token on the submitting host;
 * Python packages that an engine, precision, setting or task of the config needs and the jobs' environment
   cannot import: the ``esrepro`` on PATH (what every job runs) imports each in a subprocess (:func:`check_packages`,
   the hidden verb ``esrepro check-packages``); system tools a task runs (:data:`PROBES`: ARC's sandbox, ``bwrap``)
-  are checked there by running them.
+  are checked there by running them;
+* GPU jobs that cannot start or do not fit their GPUs (:mod:`esrepro.plan_check`, paper-scale configs).
 
 The Snakefile prints them as warnings in a dry run and stops a real run with one message listing them all
 (:func:`report`), counting only the jobs it is about to run (:func:`problems` with ``jobs``).
@@ -340,7 +341,9 @@ def problems(p: Pipeline, plan: Plan, root: str | Path = ".", executor: str | No
         from huggingface_hub import get_token
 
         found = gated_problems(p, plan, root, get_token(), jobs)
-    return found + package_problems(p, plan, executor, esrepro, jobs)
+    from esrepro.plan_check import preflight_problems
+
+    return found + package_problems(p, plan, executor, esrepro, jobs) + preflight_problems(p, jobs)
 
 
 def report(found: list[Problem], dry_run: bool) -> str:

@@ -135,7 +135,8 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     sharing = engines_per_gpu(engines, visible_gpus() if on_gpu else 0)
     spec = ESSAEngineSpec(base_dir=str(ctx.model_dir.resolve()), adapter_dir=str((root / SFT_ADAPTER).resolve()),
                           space_path=str((root / SPACE).resolve()), precision=cfg.precision, dtype=ctx.dtype,
-                          device=ctx.device, batch_size=cfg.batch_size, chat=ctx.chat, threads=threads,
+                          device=ctx.device, batch_size=essa_generate_batch(ctx, cfg), chat=ctx.chat,
+                          threads=threads,
                           backend=cfg.backend,
                           gpu_memory_utilization=cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing,
                           kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, max_loras=cfg.max_loras,
@@ -148,6 +149,20 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     spec, per_engine = ray_placement(spec, engines, ctx.device.startswith("cuda"))
     return RayEvaluator(spec, scoring, engines, per_engine, start_timeout=cfg.start_timeout,
                         call_timeout=cfg.call_timeout)
+
+
+def essa_generate_batch(ctx: TrainContext, cfg) -> int:
+    """The transformers engines' ``generate`` batch: ``batch_size``, or on a GPU the largest that fits it beside the
+    base in its precision (:func:`esrepro.memory.runtime_generate_batch`, the plan check's rule: Qwen2.5-32B at INT8
+    holds about 90 sequences of 1,536 tokens, not 200). Candidates are scored greedily, each prompt on its own (left
+    padding and the attention mask): the batch changes the time, not the scores (up to the float rounding of
+    differently shaped matmuls)."""
+    if cfg.backend != "hf":
+        return cfg.batch_size
+    from esrepro import memory
+
+    return memory.runtime_generate_batch(ctx.model_dir, cfg.batch_size, memory.prompt_tokens(ctx.task.name),
+                                         cfg.max_new_tokens, ctx.device, cfg.precision)
 
 
 def context_length(ctx: TrainContext, examples: list[dict], max_new_tokens: int) -> int:

@@ -145,6 +145,82 @@ def load_master(model_dir: str | Path, device: str) -> nn.Module:
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
 
 
+def sharded_load(sharding: str) -> bool:
+    """Whether a run loads its models sharded (``sharding: fsdp``): built on the meta device, sharded by
+    ``fully_shard``, materialised empty on the process's device, and filled from the one copy rank 0 reads on CPU
+    (:func:`_load_sharded`). Otherwise every process loads whole copies to its device (DDP keeps them whole)."""
+    return sharding == "fsdp"
+
+
+def _generation_config(model_dir: str | Path, model: nn.Module) -> None:
+    """The checkpoint's ``generation_config.json`` on a model built from its config (as ``from_pretrained`` sets)."""
+    from transformers import GenerationConfig
+
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(str(model_dir))
+    except OSError:  # no generation_config.json: the one derived from the model config stays
+        pass
+
+
+def _rebuild_buffers(model: nn.Module, device: str) -> None:
+    """Recompute the non-persistent buffers (rotary ``inv_freq``) that ``to_empty`` left uninitialised: they are not
+    in any state dict."""
+    for mod in model.modules():
+        if hasattr(mod, "inv_freq") and hasattr(mod, "config"):
+            fresh = type(mod)(config=mod.config)
+            for name, buf in fresh.named_buffers(recurse=False):
+                mod._buffers[name] = buf.to(device)
+
+
+def _load_sharded(model_dir: str | Path, cfg: PPOSettings, here, device: str, dtype: str, bf16: bool
+                  ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
+    """Actor, critic and (``beta > 0``) reference, sharded by FSDP2 without any process holding a whole copy on its
+    device: each is built on the meta device and sharded there, materialised empty, and filled from the state dicts
+    rank 0 reads once on CPU (float32 master weights; the reference in the registry dtype, cast from them exactly),
+    broadcast shard by shard (``set_model_state_dict(broadcast_from_rank0=True)``). Values are those of
+    :func:`load_master` and ``from_pretrained``: a run's results do not depend on the loading. The critic's value
+    head is created on CPU as in the whole path (its initialisation draws from torch's generator the same way)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    with torch.device("meta"):
+        actor = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        critic_lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        ref = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype]) if cfg.beta > 0 else None
+    critic = Critic(critic_lm)  # the head on CPU, drawn as the whole path draws it
+    _generation_config(model_dir, actor)
+    states: dict[str, dict] = {"actor": {}, "critic": {}, "ref": {}}
+    if here.is_main:
+        whole = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        states["actor"] = dict(whole.state_dict())
+        head = {"head.weight": torch.zeros_like(critic.head.weight), "head.bias": torch.zeros_like(critic.head.bias)}
+        states["critic"] = {**{f"lm.{k}": v for k, v in whole.get_decoder().state_dict().items()}, **head}
+        if ref is not None:
+            states["ref"] = {k: v.to(DTYPES[dtype]) for k, v in states["actor"].items()}
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    out = []
+    for name, model in (("actor", actor), ("critic", critic), ("ref", ref)):
+        if model is None:
+            out.append(None)
+            continue
+        if name == "ref":
+            model.eval().requires_grad_(False)
+        for mod in model.modules():  # no dropout: old and new log-probs must agree before an update
+            if isinstance(mod, nn.Dropout):
+                mod.p = 0.0
+        if name != "ref" and effective(cfg, device)["gradient_checkpointing"]:
+            (model if name == "actor" else model.lm).gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = par.wrap(model, "fsdp", here, device, bf16 and name != "ref")
+        model.to_empty(device=device)
+        _rebuild_buffers(model, device)
+        set_model_state_dict(model, states[name], options=opts)
+        states[name] = {}
+        out.append(model)
+    return out[0], out[1], out[2]
+
+
 def effective(cfg: PPOSettings, device: str) -> dict[str, bool]:
     """bf16 and gradient checkpointing as the run uses them: forced off on CPU."""
     on_gpu = device.startswith("cuda")
@@ -192,6 +268,7 @@ def train_ppo(
     periodic: tuple[Any, int] | None = None,
     resume_dir: str | Path | None = None,
     device: str | None = None,
+    load: str | None = None,
 ) -> tuple[nn.Module, Any, list[dict]]:
     """Train the policy in ``model_dir`` with PPO for ``steps`` steps; returns (policy, tokenizer, log rows).
 
@@ -201,6 +278,7 @@ def train_ppo(
     greedily before training and every ``eval_every`` steps (v2, Figure 7; rank 0 evaluates).
     ``resume_dir``: write the resume state there every ``resume_every`` steps and continue from it when it
     exists (None: no resume state). ``device``: this process's device (None: its GPU when there is one).
+    ``load``: ``sharded`` or ``whole`` (None: :func:`sharded_load` of the settings' sharding, sharded under FSDP).
 
     One log row per step: ``step``, ``reward_mean``/``std``, ``pg_loss``, ``vf_loss``, ``clipfrac``,
     ``entropy``, ``completion_length``, ``seconds`` and, only when ``beta > 0``, ``kl``.
@@ -216,21 +294,32 @@ def train_ppo(
     torch.manual_seed(seed + here.rank)  # each process samples its own responses (rank 0: the 1-process stream)
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
-    actor = load_master(model_dir, device)
-    actor.generation_config.pad_token_id = tok.pad_token_id
-    critic = Critic(load_master(model_dir, device)).to(device)
-    ref = None
-    if cfg.beta > 0:  # frozen: stays in the registry dtype
-        ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device).eval().requires_grad_(False)
-    for m in (actor, critic):
-        for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
-            if isinstance(mod, nn.Dropout):
-                mod.p = 0.0
-    if use["gradient_checkpointing"]:
-        for m in (actor, critic.lm):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    actor = par.wrap(actor, cfg.sharding, here, device, use["bf16"])
-    critic = par.wrap(critic, cfg.sharding, here, device, use["bf16"])
+    if load is None:  # sharded under FSDP in a process group (a launcher's); one bare process loads whole
+        import torch.distributed as dist
+
+        load = "sharded" if sharded_load(cfg.sharding) and dist.is_available() and dist.is_initialized() else "whole"
+    if load == "sharded":
+        if cfg.sharding != "fsdp":
+            raise ValueError("a sharded load needs sharding: fsdp")
+        actor, critic, ref = _load_sharded(model_dir, cfg, here, device, dtype, use["bf16"])
+        actor.generation_config.pad_token_id = tok.pad_token_id
+    else:
+        actor = load_master(model_dir, device)
+        actor.generation_config.pad_token_id = tok.pad_token_id
+        critic = Critic(load_master(model_dir, device)).to(device)
+        ref = None
+        if cfg.beta > 0:  # frozen: stays in the registry dtype
+            ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device).eval() \
+                .requires_grad_(False)
+        for m in (actor, critic):
+            for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
+                if isinstance(mod, nn.Dropout):
+                    mod.p = 0.0
+        if use["gradient_checkpointing"]:
+            for m in (actor, critic.lm):
+                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        actor = par.wrap(actor, cfg.sharding, here, device, use["bf16"])
+        critic = par.wrap(critic, cfg.sharding, here, device, use["bf16"])
     policy = par.inner(actor)  # generates and is evaluated (DDP: the wrapped module)
     opt_a = numerics.adamw(actor.parameters(), lr=cfg.actor_learning_rate, weight_decay=cfg.weight_decay)
     opt_c = numerics.adamw(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay)

@@ -26,9 +26,10 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     task_obj = get_task(task, **spec.get("task_options", {}))
     examples = load_examples(task_obj, data_dir, settings.split, settings.limit)
     device = pick_device(device)
-    backend = HFBackend(model_dir, dtype=dtype, device=device, batch_size=settings.batch_size, chat=chat,
+    batch = _generate_batch(model_dir, task, settings, device)
+    backend = HFBackend(model_dir, dtype=dtype, device=device, batch_size=batch, chat=chat,
                         max_prompt_tokens=settings.max_prompt_tokens, generation=settings.generation)
-    result = run_evaluation(backend, task_obj, examples, settings.max_new_tokens, settings.batch_size)
+    result = run_evaluation(backend, task_obj, examples, settings.max_new_tokens, batch)
     result.metrics["truncated_prompts"] = backend.truncated
     root = Path(out)
     labels = {"task": task, "split": settings.split, "model": model, "method": method, "seed": seed}
@@ -42,3 +43,16 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
     ))
     print(json.dumps({**labels, **result.metrics}))
     return result.metrics
+
+
+def _generate_batch(model_dir: str | Path, task: str, settings, device: str) -> int:
+    """The evaluation's ``generate`` batch: ``batch_size``, or on a GPU the largest that fits it
+    (:func:`esrepro.memory.runtime_generate_batch`, the plan check's rule); greedy outputs do not depend on it."""
+    from esrepro import memory
+
+    prompt = min(memory.prompt_tokens(task), settings.max_prompt_tokens or 10**9)
+    batch = memory.runtime_generate_batch(model_dir, settings.batch_size, prompt, settings.max_new_tokens, device)
+    if batch < settings.batch_size:
+        print(f"evaluate {task}: generating {batch} prompts at a time (batch_size {settings.batch_size} does not fit "
+              "the GPU: esrepro.memory)", flush=True)
+    return batch

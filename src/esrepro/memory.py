@@ -1,0 +1,361 @@
+"""GPU memory per process of a paper job, counted from the model's shape and the job's own arguments.
+
+The shapes are those of the hub models' ``config.json`` (:data:`SHAPES`; the other config facts, context length,
+tied embeddings and rope, are :func:`esrepro.rehearsal.families.facts_for`'s); parameter counts are counted on a
+model built on torch's meta device from that config (:func:`model_facts`), no weights read.
+
+Constants (bytes unless stated):
+
+- :data:`GPU_BYTES`: an H100 SXM 80GB as ``nvidia-smi`` reports it, 81,559 MiB = 79.6 GiB.
+- :data:`MARGIN`: a job fits when what it reserves exactly (a vLLM engine's ``gpu_memory_utilization`` share) plus
+  (1 + MARGIN) x everything estimated is at most GPU_BYTES (10%: the allocator's fragmentation, NCCL buffers and
+  what the model below leaves out); inside a vLLM engine, its weights and CUDA context plus (1 + MARGIN) x the
+  estimated profiling, CUDA graphs and LoRA slots plus the KV cache it needs must fit its share.
+- :data:`CUDA_CONTEXT`: the CUDA context, cuBLAS/cuDNN workspaces and NCCL of a process (about 0.5 GiB on an H100 with
+  torch 2.x: assumed).
+- Training: float32 master weights (4), their gradients (4) and AdamW's two moments (8) per trained parameter, a
+  1/W share of each under FSDP2 (``fully_shard``: parameters, gradients and optimiser state sharded); an FSDP unit's
+  parameters gathered in bf16 (2 a parameter) for its forward or backward, two units at once (the one computing and
+  the one prefetched), plus the root unit (embeddings, final norm, LM head), which FSDP2 keeps gathered through the
+  forward and the backward, and one unit's float32 gradients before the reduce-scatter.
+- Activations per decoder layer and token: :data:`LAYER_ACTIVATION` x hidden + :data:`MLP_ACTIVATION` x
+  intermediate bytes (the bf16 tensors autograd keeps for a Llama/Qwen2 layer with SDPA attention: norm inputs
+  and outputs, q/k/v, attention output, gate, up, the activation and its product; Korthikanti et al. 2022 count
+  34 x hidden for a GPT layer without the attention scores); under gradient checkpointing only each layer's input
+  (2 x hidden) is kept, and one layer's activations are rebuilt at a time.
+- Logits of a training pass: :data:`LOGIT_BYTES` per completion token and vocabulary entry.
+- KV cache: 2 (keys and values) x layers x key-value heads x head dim x 2 (bf16) per token; transformers'
+  ``generate`` holds batch x (prompt + new tokens) of it and the last position's float32 logits at the end of
+  decoding, and batch x prompt of it with the prompt's widest activations (the MLP's gate and up) while it fills
+  the prompt (:func:`generate_peak`); :func:`generate_batch` is the largest batch that fits, which the evaluation
+  and ESSA's transformers engines use on a GPU when it is below their ``batch_size``.
+- vLLM (0.32, the pin): an engine takes ``gpu_memory_utilization`` x GPU_BYTES for its process. Inside it: the
+  weights (a 1/tp share), the profiling run's activations (``max_num_batched_tokens`` tokens through the widest
+  layer, and float32 logits of up to ``max_num_seqs`` sequences), :data:`VLLM_CUDA_GRAPHS` for CUDA graphs
+  (assumed), the LoRA slots (``max_loras`` x the adapter's rank slot x every LoRA-wrapped linear's inputs and
+  outputs, bf16), and the CUDA context; the rest is KV cache, which must hold at least one sequence of
+  ``max_model_len`` tokens (vLLM refuses to start otherwise) and, for an ESSA engine, one sequence per LoRA slot
+  (else its candidates are scored a handful at a time).
+- Quantised bases (bitsandbytes): int8 1 byte a linear weight, int4 (NF4, 64-element blocks with a float32 scale)
+  0.5625; embeddings and the LM head stay bf16.
+- Prompts: :data:`PROMPT_TOKENS` per task, an upper bound of the longest prompt with its chat markup (assumed where
+  the data cannot be read on the submitting host: ARC's grids are long).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+GiB = 2**30
+GPU_BYTES = 81_559 * 2**20  # H100 SXM 80GB: nvidia-smi's total, 79.6 GiB
+MARGIN = 0.10
+CUDA_CONTEXT = 0.5 * GiB
+VLLM_CUDA_GRAPHS = 1.0 * GiB
+LAYER_ACTIVATION = 28  # bytes per hidden unit and token of one decoder layer (bf16 tensors autograd keeps)
+MLP_ACTIVATION = 8  # bytes per intermediate unit and token (gate, up, activation, product; bf16)
+#: Bytes per completion token and vocabulary entry of a training pass's logits: TRL 1.16's GRPO keeps the bf16 logits
+#: and a temperature-scaled copy (log-softmax a row at a time, entropy in chunks) and their gradients; PPO here takes
+#: a float32 copy, its log-softmax, the probabilities and their product for the entropy, and their gradients.
+LOGIT_BYTES = {"trl": 8, "ppo": 24}
+#: vLLM 0.32's defaults for the ``LLM`` class on a GPU of 70 GiB or more (vllm/engine/arg_utils.py).
+VLLM_MAX_NUM_SEQS = 1024
+VLLM_MAX_BATCHED_TOKENS = 16384
+#: TRL 1.16's colocated engine (trl/generation/vllm_generation.py): max_num_batched_tokens=4096.
+TRL_VLLM_BATCHED_TOKENS = 4096
+QUANT_BYTES = {"native": 2.0, "int8": 1.0, "int4": 0.5625}
+PROMPT_TOKENS = {"arc": 4096}
+DEFAULT_PROMPT_TOKENS = 512
+
+#: (family, registry size) -> the hub config's hidden, intermediate, layers, heads, key-value heads, vocabulary.
+SHAPES: dict[tuple[str, str], dict[str, int]] = {
+    ("qwen2", "0.5B"): dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                            num_key_value_heads=2, vocab_size=151936),
+    ("qwen2", "1.5B"): dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                            num_key_value_heads=2, vocab_size=151936),
+    ("qwen2", "3B"): dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                          num_key_value_heads=2, vocab_size=151936),
+    ("qwen2", "7B"): dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                          num_key_value_heads=4, vocab_size=152064),
+    ("qwen2", "14B"): dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
+                           num_key_value_heads=8, vocab_size=152064),
+    ("qwen2", "32B"): dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                           num_key_value_heads=8, vocab_size=152064),
+    ("llama", "1B"): dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                          num_key_value_heads=8, vocab_size=128256),
+    ("llama", "3B"): dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                          num_key_value_heads=8, vocab_size=128256),
+    ("llama", "8B"): dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                          num_key_value_heads=8, vocab_size=128256),
+}
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What memory depends on: the shape, and parameter counts counted on the meta device."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    context: int  # max_position_embeddings
+    tied: bool
+    params: int
+    layer_params: int  # one decoder layer
+    root_params: int  # everything outside the decoder layers (embeddings, final norm, LM head)
+    largest_tensor: int  # elements
+    architecture: str
+    decoder_layer: str  # the class FSDP wraps (_no_split_modules)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+
+def hf_config(family: str, size: str, hub_id: str):
+    """The transformers config of the hub model ``hub_id`` (no download): :data:`SHAPES` and the family's facts."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    from esrepro.rehearsal.families import facts_for
+
+    shape = SHAPES.get((family, size))
+    if shape is None:
+        raise ValueError(f"{hub_id}: no shape for family {family!r} size {size!r} (esrepro.memory.SHAPES)")
+    facts = facts_for(hub_id, family, size)
+    extra = {k: v for k, v in facts.config.items() if k not in ("max_window_layers",)}
+    cls = Qwen2Config if family == "qwen2" else LlamaConfig
+    if family == "qwen2":
+        extra["max_window_layers"] = shape["num_hidden_layers"]
+    return cls(**shape, **extra, architectures=[facts.architecture])
+
+
+@functools.lru_cache(maxsize=None)
+def model_facts(family: str, size: str, hub_id: str) -> ModelFacts:
+    """Counts of the model built from its config on torch's meta device."""
+    return facts_from_config(hf_config(family, size, hub_id))
+
+
+def entry_facts(entry) -> ModelFacts:
+    """:func:`model_facts` of a registry entry (a hub model)."""
+    if entry.hub_id is None:
+        raise ValueError(f"{entry.display}: not a hub model; its memory is not modelled")
+    return model_facts(entry.family, entry.size, entry.hub_id)
+
+
+def prompt_tokens(task: str) -> int:
+    """The longest prompt of ``task`` allowed for (:data:`PROMPT_TOKENS`)."""
+    return PROMPT_TOKENS.get(task, DEFAULT_PROMPT_TOKENS)
+
+
+# --- the pieces -----------------------------------------------------------------------------------------------
+
+
+def layer_activation_bytes(m: ModelFacts, tokens: int) -> int:
+    """One decoder layer's saved activations for ``tokens`` tokens (bf16)."""
+    return tokens * (LAYER_ACTIVATION * m.hidden + MLP_ACTIVATION * m.intermediate)
+
+
+def training_activations(m: ModelFacts, micro_batch: int, seq: int, completion: int, checkpointing: bool,
+                         trainer: str = "trl") -> int:
+    """A training pass's activations and logits for ``micro_batch`` sequences of ``seq`` tokens (``trainer``: a key
+    of :data:`LOGIT_BYTES`)."""
+    tokens = micro_batch * seq
+    if checkpointing:
+        acts = m.layers * tokens * m.hidden * 2 + layer_activation_bytes(m, tokens)
+    else:
+        acts = m.layers * layer_activation_bytes(m, tokens)
+    return acts + micro_batch * completion * m.vocab * LOGIT_BYTES[trainer]
+
+
+def fsdp_transient(m: ModelFacts, world: int) -> int:
+    """FSDP2's gathered units beyond the shards: the root unit and two decoder layers in bf16, and one layer's float32
+    gradients before their reduce-scatter (the same at any world size: ``fully_shard`` over one process gathers too)."""
+    return (m.root_params + 2 * m.layer_params) * 2 + m.layer_params * 4
+
+
+def generate_kv(m: ModelFacts, batch: int, tokens: int) -> int:
+    """transformers ``generate``'s KV cache and last-position float32 logits for ``batch`` sequences."""
+    return batch * tokens * m.kv_bytes_per_token + batch * m.vocab * 4 * 2
+
+
+def prefill(m: ModelFacts, batch: int, prompt: int) -> int:
+    """The widest activation of a prompt's forward pass (the MLP's gate and up of every prompt token)."""
+    return batch * prompt * (2 * m.intermediate + 4 * m.hidden) * 2
+
+
+def quantised_weights(m: ModelFacts, precision: str) -> int:
+    """A base in ``precision`` (bf16 embeddings and LM head under int8/int4)."""
+    linear = m.params - m.embedding_params
+    return int(linear * QUANT_BYTES[precision] + m.embedding_params * 2)
+
+
+def lora_slot_bytes(m: ModelFacts, rank_slot: int, tp: int = 1) -> int:
+    """One vLLM LoRA slot's buffers: A and B of every wrapped linear (q/k/v packed, o, gate/up packed, down) of
+    every layer, at ``rank_slot``, bf16 (column-parallel B and row-parallel A split over ``tp``)."""
+    kv = m.kv_heads * m.head_dim
+    a = rank_slot * (3 * m.hidden + m.hidden + 2 * m.hidden + m.intermediate)
+    b = rank_slot * ((m.hidden + 2 * kv) + m.hidden + 2 * m.intermediate + m.hidden)
+    return m.layers * (a + b) * 2 // tp
+
+
+@dataclass
+class VLLMFit:
+    """One vLLM engine's budget and what it holds (bytes per GPU)."""
+
+    budget: int
+    weights: int
+    profile: int
+    graphs: int
+    lora: int
+    context: int
+    kv: int
+    max_model_len: int
+    kv_per_sequence: int
+    min_sequences: int
+
+    @property
+    def sequences(self) -> int:
+        """Full-context sequences the KV cache holds."""
+        return max(0, self.kv) // self.kv_per_sequence
+
+    @property
+    def fixed(self) -> int:
+        return self.weights + self.profile + self.graphs + self.lora + self.context
+
+    def problem(self) -> str | None:
+        estimated = self.profile + self.graphs + self.lora
+        need = self.weights + self.context + estimated * (1 + MARGIN) + self.min_sequences * self.kv_per_sequence
+        if need <= self.budget:
+            return None
+        return (f"vLLM's share {gib(self.budget)} GiB must hold weights {gib(self.weights)} + profiling "
+                f"{gib(self.profile)} + CUDA graphs {gib(self.graphs)} + LoRA slots {gib(self.lora)} + context "
+                f"{gib(self.context)} + KV cache for {self.min_sequences} sequence(s) of {self.max_model_len:,} tokens "
+                f"({gib(self.min_sequences * self.kv_per_sequence)}) = {gib(need)} GiB with a {MARGIN:.0%} margin on the "
+                f"estimated parts (room for {self.sequences} such sequences)")
+
+
+def vllm_fit(m: ModelFacts, *, utilization: float, tp: int = 1, max_model_len: int | None = None,
+             max_num_seqs: int = VLLM_MAX_NUM_SEQS, max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS,
+             max_loras: int = 0, lora_rank_slot: int = 0, min_sequences: int = 1,
+             weight_bytes: float = 2.0) -> VLLMFit:
+    """vLLM's budget on each of its GPUs at these engine arguments (``max_model_len`` None: the model's
+    ``max_position_embeddings``, what vLLM takes when none is given)."""
+    length = max_model_len or m.context
+    seqs = min(max_num_seqs, max_num_batched_tokens)
+    profile = max_num_batched_tokens * (2 * m.intermediate + 4 * m.hidden) * 2 // tp + seqs * m.vocab * 4 * 2
+    budget = int(utilization * GPU_BYTES)
+    weights = int(m.params * weight_bytes / tp)
+    lora = max_loras * lora_slot_bytes(m, lora_rank_slot, tp) if max_loras else 0
+    fit = VLLMFit(budget=budget, weights=weights, profile=profile, graphs=int(VLLM_CUDA_GRAPHS), lora=lora,
+                  context=int(CUDA_CONTEXT), kv=0, max_model_len=length,
+                  kv_per_sequence=length * m.kv_bytes_per_token // tp, min_sequences=min_sequences)
+    fit.kv = budget - fit.fixed
+    return fit
+
+
+def gib(x: float) -> str:
+    return f"{x / GiB:.1f}"
+
+
+@dataclass
+class Phase:
+    """What a process holds at one moment of the job (bytes per component); ``reserved``: the part of the total that
+    is an exact reservation (vLLM's share), which takes no margin."""
+
+    name: str
+    parts: dict[str, int] = field(default_factory=dict)
+    reserved: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def with_margin(self) -> float:
+        return self.reserved + (self.total - self.reserved) * (1 + MARGIN)
+
+
+def peak(phases: list[Phase]) -> Phase:
+    """The phase that needs the most (with the margin)."""
+    return max(phases, key=lambda ph: ph.with_margin)
+
+
+def fits(phase: Phase, gpu_bytes: int = GPU_BYTES) -> bool:
+    """Whether ``phase`` with the margin fits a GPU."""
+    return phase.with_margin <= gpu_bytes
+
+
+def generate_peak(m: ModelFacts, weights: int, batch: int, prompt: int, new_tokens: int) -> list[Phase]:
+    """transformers ``generate`` of ``batch`` prompts of ``prompt`` tokens to ``new_tokens``: the prompt's forward
+    pass, then the end of decoding."""
+    base = {"weights": weights, "CUDA context": int(CUDA_CONTEXT)}
+    return [Phase("prefill", {**base, "KV cache (prompts)": batch * prompt * m.kv_bytes_per_token,
+                              "prompt activations": prefill(m, batch, prompt)}),
+            Phase("decode", {**base, f"KV cache ({batch} x {prompt + new_tokens:,} tokens)":
+                             generate_kv(m, batch, prompt + new_tokens)})]
+
+
+def generate_batch(m: ModelFacts, weights: int, requested: int, prompt: int, new_tokens: int,
+                   gpu_bytes: int = GPU_BYTES) -> int:
+    """The largest batch up to ``requested`` whose ``generate`` fits ``gpu_bytes`` with the margin (0: not even one
+    sequence). Greedy decoding gives each prompt its own tokens whatever the batch (left padding and the attention
+    mask keep prompts apart; only float rounding of differently shaped matmuls can differ), and KL's sampling is
+    seeded per prompt: a smaller batch changes the time, not what is generated."""
+    lo, hi = 0, requested
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if all(fits(ph, gpu_bytes) for ph in generate_peak(m, weights, mid, prompt, new_tokens)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def facts_from_config(config) -> ModelFacts:
+    """:class:`ModelFacts` of a transformers config (a checkpoint's own, at run time), counted on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    layer = model.model.layers[0]
+    layer_params = sum(p.numel() for p in layer.parameters())
+    return ModelFacts(hidden=config.hidden_size, intermediate=config.intermediate_size,
+                      layers=config.num_hidden_layers, heads=config.num_attention_heads,
+                      kv_heads=config.num_key_value_heads, vocab=config.vocab_size,
+                      context=config.max_position_embeddings, tied=bool(config.tie_word_embeddings), params=params,
+                      layer_params=layer_params, root_params=params - layer_params * config.num_hidden_layers,
+                      largest_tensor=max(p.numel() for p in model.parameters()),
+                      architecture=(config.architectures or [type(model).__name__])[0],
+                      decoder_layer=type(layer).__name__)
+
+
+def runtime_generate_batch(model_dir, requested: int, prompt: int, new_tokens: int, device: str,
+                           precision: str = "native", gpu_bytes: int = GPU_BYTES) -> int:
+    """A job's ``generate`` batch on its GPU: :func:`generate_batch` for the checkpoint in ``model_dir`` on an H100
+    (``gpu_bytes``: the registry's ``gpu_model`` of every paper job; read without initialising CUDA in a process
+    that may only drive Ray actors), ``requested`` itself off CUDA; a RuntimeError when not one sequence fits."""
+    if not str(device).startswith("cuda"):
+        return requested
+    from transformers import AutoConfig
+
+    m = facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
+    total = gpu_bytes
+    weights = quantised_weights(m, precision)
+    batch = generate_batch(m, weights, requested, prompt, new_tokens, total)
+    if batch < 1:
+        raise RuntimeError(f"{model_dir}: not one sequence of {prompt + new_tokens} tokens fits {total / GiB:.1f} GiB "
+                           f"beside {weights / GiB:.1f} GiB of weights")
+    return batch
