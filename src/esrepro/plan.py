@@ -271,7 +271,8 @@ class Plan:
             out += [f"{stem}.{e}" for stem in (self.paths.PARETO, self.paths.DISTRIBUTION)
                     for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
-        return out + ExtrasPlan(self).targets()
+        out += ExtrasPlan(self).targets()
+        return out + [f"{self.paths.CLAIMS}.{e}" for e in ("csv", "md", "tex")]
 
     def final_targets(self) -> list[str]:
         out = self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()

@@ -500,3 +500,49 @@ rule stability_table:
     shell:
         "esrepro stability-table --metrics {input.metrics:q} --registry {input.registry} {params.notes} "
         "--out {params.out} > {log} 2>&1"
+
+
+# --- the papers' claims, tested by this run (the headline of `esrepro audit` and the RO-Crate) -----------------------
+def claims_inputs():
+    """What the claims table reads: every evaluation (metrics and per-problem responses), the conciseness study's
+    KL and samples, Table 1's task's sample curves and ES training logs, the ESSA study's runs."""
+    metrics = list(dict.fromkeys(PLAN.eval_metrics() + PLAN.essa_eval_metrics()))
+    out = metrics + [p.replace("metrics.json", "responses.jsonl") for p in metrics]
+    out += CONCISENESS_KL + [p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL]
+    if T1.task in EXTRAS.curve_tasks():
+        out.append(f"{P.fill(R.SAMPLE_CURVES, task=T1.task)}.csv")
+    out += PLAN.curve_logs(T1.task, "es")
+    out += [f"{r}/{name}" for r in ESSA_INPUTS["runs"] for name in (P.TRAIN_LOG, P.MANIFEST)]
+    return out
+
+
+def claims_spec():
+    conciseness = PIPELINE.studies().get("conciseness")
+    return {"scale": CFG.scale, "task": T1.task, "split": T1.split,
+            "conciseness_task": conciseness.task if conciseness is not None else "conciseness",
+            "reward_cutoff": conciseness.reward_cutoff if conciseness is not None else None,
+            "hacking_margin": conciseness.hacking_margin if conciseness is not None else 0.2,
+            "essa_target": ESSA.target_accuracy if ESSA is not None else None}
+
+
+rule claims:
+    input:
+        results=claims_inputs(),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        report(f"{R.CLAIMS}.csv", caption="../report/claims.rst", category="Tables",
+               labels={"table": "the papers' claims", "format": "csv"}),
+        multiext(R.CLAIMS, ".md", ".tex", ".manifest.json"),
+    params:
+        results=R.under("results"),
+        spec=specs.as_json(claims_spec()),
+        out=stem_of,
+    localrule: True
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/report/claims.log",
+    shell:
+        "esrepro claims --results {params.results} --published {input.published} --registry {input.registry} "
+        "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} > {log} 2>&1"
