@@ -69,6 +69,7 @@ class Evals:
     def __init__(self, results: PathLike) -> None:
         self.acc: dict[tuple, dict[int, float]] = {}
         self.problems: dict[tuple, dict[int, dict[Any, float]]] = {}
+        self._pooled: dict[tuple, dict[str, float]] = {}
         for path in sorted(Path(results, "eval").glob("*/*/*/seed*/*/metrics.json")):
             m = read_json(path)
             key = (m["task"], m["split"], m["model"], m["method"])
@@ -88,9 +89,12 @@ class Evals:
 
     def per_problem(self, task: str, split: str, model: str, method: str) -> dict[str, float]:
         """Each problem's correctness averaged over the seeds that have per-problem results."""
-        by_seed = self.problems.get((task, split, model, method), {})
-        ids = set.intersection(*(set(p) for p in by_seed.values())) if by_seed else set()
-        return {i: float(np.mean([p[i] for p in by_seed.values()])) for i in sorted(ids)}
+        key = (task, split, model, method)
+        if key not in self._pooled:
+            by_seed = list(self.problems.get(key, {}).values())
+            ids = set.intersection(*(set(p) for p in by_seed)) if by_seed else set()
+            self._pooled[key] = {i: sum(p[i] for p in by_seed) / len(by_seed) for i in sorted(ids)}
+        return self._pooled[key]
 
     def models(self, task: str, split: str, method: str) -> list[str]:
         return sorted({k[2] for k in self.acc if k[0] == task and k[1] == split and k[3] == method})
@@ -283,18 +287,20 @@ def conciseness_claims(runs: pd.DataFrame, published: Mapping[str, Any], reward_
     if runs.empty:
         outcome, ours = V.untestable("the conciseness study was not run"), "not run"
     else:
-        pts = checkpoint_points(runs)
+        # each configuration's kept checkpoints, KL and reward averaged over its seeds per iteration
+        pts = checkpoint_points(runs).groupby(["algorithm", "method", "iteration"], as_index=False)[
+            ["kl", "reward"]].mean()
         es = list(zip(pts[pts["algorithm"] == "es"]["kl"], pts[pts["algorithm"] == "es"]["reward"]))
         grpo = list(zip(pts[pts["algorithm"] == "grpo"]["kl"], pts[pts["algorithm"] == "grpo"]["reward"]))
         outcome, ours = pareto_outcome(es, grpo)
-        ours = f"{len(es)} ES and {len(grpo)} GRPO checkpoints (every seed); {ours}" if ours else "ES or GRPO not run"
+        ours = (f"{len(es)} ES and {len(grpo)} GRPO points (a configuration's checkpoint, mean over seeds); {ours}"
+                if ours else "ES or GRPO not run")
     rows.append(_row("ES's reward-KL Pareto front dominates GRPO's", "ES v2 Sec. 4.2, Figs. 1 and 4b",
                      f"Table 2 rows (mean over 4 seeds): {p_text} ({p_out.verdict} by the same rule)" if p_text
                      else "not in published.yaml",
-                     ours, "per-checkpoint estimates (reward: 20 sampled responses per prompt; KL k3); no interval",
+                     ours, "means over seeds of each checkpoint's estimates (reward: sampled responses; KL k3); no interval",
                      outcome))
     # Reward hacking
-    p_small = [r for r in prow if r["algorithm"] == "grpo" and float(r.get("beta", 1)) <= SMALL_BETA]
     paper_text = ("hacked (marked *): " + ", ".join(f"GRPO beta {r['beta']:g}" for r in prow
                                                     if r.get("hacked")) or "none") if prow else "not in published.yaml"
     if prow:
@@ -327,7 +333,6 @@ def conciseness_claims(runs: pd.DataFrame, published: Mapping[str, Any], reward_
                      paper_text, ours,
                      f"rule: non-word share above the base model's by more than {hacking_margin:g} "
                      "(Table 2's hacking mark); per run, no interval", outcome))
-    del p_small
     # Run-to-run stability
     stated = block.get("std_ratio")
     p_es_rows = [r for r in prow if r["algorithm"] == "es"]
@@ -458,6 +463,13 @@ def heldout_time(runs: pd.DataFrame, curves: pd.DataFrame, target: float) -> flo
     return None if hit.empty else float(hit["elapsed_seconds"].iloc[0])
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Two settings are the same (missing equals missing; 8 equals 8.0)."""
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    return str(a) == str(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == float(b))
+
+
 def _sweep(runs: pd.DataFrame, setting: str) -> pd.DataFrame:
     """The reference run and the ESSA runs that differ from it only in ``setting`` (same task and model)."""
     if runs.empty or not (runs["method"] == ESSA_REF).any():
@@ -468,7 +480,7 @@ def _sweep(runs: pd.DataFrame, setting: str) -> pd.DataFrame:
     for _, ref in runs[runs["method"] == ESSA_REF].drop_duplicates(["task", "model"]).iterrows():
         same = runs[(runs["algorithm"] == "essa") & (runs["task"] == ref["task"]) & (runs["model"] == ref["model"])]
         for k in keys:
-            same = same[same[k].astype(str) == str(ref[k])]
+            same = same[[_same(v, ref[k]) for v in same[k]]]
         out.append(same)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
