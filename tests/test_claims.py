@@ -212,3 +212,34 @@ def test_the_step_writes_the_table_and_its_manifest(tmp_path):
     assert "holds" in Path(f"{out}.md").read_text()
     with pytest.raises(ValueError, match="scale"):
         claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), {}, str(out))
+
+
+def test_the_ro_crate_names_the_claims_table_as_its_headline(tmp_path):
+    pytest.importorskip("rocrate")
+    from esrepro.io import write_text
+    from esrepro.provenance.rocrate import export_crate
+
+    root = tmp_path / "repo"
+    for rel, text in {"Snakefile": "rule all:\n", "config/config.yaml": "models: [tiny]\n",
+                      "results/tables/t.csv": "a\n1\n", "results/tables/claims.csv": "Claim,Verdict\nx,holds\n"}.items():
+        write_text(root / rel, text)
+    outputs = ["results/tables/t.csv", "results/tables/claims.csv"]
+    path = export_crate(tmp_path / "crate", ["Snakefile"], ["config/config.yaml"], [], outputs, [], root=root,
+                        headline="results/tables/claims.csv")
+    graph = {e["@id"]: e for e in json.loads(path.read_text())["@graph"]}
+    action = graph["#run"] if "#run" in graph else next(e for e in graph.values() if e.get("@type") == "CreateAction")
+    assert action["result"][0]["@id"] == "results/tables/claims.csv"
+    assert graph["./"]["about"]["@id"] == "results/tables/claims.csv"
+    assert "headline" in graph["results/tables/claims.csv"]["description"].lower()
+    assert "results/tables/claims.csv" in (tmp_path / "crate" / "README.md").read_text()
+    with pytest.raises(ValueError, match="headline"):
+        export_crate(tmp_path / "crate2", ["Snakefile"], ["config/config.yaml"], [], outputs[:1], [], root=root,
+                     headline="results/tables/claims.csv")
+
+
+def test_audit_defaults_to_the_claims_table():
+    import inspect
+
+    from esrepro.steps.provenance import main_audit
+
+    assert inspect.signature(main_audit).parameters["target"].default == "results/tables/claims.csv"
