@@ -243,3 +243,26 @@ def test_audit_defaults_to_the_claims_table():
     from esrepro.steps.provenance import main_audit
 
     assert inspect.signature(main_audit).parameters["target"].default == "results/tables/claims.csv"
+
+
+def test_golden_keeps_the_claims_table_and_the_readme_shows_it(tmp_path, monkeypatch):
+    """On the committed tiny results: the step runs, `esrepro golden` keeps its table, the README block shows it."""
+    import shutil
+
+    from esrepro.provenance.golden import readme_results, snapshot
+    from esrepro.steps.report import claims
+
+    golden = ROOT / "golden" / "tiny"
+    shutil.copytree(golden / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    claims("results", str(PUBLISHED), str(ROOT / "config" / "models.yaml"),
+           {"scale": "tiny", "reward_cutoff": 0.85, "hacking_margin": 0.2, "essa_target": 0.125},
+           "results/tables/claims", inputs=["results/eval/countdown/tiny/es/seed0/test/metrics.json"])
+    df = pd.read_csv("results/tables/claims.csv")
+    assert set(df["Verdict"]) == {V.UNTESTABLE}  # the tiny scale tests no claim of the papers
+    assert (df["Reason"].str.len() > 0).all()
+    kept = snapshot(tmp_path, tmp_path / "golden")
+    assert "results/tables/claims.csv" in kept and "results/tables/claims.md" in kept
+    block = readme_results(tmp_path / "golden")
+    assert "| ES improves every base model | ES v2 Table 1, Sec. 4.1 |" in block
+    assert block.count("| not testable |") == len(df)
