@@ -203,10 +203,18 @@ def test_the_step_writes_the_table_and_its_manifest(tmp_path):
     results = paper_fixture(tmp_path / "results")
     out = tmp_path / "tables" / "claims"
     out.parent.mkdir()
+    figure = tmp_path / "figures" / "claims_margins"
+    figure.parent.mkdir()
     claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"),
-           {"scale": "paper", **SETTINGS}, str(out), inputs=[])
+           {"scale": "paper", **SETTINGS}, str(out), inputs=[], figure=str(figure))
     for ext in (".csv", ".md", ".tex", ".manifest.json"):
         assert Path(f"{out}{ext}").is_file()
+    for ext in (".png", ".pdf", ".manifest.json"):
+        assert Path(f"{figure}{ext}").is_file()
+    margins = pd.read_csv(f"{figure}.csv")
+    # every model's ES - base and ES - RL margin of Table 1, and the two puzzles'
+    assert len(margins) == 7 * 6 + 2 and (margins["problems_lo"] > 0).all()
+    assert "ES - Dr.GRPO-v on Qwen2.5-3B-Instruct" in set(margins["comparison"])
     df = pd.read_csv(f"{out}.csv")
     assert list(df.columns)[:2] == ["Claim", "Where"] and set(df["Verdict"]) <= set(V.VERDICTS)
     assert "holds" in Path(f"{out}.md").read_text()

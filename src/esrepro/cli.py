@@ -101,6 +101,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "push": ("--push", dict(action="store_true", help="dvc push to the default remote afterwards")),
     "remote": ("--remote", dict(default=None, help="dvc push to this remote afterwards")),
     "target": ("target", dict(help="a table, figure or any recorded output")),
+    "figure": ("--figure", dict(default=None, help="also draw the margins figure at this path stem (png, pdf, csv)")),
     "headline": ("--headline", dict(default=None, help="the run's headline result, one of --outputs (the claims "
                                                    "table)")),
     "results": ("--results", dict(default="results", help="the results folder the table reads (eval/, kl/, runs/, figures/)")),

@@ -272,6 +272,7 @@ class Plan:
                     for e in ("png", "pdf", "csv")]
         out += self.essa_targets()
         out += ExtrasPlan(self).targets()
+        out += [f"{self.paths.CLAIMS_FIGURE}.{e}" for e in ("png", "pdf", "csv")]
         return out + [f"{self.paths.CLAIMS}.{e}" for e in ("csv", "md", "tex")]
 
     def final_targets(self) -> list[str]:

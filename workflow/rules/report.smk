@@ -534,10 +534,14 @@ rule claims:
         report(f"{R.CLAIMS}.csv", caption="../report/claims.rst", category="Tables",
                labels={"table": "the papers' claims", "format": "csv"}),
         multiext(R.CLAIMS, ".md", ".tex", ".manifest.json"),
+        report(f"{R.CLAIMS_FIGURE}.png", caption="../report/claims_margins.rst", category="Figures",
+               labels={"figure": "the claims' margins", "format": "png"}),
+        multiext(R.CLAIMS_FIGURE, ".pdf", ".csv", ".manifest.json"),
     params:
         results=R.under("results"),
         spec=specs.as_json(claims_spec()),
         out=stem_of,
+        figure=R.CLAIMS_FIGURE,
     localrule: True
     conda:
         ENV
@@ -545,4 +549,4 @@ rule claims:
         f"{R.LOGS}/report/claims.log",
     shell:
         "esrepro claims --results {params.results} --published {input.published} --registry {input.registry} "
-        "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} > {log} 2>&1"
+        "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} --figure {params.figure} > {log} 2>&1"

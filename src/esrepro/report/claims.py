@@ -70,6 +70,8 @@ class Evals:
         self.acc: dict[tuple, dict[int, float]] = {}
         self.problems: dict[tuple, dict[int, dict[Any, float]]] = {}
         self._pooled: dict[tuple, dict[str, float]] = {}
+        #: every margin :func:`compare` computed: the claims figure's numbers
+        self.margins: list[dict[str, Any]] = []
         for path in sorted(Path(results, "eval").glob("*/*/*/seed*/*/metrics.json")):
             m = read_json(path)
             key = (m["task"], m["split"], m["model"], m["method"])
@@ -125,7 +127,11 @@ def compare(evals: Evals, strata: Sequence[tuple[str, str]], model_a: str, metho
         (t, s), = strata
         seeds = V.seed_interval(evals.seeds(t, s, model_a, method_a), evals.seeds(t, s, model_b, method_b))
     text = f"{boot.text()} (problems)" + (f"; {seeds.text()} (seeds)" if seeds else "")
-    return V.margin_outcome(label, boot, seeds), text
+    outcome = V.margin_outcome(label, boot, seeds)
+    evals.margins.append({"comparison": label, "estimate": boot.estimate, "problems_lo": boot.lo,
+                          "problems_hi": boot.hi, "seeds_lo": seeds.lo if seeds else math.nan,
+                          "seeds_hi": seeds.hi if seeds else math.nan, "rule": outcome.verdict})
+    return outcome, text
 
 
 def _fmt(x: float, digits: int = 1) -> str:
@@ -165,7 +171,7 @@ def table1_claims(evals: Evals, published: Mapping[str, Any], display: Mapping[s
     for m in models or list(paper)[:0]:
         cases, ours, unc = [], [f"ES {_fmt(evals.mean(task, split, m, 'es'))}"], []
         for rl in RL_METHODS:
-            label = f"ES - {METHOD_LABELS[rl]}"
+            label = f"ES - {METHOD_LABELS[rl]} on {name(m)}"
             if not evals.seeds(task, split, m, rl):
                 cases.append((METHOD_LABELS[rl], V.untestable(f"{METHOD_LABELS[rl]} not run")))
                 continue
@@ -226,6 +232,10 @@ def sample_efficiency_claim(curves: pd.DataFrame, display: Mapping[str, str]) ->
             best = float(c["accuracy"].max())
             s_rl = first_reaching(c, best)
             s_es = first_reaching(es, best)
+            if s_rl is not None and s_rl <= float(c["samples"].min()):
+                ours.append(f"{key}: best {best:.1f} at its start")
+                cases.append((key, V.untestable(f"{key} never improves on its start ({best:.1f})")))
+                continue
             ours.append(f"{key}: best {best:.1f} at {s_rl:g} samples, ES " +
                         (f"at {s_es:g}" if s_es is not None else "never"))
             if s_es is not None and s_es < s_rl:
@@ -424,7 +434,8 @@ def puzzle_claims(evals: Evals, published: Mapping[str, Any], display: Mapping[s
         for m in evals.models(task, "test", "es"):
             base = evals.mean(task, "test", m, "base")
             ours.append(f"{display.get(m, m)} {_fmt(base)} -> {_fmt(evals.mean(task, 'test', m, 'es'))}")
-            out, text = compare(evals, [(task, "test")], m, "es", m, "base", f"ES - Original on {display.get(m, m)}")
+            out, text = compare(evals, [(task, "test")], m, "es", m, "base",
+                                f"ES - Original on {display.get(m, m)}, {label}")
             unc.append(text)
             if out.verdict != UNTESTABLE and base > NEAR_ZERO:
                 out = Outcome(FAILS, f"the base model is not near zero ({base:.1f}% > {NEAR_ZERO:g}%)")
@@ -498,17 +509,17 @@ def essa_claims(runs: pd.DataFrame, curves: pd.DataFrame, published: Mapping[str
     # Fig. 8: ESSA against GRPO in wall-clock time
     cases, ours = [], []
     if not empty and target is not None:
-        task0 = runs[runs["method"] == ESSA_REF]["task"].iloc[0] if (runs["method"] == ESSA_REF).any() else None
-        for model in sorted(set(runs[runs["task"] == task0]["model"])):
-            sub = runs[(runs["task"] == task0) & (runs["model"] == model)]
+        pairs = runs[runs["method"] == ESSA_REF][["task", "model"]].drop_duplicates().itertuples(index=False)
+        for task, model in sorted(pairs):
+            sub = runs[(runs["task"] == task) & (runs["model"] == model)]
             essa, grpo = sub[sub["method"] == ESSA_REF], sub[sub["method"] == ESSA_GRPO]
-            name = display.get(model, model)
+            name = f"{display.get(model, model)} on {task}"
             if essa.empty or grpo.empty:
                 cases.append((name, V.untestable("ESSA reference or GRPO baseline not run")))
                 continue
             t_e, t_g = heldout_time(essa, curves, target), heldout_time(grpo, curves, target)
-            ours.append(f"{name}: ESSA {_fmt(t_e, 0) if t_e is not None else 'never'} s, "
-                        f"GRPO {_fmt(t_g, 0) if t_g is not None else 'never'} s to {target:g}")
+            ours.append(f"{name}: to {target:g}, ESSA " + (f"{t_e:.0f} s" if t_e is not None else "never") +
+                        ", GRPO " + (f"{t_g:.0f} s" if t_g is not None else "never"))
             if t_e is None:
                 cases.append((name, Outcome(FAILS, "ESSA does not reach the target") if t_g is not None else
                                V.untestable(f"neither reaches {target:g}")))
@@ -526,7 +537,7 @@ def essa_claims(runs: pd.DataFrame, curves: pd.DataFrame, published: Mapping[str
         for (task, model), g in sw.groupby(["task", "model"]):
             times = {int(e): heldout_time(gg, curves, target) for e, gg in g.groupby("engines")}
             name = f"{display.get(model, model)} on {task}"
-            ours.append(f"{name}: " + ", ".join(f"{e} engines {_fmt(t, 1) if t is not None else 'never'} s"
+            ours.append(f"{name}: " + ", ".join(f"{e} engines " + (f"{t:.1f} s" if t is not None else "never")
                                                 for e, t in sorted(times.items())))
             reached = [(e, t) for e, t in sorted(times.items()) if t is not None]
             if len(times) < 2:
@@ -597,10 +608,12 @@ def essa_claims(runs: pd.DataFrame, curves: pd.DataFrame, published: Mapping[str
 def claim_rows(results: PathLike, published: Mapping[str, Any], display: Mapping[str, str], *,
                task: str = "countdown", split: str = "test", conciseness_task: str = "conciseness",
                reward_cutoff: float | None = None, hacking_margin: float = 0.2,
-               essa_target: float | None = None) -> list[dict[str, Any]]:
-    """Every claim's row (with its rule's :class:`Outcome` under ``outcome``), from the results folder."""
+               essa_target: float | None = None, margins_out: list | None = None) -> list[dict[str, Any]]:
+    """Every claim's row (with its rule's :class:`Outcome` under ``outcome``), from the results folder; every margin
+    computed is appended to ``margins_out`` when given (the figure's numbers)."""
     evals = Evals(results)
     rows = table1_claims(evals, published, display, task, split)
+    margins = evals.margins
     rows.append(sample_efficiency_claim(load_periodic(results, task, split), display))
     rows += conciseness_claims(load_conciseness(results, conciseness_task), published, reward_cutoff,
                                hacking_margin)
@@ -608,6 +621,8 @@ def claim_rows(results: PathLike, published: Mapping[str, Any], display: Mapping
     rows += puzzle_claims(evals, published, display)
     runs, curves = load_essa(results)
     rows += essa_claims(runs, curves, published, essa_target, display)
+    if margins_out is not None:
+        margins_out.extend(margins)
     return rows
 
 
@@ -651,13 +666,52 @@ def movement_note(results: PathLike, task: str = "countdown", split: str = "test
     return "Does ES training move this run's Countdown numbers? " + "; ".join(parts) + "."
 
 
+def margins_figure(margins: pd.DataFrame, out_stem: PathLike, scale: str) -> list[Path]:
+    """Every margin the claims compute (accuracy points, A - B): the estimate, its bootstrap interval over test
+    problems (thick) and its interval over seeds where there is one (thin), a line at 0; ``{out_stem}.png``, ``.pdf``
+    and the plotted numbers as ``.csv``."""
+    from matplotlib.figure import Figure
+
+    from esrepro.report.figures import save_figure, write_frame_csv
+
+    n = max(1, len(margins))
+    height = 1.5 + 0.32 * n
+    fig = Figure(figsize=(10.0, height))
+    ax = fig.add_subplot(1, 1, 1)
+    colors = {HOLDS: "C2", FAILS: "C3"}
+    for i, r in enumerate(margins.itertuples(index=False)):
+        y = n - 1 - i
+        if not math.isnan(r.seeds_lo):
+            ax.plot([r.seeds_lo, r.seeds_hi], [y, y], color="grey", linewidth=1)
+        ax.plot([r.problems_lo, r.problems_hi], [y, y], color=colors.get(r.rule, "C0"), linewidth=3)
+        ax.plot([r.estimate], [y], marker="o", color="black", markersize=4)
+    ax.axvline(0.0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_yticks([n - 1 - i for i in range(len(margins))])
+    ax.set_yticklabels(list(margins["comparison"]), fontsize=7)
+    ax.set_xlabel("margin (accuracy points), 95% intervals: bootstrap over test problems (thick), over seeds (thin)",
+                  fontsize=8)
+    ax.set_title(f"The claims' margins at the {scale} scale\n(green: the margin rule holds on these numbers; red: it "
+                 "does not)", fontsize=9)
+    fig.subplots_adjust(left=0.47, right=0.98, top=1 - 0.6 / height, bottom=0.6 / height)
+    paths = save_figure(fig, out_stem)
+    return [*paths, write_frame_csv(margins, f"{out_stem}.csv")]
+
+
+MARGIN_COLUMNS = ("comparison", "estimate", "problems_lo", "problems_hi", "seeds_lo", "seeds_hi", "rule")
+
+
 def build_claims(results: PathLike, published_path: PathLike, out_stem: PathLike, scale: str,
-                 display: Mapping[str, str], notes: Sequence[str] = (), **settings: Any) -> pd.DataFrame:
-    """Read the results folder, build the claims table and write ``{out_stem}.csv``, ``.md`` and ``.tex``."""
+                 display: Mapping[str, str], notes: Sequence[str] = (), figure_stem: PathLike | None = None,
+                 **settings: Any) -> pd.DataFrame:
+    """Read the results folder, build the claims table and write ``{out_stem}.csv``, ``.md`` and ``.tex`` (and the
+    margins figure at ``figure_stem``, when given)."""
     from esrepro.report.tables import load_published, write_table
 
     published = load_published(published_path)
-    df = claims_table(claim_rows(results, published, display, **settings), scale)
+    margins: list[dict[str, Any]] = []
+    df = claims_table(claim_rows(results, published, display, margins_out=margins, **settings), scale)
+    if figure_stem is not None:
+        margins_figure(pd.DataFrame(margins, columns=list(MARGIN_COLUMNS)), figure_stem, scale)
     counts = df["Verdict"].value_counts()
     rule_notes = [
         f"Scale: {scale} (the configuration's scale). Verdicts: {counts.get(HOLDS, 0)} hold, "

@@ -347,10 +347,11 @@ def stability_table(metrics: list[str], registry: str, out: str, note: list[str]
 
 # --- the papers' claims, tested by the run -----------------------------------------------------------------------
 def claims(results: str, published: str, registry: str, spec: dict, out: str, inputs: list[str] | None = None,
-           note: list[str] | None = None) -> None:
+           note: list[str] | None = None, figure: str | None = None) -> None:
     """The claims table: each claim of the papers, its evidence in the paper and in this run, an interval and a
     computed verdict (esrepro.report.claims). ``spec``: ``scale`` (the config's), and optionally ``task``, ``split``
-    (Table 1's), ``conciseness_task``, ``reward_cutoff``, ``hacking_margin``, ``essa_target``."""
+    (Table 1's), ``conciseness_task``, ``reward_cutoff``, ``hacking_margin``, ``essa_target``. ``figure``: the stem of
+    the margins figure (png, pdf, csv), when wanted."""
     from esrepro.provenance.manifest import now
     from esrepro.report.claims import build_claims
 
@@ -360,7 +361,8 @@ def claims(results: str, published: str, registry: str, spec: dict, out: str, in
     if "scale" not in spec:
         raise ValueError("claims: --spec needs 'scale' (the config's scale: paper, tiny or rehearsal)")
     display = {k: v["display"] for k, v in registry_entries(registry).items()}
-    build_claims(results, published, out, spec["scale"], display, notes=note or [], **settings)
-    report_manifest("claims", out, TABLE, started,
-                    inputs={**{p: p for p in inputs or []}, "published": published, "registry": registry},
-                    settings={**spec, "notes": note or []})
+    build_claims(results, published, out, spec["scale"], display, notes=note or [], figure_stem=figure, **settings)
+    ins = {**{p: p for p in inputs or []}, "published": published, "registry": registry}
+    report_manifest("claims", out, TABLE, started, inputs=ins, settings={**spec, "notes": note or []})
+    if figure:
+        report_manifest("claims_margins", figure, FIGURE, started, inputs=ins, settings={"scale": spec["scale"]})
