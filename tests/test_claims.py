@@ -228,8 +228,9 @@ def test_the_ro_crate_names_the_claims_table_as_its_headline(tmp_path):
     from esrepro.provenance.rocrate import export_crate
 
     root = tmp_path / "repo"
-    for rel, text in {"Snakefile": "rule all:\n", "config/config.yaml": "models: [tiny]\n",
-                      "results/tables/t.csv": "a\n1\n", "results/tables/claims.csv": "Claim,Verdict\nx,holds\n"}.items():
+    files = {"Snakefile": "rule all:\n", "config/config.yaml": "models: [tiny]\n", "results/tables/t.csv": "a\n1\n",
+             "results/tables/claims.csv": "Claim,Verdict\nx,holds\n"}
+    for rel, text in files.items():
         write_text(root / rel, text)
     outputs = ["results/tables/t.csv", "results/tables/claims.csv"]
     path = export_crate(tmp_path / "crate", ["Snakefile"], ["config/config.yaml"], [], outputs, [], root=root,

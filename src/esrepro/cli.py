@@ -104,7 +104,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "figure": ("--figure", dict(default=None, help="also draw the margins figure at this path stem (png, pdf, csv)")),
     "headline": ("--headline", dict(default=None, help="the run's headline result, one of --outputs (the claims "
                                                    "table)")),
-    "results": ("--results", dict(default="results", help="the results folder the table reads (eval/, kl/, runs/, figures/)")),
+    "results": ("--results", dict(default="results",
+                                  help="the results folder the table reads (eval/, kl/, runs/, figures/)")),
     "root": ("--root", dict(default=".", help="the pipeline's working directory")),
     "golden": ("golden", dict(help="the golden tree (a checkout's data/ and results/ with their manifests)")),
     # ESSA

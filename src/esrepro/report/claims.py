@@ -160,7 +160,8 @@ def table1_claims(evals: Evals, published: Mapping[str, Any], display: Mapping[s
     for m in models:
         out, text = compare(evals, [(task, split)], m, "es", m, "base", f"ES - Original on {name(m)}")
         cases.append((name(m), out))
-        ours.append(f"{name(m)}: {_fmt(evals.mean(task, split, m, 'base'))} -> {_fmt(evals.mean(task, split, m, 'es'))}")
+        ours.append(f"{name(m)}: {_fmt(evals.mean(task, split, m, 'base'))} -> "
+                    f"{_fmt(evals.mean(task, split, m, 'es'))}")
         unc.append(f"{name(m)}: {text}" if text else "")
     paper_text = "; ".join(f"{name(m)} {v.get('base')} -> {v.get('es')}" for m, v in paper.items()
                            if v.get("base") is not None and v.get("es") is not None)
@@ -308,7 +309,8 @@ def conciseness_claims(runs: pd.DataFrame, published: Mapping[str, Any], reward_
     rows.append(_row("ES's reward-KL Pareto front dominates GRPO's", "ES v2 Sec. 4.2, Figs. 1 and 4b",
                      f"Table 2 rows (mean over 4 seeds): {p_text} ({p_out.verdict} by the same rule)" if p_text
                      else "not in published.yaml",
-                     ours, "means over seeds of each checkpoint's estimates (reward: sampled responses; KL k3); no interval",
+                     ours,
+                     "means over seeds of each checkpoint's estimates (reward: sampled responses; KL k3); no interval",
                      outcome))
     # Reward hacking
     paper_text = ("hacked (marked *): " + ", ".join(f"GRPO beta {r['beta']:g}" for r in prow

@@ -63,8 +63,8 @@ def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push:
 
 
 def main_audit(target: str = "results/tables/claims.csv", root: str = ".") -> int:
-    """Print the audit chain of ``target`` (default: the claims table, the run's headline); 0 when every file matches, 1 on
-    a change or loss, 2 on error."""
+    """Print the audit chain of ``target`` (default: the claims table, the run's headline); 0 when every file
+    matches, 1 on a change or loss, 2 on error."""
     from esrepro.provenance.audit import AuditError, audit
 
     try:
