@@ -275,3 +275,48 @@ def test_golden_keeps_the_claims_table_and_the_readme_shows_it(tmp_path, monkeyp
     block = readme_results(tmp_path / "golden")
     assert "| ES improves every base model | ES v2 Table 1, Sec. 4.1 |" in block
     assert block.count("| not testable |") == len(df)
+
+
+def test_measured_seconds_stay_in_their_own_column(tmp_path):
+    """ESSA's wall-clock claim: GRPO faster than ESSA does not hold at the paper's scale; below it, the seconds and the
+    rule's outcome on them stay in the seconds column, so the rest of the table is the same whatever the times."""
+    from esrepro.provenance.golden import _rows
+
+    claim = "ESSA reaches the target accuracy sooner than GRPO (wall clock)"
+    slow, fast = paper_fixture(tmp_path / "slow"), paper_fixture(tmp_path / "fast")
+    grpo_log = fast / "runs/gsm8k/qwen2.5-math-7b/essa_grpo/seed0/log.jsonl"
+    grpo_log.write_text("".join(json.dumps({"iteration": i, "elapsed_seconds": t, "val_reward": v}) + "\n"
+                                 for i, (t, v) in enumerate([(300.0, 0.70), (900.0, 0.81)])))
+    paper = _table(fast).set_index("Claim")
+    assert paper.loc[claim, "Verdict"] == V.FAILS and "GRPO 900 s" in paper.loc[claim, "Reason"]
+    tables = {}
+    for name, root in (("slow", slow), ("fast", fast)):
+        _table(root, scale="tiny").to_csv(tmp_path / f"{name}.csv", index=False)
+        tables[name] = pd.read_csv(tmp_path / f"{name}.csv").set_index("Claim")
+    assert "holds" in tables["slow"].loc[claim, "This run, wall seconds"]
+    assert "does not hold" in tables["fast"].loc[claim, "This run, wall seconds"]
+    assert _rows(tmp_path / "slow.csv") == _rows(tmp_path / "fast.csv")  # what `esrepro compare` compares
+
+
+@pytest.mark.parametrize("config, scale", [("config.yaml", "tiny"), ("paper.yaml", "paper")])
+def test_the_rule_reads_what_the_table_needs(config, scale):
+    """The claims rule's inputs (esrepro.plan.Plan.claims_inputs) and settings (esrepro.specs.claims_spec) for the
+    default and the paper's configuration: every evaluation with its per-problem responses, the conciseness study,
+    the sample curves, the ESSA runs; and the config's scale."""
+    from esrepro.config import load_pipeline, read_config
+    from esrepro.plan import Plan
+    from esrepro.specs import claims_spec
+
+    pipeline = load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
+    plan = Plan(pipeline)
+    inputs = plan.claims_inputs()
+    spec = claims_spec(pipeline)
+    assert spec["scale"] == scale and spec["task"] == "countdown" and spec["essa_target"] is not None
+    assert spec["reward_cutoff"] == pipeline.studies()["conciseness"].reward_cutoff
+    metrics = [p for p in inputs if p.endswith("/metrics.json")]
+    assert set(plan.eval_metrics()) <= set(metrics)
+    assert all(p.replace("metrics.json", "responses.jsonl") in inputs for p in metrics)
+    assert set(plan.conciseness_kl()) <= set(inputs)
+    assert "results/figures/sample_curves_countdown.csv" in inputs
+    assert any(p.endswith("/essa_ref/seed0/log.jsonl") for p in inputs)
+    assert "results/tables/claims.csv" in plan.table_targets()

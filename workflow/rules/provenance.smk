@@ -84,7 +84,7 @@ rule ro_crate:
     params:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         manifests=PLAN.manifests(),
-        headline=f"{R.CLAIMS}.csv",
+        headline=lambda w: f"{R.CLAIMS}.csv",
     localrule: True
     conda:
         ENV

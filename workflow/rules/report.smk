@@ -503,31 +503,10 @@ rule stability_table:
 
 
 # --- the papers' claims, tested by this run (the headline of `esrepro audit` and the RO-Crate) -----------------------
-def claims_inputs():
-    """What the claims table reads: every evaluation (metrics and per-problem responses), the conciseness study's
-    KL and samples, Table 1's task's sample curves and ES training logs, the ESSA study's runs."""
-    metrics = list(dict.fromkeys(PLAN.eval_metrics() + PLAN.essa_eval_metrics()))
-    out = metrics + [p.replace("metrics.json", "responses.jsonl") for p in metrics]
-    out += CONCISENESS_KL + [p.replace("kl.json", "samples.jsonl") for p in CONCISENESS_KL]
-    if T1.task in EXTRAS.curve_tasks():
-        out.append(f"{P.fill(R.SAMPLE_CURVES, task=T1.task)}.csv")
-    out += PLAN.curve_logs(T1.task, "es")
-    out += [f"{r}/{name}" for r in ESSA_INPUTS["runs"] for name in (P.TRAIN_LOG, P.MANIFEST)]
-    return out
-
-
-def claims_spec():
-    conciseness = PIPELINE.studies().get("conciseness")
-    return {"scale": CFG.scale, "task": T1.task, "split": T1.split,
-            "conciseness_task": conciseness.task if conciseness is not None else "conciseness",
-            "reward_cutoff": conciseness.reward_cutoff if conciseness is not None else None,
-            "hacking_margin": conciseness.hacking_margin if conciseness is not None else 0.2,
-            "essa_target": ESSA.target_accuracy if ESSA is not None else None}
-
 
 rule claims:
     input:
-        results=claims_inputs(),
+        results=PLAN.claims_inputs(),
         published=CFG.published,
         registry=CFG.registry,
     output:
@@ -538,10 +517,10 @@ rule claims:
                labels={"figure": "the claims' margins", "format": "png"}),
         multiext(R.CLAIMS_FIGURE, ".pdf", ".csv", ".manifest.json"),
     params:
-        results=R.under("results"),
-        spec=specs.as_json(claims_spec()),
+        results=lambda w: R.under("results"),
+        spec=specs.as_json(specs.claims_spec(PIPELINE)),
         out=stem_of,
-        figure=R.CLAIMS_FIGURE,
+        figure=lambda w, output: os.path.splitext(output[4])[0],
     localrule: True
     conda:
         ENV
