@@ -218,6 +218,8 @@ def test_the_step_writes_the_table_and_its_manifest(tmp_path):
     df = pd.read_csv(f"{out}.csv")
     assert list(df.columns)[:2] == ["Claim", "Where"] and set(df["Verdict"]) <= set(V.VERDICTS)
     assert "holds" in Path(f"{out}.md").read_text()
+    tex = Path(f"{out}.tex").read_text()
+    assert "\\begin{longtable}" in tex and "Qwen2.5-3B-Instruct" in tex
     with pytest.raises(ValueError, match="scale"):
         claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), {}, str(out))
 

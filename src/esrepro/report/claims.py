@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from esrepro.io import read_json, read_jsonl
+from esrepro.io import read_json, read_jsonl, write_text
 from esrepro.report import verdicts as V
 from esrepro.report.verdicts import FAILS, HOLDS, UNTESTABLE, Outcome
 
@@ -747,5 +747,30 @@ def build_claims(results: PathLike, published_path: PathLike, out_stem: PathLike
     move = movement_note(results, settings.get("task", "countdown"), settings.get("split", "test"))
     if move:
         rule_notes.append(move)
-    write_table(df, out_stem, "The papers' claims, tested by this run", [*rule_notes, *notes])
+    caption = "The papers' claims, tested by this run"
+    write_table(df, out_stem, caption, [*rule_notes, *notes])
+    write_text(Path(f"{out_stem}.tex"), claims_latex(df, caption, [*rule_notes, *notes]))
     return df
+
+
+#: The LaTeX table's columns and their widths (the CSV and Markdown have every column).
+LATEX_COLUMNS = {"Claim": "3.2cm", "Where": "2.2cm", "Paper": "3.4cm", "This run": "3.4cm",
+                 "Rule on this run": "1.6cm", "Verdict": "1.6cm", "Reason": "5.2cm"}
+
+
+def claims_latex(df: pd.DataFrame, caption: str, notes: Sequence[str] = ()) -> str:
+    """The claims table as a LaTeX ``longtable`` of wrapped paragraph columns (:data:`LATEX_COLUMNS`; the interval
+    text is in the Markdown and CSV), small type, landscape-width."""
+    from esrepro.report.tables import latex_escape
+
+    cols = [c for c in LATEX_COLUMNS if c in df.columns]
+    spec = "".join(f"p{{{LATEX_COLUMNS[c]}}}" for c in cols)
+    head = " & ".join(rf"\textbf{{{latex_escape(c)}}}" for c in cols) + r" \\"
+    lines = [r"{\footnotesize", rf"\begin{{longtable}}{{{spec}}}", rf"\caption{{{latex_escape(caption)}}}\\",
+             r"\toprule", head, r"\midrule", r"\endhead"]
+    for _, row in df.iterrows():
+        lines.append(" & ".join(latex_escape("" if pd.isna(row[c]) else row[c]) for c in cols) + r" \\")
+    lines += [r"\bottomrule", r"\end{longtable}"]
+    lines += [latex_escape(n) + r"\par" for n in notes]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
