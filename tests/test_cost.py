@@ -71,10 +71,10 @@ def test_outputs_are_written(tmp_path, capsys):
     assert main(["cost", "config/paper.yaml", "--csv", str(tmp_path / "c.csv"),
                  "--markdown", str(tmp_path / "out" / "c.md")]) == 0
     printed = capsys.readouterr().out
-    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 755 |" in printed
+    assert (tmp_path / "out" / "c.md").read_text() == printed and "| Total | 756 |" in printed
     assert "290 minutes on 8 GPUs" in printed
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
-    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 755
+    assert rows[-1]["group"] == TOTAL and int(rows[-1]["jobs"]) == 756
 
 
 def test_a_bad_path_is_one_clear_error(tmp_path, capsys):

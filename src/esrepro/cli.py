@@ -101,6 +101,11 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "push": ("--push", dict(action="store_true", help="dvc push to the default remote afterwards")),
     "remote": ("--remote", dict(default=None, help="dvc push to this remote afterwards")),
     "target": ("target", dict(help="a table, figure or any recorded output")),
+    "figure": ("--figure", dict(default=None, help="also draw the margins figure at this path stem (png, pdf, csv)")),
+    "headline": ("--headline", dict(default=None, help="the run's headline result, one of --outputs (the claims "
+                                                   "table)")),
+    "results": ("--results", dict(default="results",
+                                  help="the results folder the table reads (eval/, kl/, runs/, figures/)")),
     "root": ("--root", dict(default=".", help="the pipeline's working directory")),
     "golden": ("golden", dict(help="the golden tree (a checkout's data/ and results/ with their manifests)")),
     # ESSA
@@ -141,6 +146,13 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("plan-check", "markdown_out"): dict(action="store", default=None, metavar="PATH",
                                          help="also write the table of predicted peaks as Markdown to PATH"),
     ("eval-summary", "out"): dict(help="the summary JSON to write"),
+    ("claims", "out"): dict(help=OUT_STEM),
+    ("claims", "spec"): dict(help="scale (the config's), task, split, conciseness_task, reward_cutoff, hacking_margin, "
+                             "essa_target as JSON"),
+    ("claims", "inputs"): dict(help="the files the table reads (recorded in its manifest)"),
+    ("audit", "target"): dict(nargs="?", default="results/tables/claims.csv",
+                              help="a table, figure or any recorded output (default: the claims table, the run's "
+                              "headline)"),
     ("ro-crate", "out"): dict(help="crate folder (replaced)"),
     ("dvc-record", "out"): dict(help="JSON summary of what was recorded"),
     **{(v, "out"): dict(help=OUT_STEM) for v in ("gains", "sample-curves", "param-shift", "lr-sweep",
@@ -201,6 +213,7 @@ VERBS: dict[str, Verb] = {
     "report-notebook": Verb("esrepro.steps.report:main_report_notebook", "execute the analysis notebook"),
     "ro-crate": Verb("esrepro.steps.provenance:main_ro_crate", "write a Workflow Run RO-Crate of the run"),
     "dvc-record": Verb("esrepro.steps.provenance:main_dvc_record", "dvc add data and checkpoints (optionally push)"),
+    "claims": Verb("esrepro.steps.report:claims", "the papers' claims tested by the run: evidence, interval, verdict"),
     "audit": Verb("esrepro.steps.provenance:main_audit", "walk a result back to its data, model, config and code"),
     "golden": Verb("esrepro.steps.provenance:main_golden",
                    "write this tree's manifests and small outputs as a golden tree (for esrepro compare)"),

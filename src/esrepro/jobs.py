@@ -137,7 +137,7 @@ def _reports(plan: Plan) -> list[Job]:
     out += [Job("sample_curves", TABLE1, {"task": t}) for t in ex.curve_tasks()]
     out += [Job("param_shift_figure", SHIFTS, {"task": t}) for t in ex.shift_tasks()]
     out += [Job("essa_report", ESSA_REFERENCE)] if plan.essa_targets() else []
-    return out + [Job(rule, SHARED) for rule in ("eval_summary", "report_notebook", "ro_crate", "all")]
+    return out + [Job(rule, SHARED) for rule in ("claims", "eval_summary", "report_notebook", "ro_crate", "all")]
 
 
 def plan_jobs(p: Pipeline) -> list[Job]:

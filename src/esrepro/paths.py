@@ -78,6 +78,8 @@ MATH_TABLE = f"{TABLES}/math"  # the v2 math table beside the published RL basel
 MATH_FIGURE = f"{FIGURES}/math_fig2"  # v2 Figure 2: base, RL and ES checkpoints per math benchmark
 PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Original vs ES
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
+CLAIMS = f"{TABLES}/claims"  # the papers' claims tested by the run: evidence, interval, verdict (the headline)
+CLAIMS_FIGURE = f"{FIGURES}/claims_margins"  # the claims' margins with their intervals
 
 
 # --- workspaces -------------------------------------------------------------------------------------------------

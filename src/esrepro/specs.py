@@ -71,3 +71,16 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
     return {"target_accuracy": study.target_accuracy if study else None, "task": study.task if study else None,
             "scaling": {"task": scaling.task, "near_optimal": scaling.near_optimal} if scaling else None,
             "sweeps": sweeps, "stems": stems}
+
+
+def claims_spec(p: Pipeline) -> dict[str, Any]:
+    """The claims table's settings: the config's scale, Table 1's task and split, the conciseness study's task,
+    reward cut-off and hacking margin, the ESSA study's target accuracy (None where a study is not configured)."""
+    t1 = p.cfg.report.table1
+    conciseness = p.studies().get("conciseness")
+    essa = p.essa_study()
+    return {"scale": p.cfg.scale, "task": t1.task, "split": t1.split,
+            "conciseness_task": conciseness.task if conciseness is not None else "conciseness",
+            "reward_cutoff": conciseness.reward_cutoff if conciseness is not None else None,
+            "hacking_margin": conciseness.hacking_margin if conciseness is not None else 0.2,
+            "essa_target": essa.target_accuracy if essa is not None else None}

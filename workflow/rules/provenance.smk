@@ -84,6 +84,7 @@ rule ro_crate:
     params:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         manifests=PLAN.manifests(),
+        headline=lambda w: f"{R.CLAIMS}.csv",
     localrule: True
     conda:
         ENV
@@ -92,7 +93,7 @@ rule ro_crate:
     shell:
         "esrepro ro-crate --out {params.out} --workflow {input.workflow:q} --config-files {input.config_files:q} "
         "--inputs {input.datasets:q} {input.models:q} --outputs {input.runs:q} {input.results:q} "
-        "--manifests {params.manifests:q} > {log} 2>&1"
+        "--manifests {params.manifests:q} --headline {params.headline} > {log} 2>&1"
 
 
 rule dvc_record:

@@ -500,3 +500,32 @@ rule stability_table:
     shell:
         "esrepro stability-table --metrics {input.metrics:q} --registry {input.registry} {params.notes} "
         "--out {params.out} > {log} 2>&1"
+
+
+# --- the papers' claims, tested by this run (the headline of `esrepro audit` and the RO-Crate) -----------------------
+
+rule claims:
+    input:
+        results=PLAN.claims_inputs(),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        report(f"{R.CLAIMS}.csv", caption="../report/claims.rst", category="Tables",
+               labels={"table": "the papers' claims", "format": "csv"}),
+        multiext(R.CLAIMS, ".md", ".tex", ".manifest.json"),
+        report(f"{R.CLAIMS_FIGURE}.png", caption="../report/claims_margins.rst", category="Figures",
+               labels={"figure": "the claims' margins", "format": "png"}),
+        multiext(R.CLAIMS_FIGURE, ".pdf", ".csv", ".manifest.json"),
+    params:
+        results=lambda w: R.under("results"),
+        spec=specs.as_json(specs.claims_spec(PIPELINE)),
+        out=stem_of,
+        figure=lambda w, output: os.path.splitext(output[4])[0],
+    localrule: True
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/report/claims.log",
+    shell:
+        "esrepro claims --results {params.results} --published {input.published} --registry {input.registry} "
+        "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} --figure {params.figure} > {log} 2>&1"

@@ -95,7 +95,7 @@ def _manifest_index(manifests: Iterable[str], root: Path) -> tuple[dict[str, str
     return hashes, starts, ends
 
 
-def _readme(main: str, config_files: list[str], manifests: list[str]) -> str:
+def _readme(main: str, config_files: list[str], manifests: list[str], headline: str | None = None) -> str:
     return "\n".join([
         "# esrepro: a pipeline run as a Workflow Run RO-Crate",
         "",
@@ -105,6 +105,8 @@ def _readme(main: str, config_files: list[str], manifests: list[str]) -> str:
         f"- Workflow: `{main}` (the main workflow) and the rule files, schemas and environment it includes.",
         "- Settings: " + ", ".join(f"`{c}`" for c in config_files) + ".",
         "- The run (`#run`): its `object` (configuration, datasets) and `result` (tables, figures, reports).",
+        *([f"- The headline: `{headline}`, the papers' claims tested by this run, each with its evidence and a "
+           "computed verdict."] if headline else []),
         f"- {len(manifests)} step manifests: each step's inputs and outputs with sha256, settings, git commit,",
         "  package versions, host and times.",
         "",
@@ -163,11 +165,12 @@ class _Builder:
 def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: list[str], inputs: list[str],
                  outputs: list[str], manifests: list[str], *, root: PathLike = ".",
                  copy_max_bytes: int = 20_000_000, name: str | None = None,
-                 description: str | None = None) -> Path:
+                 description: str | None = None, headline: str | None = None) -> Path:
     """Write a Workflow Run RO-Crate into ``out_dir``; return the path of its metadata file.
 
     ``workflow_files[0]`` is the main workflow (the Snakefile); all paths are relative to
-    ``root`` (the repository). ``out_dir`` is replaced atomically. The output is
+    ``root`` (the repository). ``headline`` (one of ``outputs``, the claims table) is the run's headline: the first of
+    the run's results, described as such, and the crate's ``about``. ``out_dir`` is replaced atomically. The output is
     deterministic: no wall-clock time is read (the run's times come from the manifests).
     """
     from rocrate.model.contextentity import ContextEntity
@@ -212,6 +215,13 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
 
     configs = [b.add(p, {"description": "configuration file"}) for p in config_files]
     objects = configs + [b.add(p) for p in inputs]
+    if headline is not None:
+        if headline not in outputs:
+            raise ValueError(f"export_crate: the headline {headline} is not one of the outputs")
+        outputs = [headline, *[p for p in outputs if p != headline]]
+        b.add(headline, {"description": "The headline: each claim of the papers, the paper's evidence and this "
+                                        "run's, an interval and a verdict computed by a stated rule "
+                                        "(holds, does not hold, not testable)"})
     results = [b.add(p) for p in outputs]
 
     action_props: dict[str, Any] = {
@@ -226,6 +236,8 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
         action_props["endTime"] = max(ends)
     action = crate.add_action(workflow, identifier=RUN_ID, object=objects, result=results, properties=action_props)
     crate.root_dataset["mentions"] = action
+    if headline is not None:
+        crate.root_dataset["about"] = results[0]
     for m in manifests:
         b.add(m, {"about": action, "description": "esrepro step manifest: inputs' and outputs' sha256, settings, "
                                                    "git commit, package versions, host, start and end times",
@@ -237,7 +249,7 @@ def export_crate(out_dir: PathLike, workflow_files: list[str], config_files: lis
         entity = crate.get(profile) or crate.add(ContextEntity(crate, profile, properties={
             "@type": "CreativeWork", "name": label, "version": version}))
         crate.root_dataset.append_to("conformsTo", entity)
-    readme = _readme(main_rel, config_files, manifests).encode()
+    readme = _readme(main_rel, config_files, manifests, headline).encode()
     crate.add_file(io.BytesIO(readme), dest_path="README.md", properties={
         "about": crate.root_dataset, "encodingFormat": "text/markdown", "name": "About this crate",
         "contentSize": str(len(readme))})

@@ -9,12 +9,14 @@ from typing import Any
 
 
 def main_ro_crate(out: str, workflow: list[str], config_files: list[str], inputs: list[str],
-                  outputs: list[str], manifests: list[str], copy_max_bytes: int = 20_000_000) -> Path:
-    """Write a Workflow Run RO-Crate of the run into ``out``; print a summary."""
+                  outputs: list[str], manifests: list[str], copy_max_bytes: int = 20_000_000,
+                  headline: str | None = None) -> Path:
+    """Write a Workflow Run RO-Crate of the run into ``out``; print a summary. ``headline``: the run's headline
+    result (the claims table), which the crate's root names as its main result."""
     from esrepro.provenance.rocrate import export_crate
 
     path = export_crate(out, workflow, config_files, inputs, outputs, manifests,
-                        copy_max_bytes=copy_max_bytes)
+                        copy_max_bytes=copy_max_bytes, headline=headline)
     graph = json.loads(path.read_text(encoding="utf-8"))["@graph"]
     copied = sum(1 for e in graph if "File" in e.get("@type", []) and not e["@id"].startswith("#"))
     print(f"{path}: {len(graph)} entities, {copied} files copied")
@@ -60,8 +62,9 @@ def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push:
     return summary
 
 
-def main_audit(target: str, root: str = ".") -> int:
-    """Print the audit chain of ``target``; 0 when every file matches, 1 on a change or loss, 2 on error."""
+def main_audit(target: str = "results/tables/claims.csv", root: str = ".") -> int:
+    """Print the audit chain of ``target`` (default: the claims table, the run's headline); 0 when every file
+    matches, 1 on a change or loss, 2 on error."""
     from esrepro.provenance.audit import AuditError, audit
 
     try:

@@ -343,3 +343,26 @@ def stability_table(metrics: list[str], registry: str, out: str, note: list[str]
 
     _table("stability_table", lambda entries, notes: build_stability_table(metrics, entries, out, notes=notes),
            metrics, registry, out, note)
+
+
+# --- the papers' claims, tested by the run -----------------------------------------------------------------------
+def claims(results: str, published: str, registry: str, spec: dict, out: str, inputs: list[str] | None = None,
+           note: list[str] | None = None, figure: str | None = None) -> None:
+    """The claims table: each claim of the papers, its evidence in the paper and in this run, an interval and a
+    computed verdict (esrepro.report.claims). ``spec``: ``scale`` (the config's), and optionally ``task``, ``split``
+    (Table 1's), ``conciseness_task``, ``reward_cutoff``, ``hacking_margin``, ``essa_target``. ``figure``: the stem of
+    the margins figure (png, pdf, csv), when wanted."""
+    from esrepro.provenance.manifest import now
+    from esrepro.report.claims import build_claims
+
+    started = now()
+    settings = {k: spec[k] for k in ("task", "split", "conciseness_task", "reward_cutoff", "hacking_margin",
+                                     "essa_target") if k in spec}
+    if "scale" not in spec:
+        raise ValueError("claims: --spec needs 'scale' (the config's scale: paper, tiny or rehearsal)")
+    display = {k: v["display"] for k, v in registry_entries(registry).items()}
+    build_claims(results, published, out, spec["scale"], display, notes=note or [], figure_stem=figure, **settings)
+    ins = {**{p: p for p in inputs or []}, "published": published, "registry": registry}
+    report_manifest("claims", out, TABLE, started, inputs=ins, settings={**spec, "notes": note or []})
+    if figure:
+        report_manifest("claims_margins", figure, FIGURE, started, inputs=ins, settings={"scale": spec["scale"]})

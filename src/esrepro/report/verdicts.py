@@ -1,0 +1,189 @@
+"""The rules that turn evidence into a verdict on a paper's claim, and the intervals they read.
+
+A verdict is one of :data:`HOLDS`, :data:`FAILS` ("does not hold") or :data:`UNTESTABLE` ("not testable"), always
+with a reason. The rules, in the order :mod:`esrepro.report.claims` applies them:
+
+1. **Not testable** when the evidence is not there: a method or model the claim compares was not run or not
+   evaluated, a spread is asked for with fewer than two seeds, a sweep has fewer values than the claim needs.
+2. **Margins** (``A beats B``, ``A improves on B``): the margin is A's accuracy minus B's, in points. Its 95%
+   interval is a paired percentile bootstrap over the test problems (:func:`bootstrap_margin`: each problem's
+   correctness averaged over the method's seeds, problems resampled with replacement, 2,000 resamples, a fixed
+   generator seed, so the table is reproducible); where both methods have two or more seeds, also a Welch
+   t interval over seeds (:func:`seed_interval`). The claim **holds** when the lower end of every interval is above
+   0, and **does not hold** otherwise (A below B, or the interval reaches 0: the run does not show the margin).
+3. **Ratios of spreads** (``A varies less than B``): the ratio of B's standard deviation over seeds to A's, with
+   the 95% interval of a ratio of two normal standard deviations (:func:`std_ratio_interval`, F distribution);
+   **holds** when its lower end is above 1.
+4. **Orders and thresholds** without a sampling model (Pareto dominance, time to a target, sweeps): the rule is
+   stated with the claim (:mod:`esrepro.report.claims`) and applied to the point estimates.
+5. **Scale**: a verdict on a paper's claim needs the paper's scale, which the configuration states (its
+   ``scale`` field: ``paper``, ``tiny`` or ``rehearsal``). At any other scale the verdict is "not testable" and the
+   rule's outcome on the run's own numbers is kept beside it (:func:`gate`): a 1M-parameter model on generated data,
+   or a random-weight replica, does not test a claim about 0.5B-32B models on the papers' data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+HOLDS = "holds"
+FAILS = "does not hold"
+UNTESTABLE = "not testable"
+VERDICTS = (HOLDS, FAILS, UNTESTABLE)
+
+#: Resamples and generator seed of every bootstrap (fixed: the same results give the same table).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+LEVEL = 0.95
+
+#: Two-sided 97.5% quantiles of Student's t for 1-30 degrees of freedom (beyond: the normal's 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+#: Why a paper's claim is not tested at a scale other than the paper's (the configuration's ``scale``).
+SCALE_REASONS = {
+    "tiny": "tiny scale: ~1M-parameter models built locally and generated or embedded data, not the papers' "
+            "0.5B-32B models and data",
+    "rehearsal": "rehearsal: random-weight replicas of the papers' models on labelled stand-in data",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A rule's verdict on some evidence, with the reason in words."""
+
+    verdict: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its interval, with the method in words."""
+
+    estimate: float
+    lo: float
+    hi: float
+    method: str
+
+    def text(self, digits: int = 1) -> str:
+        return f"{self.estimate:+.{digits}f} [{self.lo:+.{digits}f}, {self.hi:+.{digits}f}]"
+
+
+def untestable(reason: str) -> Outcome:
+    return Outcome(UNTESTABLE, reason)
+
+
+def t_quantile(df: float) -> float:
+    """Student's t 97.5% quantile for ``df`` degrees of freedom (rounded down to an integer; 1.96 beyond 30)."""
+    d = int(math.floor(df))
+    if d < 1:
+        raise ValueError(f"t_quantile: degrees of freedom must be >= 1, got {df}")
+    return _T975[d - 1] if d <= len(_T975) else 1.96
+
+
+def bootstrap_margin(strata: Sequence[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
+                     seed: int = BOOTSTRAP_SEED) -> Interval:
+    """Paired percentile bootstrap of a margin in points: ``strata`` are arrays of per-problem differences (A's
+    correctness minus B's on the same problem, each a fraction in [-1, 1]), one array per test set; the margin is the
+    mean over test sets of each set's mean difference, x 100. Each set's problems are resampled on their own."""
+    arrays = [np.asarray(s, dtype=float) for s in strata]
+    if not arrays or any(a.size == 0 for a in arrays):
+        raise ValueError("bootstrap_margin: every test set needs at least one paired problem")
+    rng = np.random.default_rng(seed)
+    means = np.zeros(resamples)
+    for a in arrays:
+        idx = rng.integers(0, a.size, size=(resamples, a.size))
+        means += a[idx].mean(axis=1)
+    means *= 100.0 / len(arrays)
+    estimate = 100.0 * float(np.mean([a.mean() for a in arrays]))
+    lo, hi = np.quantile(means, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    n = sum(a.size for a in arrays)
+    return Interval(estimate, float(lo), float(hi),
+                    f"paired bootstrap over {n} test problems ({resamples} resamples), 95% percentile interval")
+
+
+def seed_interval(a: Sequence[float], b: Sequence[float]) -> Interval | None:
+    """Welch's 95% t interval of mean(a) - mean(b) over seeds (values in points); None when either has < 2 seeds."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size < 2 or b.size < 2:
+        return None
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    diff = float(a.mean() - b.mean())
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Interval(diff, diff, diff, f"Welch t over seeds ({a.size} and {b.size}): no spread")
+    df = (va + vb) ** 2 / ((va ** 2 / (a.size - 1)) + (vb ** 2 / (b.size - 1)))
+    half = t_quantile(df) * se
+    return Interval(diff, diff - half, diff + half, f"Welch t over seeds ({a.size} and {b.size}), 95%")
+
+
+def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None) -> Outcome:
+    """Rule 2: holds when the lower end of the bootstrap interval (and of the seed interval, where there is one) is
+    above 0. ``label`` names the comparison in the reason (e.g. ``"ES - GRPO-v on Qwen2.5-3B"``)."""
+    parts = [f"{label}: {boot.text()} (problems)"]
+    if seeds is not None:
+        parts.append(f"{seeds.text()} (seeds)")
+    lows = [boot.lo] + ([seeds.lo] if seeds is not None else [])
+    if all(lo > 0 for lo in lows):
+        return Outcome(HOLDS, "; ".join(parts) + ": above 0")
+    why = "below 0" if boot.estimate < 0 else "the interval reaches 0"
+    return Outcome(FAILS, "; ".join(parts) + f": {why}")
+
+
+def combine(outcomes: Sequence[tuple[str, Outcome]]) -> Outcome:
+    """A claim over several cases (models, baselines): not testable when no case is, does not hold when any
+    testable case does not (naming each), else holds (naming the untestable cases left out)."""
+    tested = [(k, o) for k, o in outcomes if o.verdict != UNTESTABLE]
+    skipped = [k for k, o in outcomes if o.verdict == UNTESTABLE]
+    if not tested:
+        return untestable("; ".join(f"{k}: {o.reason}" for k, o in outcomes) or "no case to test")
+    failed = [(k, o) for k, o in tested if o.verdict == FAILS]
+    tail = f" (not testable: {', '.join(skipped)})" if skipped else ""
+    if failed:
+        return Outcome(FAILS, "does not hold for " + "; ".join(f"{k} ({o.reason})" for k, o in failed) + tail)
+    return Outcome(HOLDS, "holds for " + ", ".join(k for k, _ in tested) + tail)
+
+
+def _f_quantiles(df1: int, df2: int, draws: int = 400_000, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """2.5% and 97.5% quantiles of F(df1, df2), by simulation with a fixed generator (numpy has no F quantile)."""
+    rng = np.random.default_rng(seed)
+    f = (rng.chisquare(df1, draws) / df1) / (rng.chisquare(df2, draws) / df2)
+    lo, hi = np.quantile(f, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return float(lo), float(hi)
+
+
+def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int) -> Interval | None:
+    """95% interval of sigma_b / sigma_a from two sample standard deviations over ``n_b`` and ``n_a`` seeds (normal
+    samples: (s_b^2/s_a^2) / F has an F(n_b - 1, n_a - 1) law). None with fewer than 2 seeds or a zero std of A."""
+    if n_a < 2 or n_b < 2 or not std_a > 0 or math.isnan(std_b):
+        return None
+    ratio2 = (std_b / std_a) ** 2
+    f_lo, f_hi = _f_quantiles(n_b - 1, n_a - 1)
+    return Interval(std_b / std_a, math.sqrt(ratio2 / f_hi), math.sqrt(ratio2 / f_lo),
+                    f"F interval of a ratio of standard deviations ({n_b} and {n_a} seeds), 95%")
+
+
+def ratio_outcome(label: str, interval: Interval) -> Outcome:
+    """Rule 3: holds when the interval's lower end is above 1."""
+    text = f"{label}: {interval.estimate:.2f}x [{interval.lo:.2f}, {interval.hi:.2f}]"
+    if interval.lo > 1:
+        return Outcome(HOLDS, text + ": above 1")
+    return Outcome(FAILS, text + (": below 1" if interval.estimate < 1 else ": the interval reaches 1"))
+
+
+def gate(outcome: Outcome, scale: str) -> tuple[Outcome, str]:
+    """Rule 5: the verdict on the paper's claim at this ``scale``, and the rule's outcome on the run's numbers
+    (the measured column). At the paper's scale the two are the same."""
+    if scale == "paper" or outcome.verdict == UNTESTABLE:
+        return outcome, outcome.verdict
+    why = SCALE_REASONS.get(scale, f"scale {scale!r} is not the paper's")
+    return Outcome(UNTESTABLE, f"{why}; the rule on this run's numbers: {outcome.verdict} ({outcome.reason})"), \
+        outcome.verdict
