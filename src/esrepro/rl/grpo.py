@@ -116,9 +116,14 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         from esrepro.rl.grpo_parallel import fsdp_kwargs
 
         kw.update(fsdp_kwargs(fsdp_layers, kw.get("gradient_checkpointing", False)))
+    if settings.get("collective_timeout"):  # accelerate's process group waits this long in a collective
+        kw["ddp_timeout"] = int(settings["collective_timeout"])
     if resume:
-        kw.update(save_strategy="steps", save_steps=int(settings.get("resume_every", 50)), save_total_limit=None,
-                  save_only_model=False)
+        every = settings.get("resume_every", 50)
+        if every == "auto":
+            raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
+                             "(esrepro.resume_cost); a run given it directly needs a number of steps")
+        kw.update(save_strategy="steps", save_steps=int(every), save_total_limit=None, save_only_model=False)
     else:
         kw.update(save_strategy="no")
     kw.update(

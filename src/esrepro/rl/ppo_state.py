@@ -21,7 +21,7 @@ from esrepro.rl import ppo_parallel as par
 from esrepro.train.resume import has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"resume_every", "eval_every", "eval_limit", "eval_batch_size", "eval_max_new_tokens", "keep_every",
+NOT_IN_STATE = {"resume_every", "collective_timeout", "eval_every", "eval_limit", "eval_batch_size", "eval_max_new_tokens", "keep_every",
                 "sample_budget"}
 
 
@@ -36,7 +36,11 @@ class Progress:
 
 
 def key(cfg: Any, seed: int, world_size: int, dtype: str) -> dict:
-    """What a state must have been written with."""
+    """What a state must have been written with (an error when ``resume_every`` is still ``auto``: the plan resolves
+    it, esrepro.resume_cost)."""
+    if cfg.resume_every == "auto":
+        raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
+                         "(esrepro.resume_cost); a run given it directly needs a number of steps")
     return state_key(cfg, seed, NOT_IN_STATE, {"world_size": world_size, "dtype": dtype})
 
 
