@@ -148,13 +148,45 @@ def test_fsdp_wiring_shards_each_decoder_layer_and_gathers_the_full_state(tiny_m
     args = GRPOConfig(**{**kw, "use_cpu": True}).fsdp_plugin_args  # TrainingArguments' translation for accelerate
     assert args == {"fsdp_version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                     "transformer_cls_names_to_wrap": "Qwen2DecoderLayer", "cpu_ram_efficient_loading": False,
-                    "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True,
+                    "state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": True,
                     "reshard_after_forward": True}
     plugin = FullyShardedDataParallelPlugin(**args)
     assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
     assert fsdp_kwargs(layers, False)["fsdp_config"]["activation_checkpointing"] is False
     on_cpu = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=True, fsdp_layers=layers)
     assert "fsdp" not in on_cpu and cpu_overrides(settings)["sharding"] == "ddp"
+
+
+def test_fsdp_plugin_reduces_in_float32_and_saves_sharded(tiny_model_dir):
+    """The plugin the GRPO job's Trainer builds (TrainingArguments' fsdp_plugin_args, then AcceleratorState's
+    set_mixed_precision("bf16")) reduces gradients and returns outputs in float32, as PPO does; accelerate's own
+    policy, without ours, is bf16 throughout. Resume checkpoints are sharded (DCP, every process its shard)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from trl import GRPOConfig
+
+    from esrepro.rl.grpo_parallel import set_mixed_precision
+
+    layers = decoder_layer_classes(tiny_model_dir)
+    settings = {**GRPO, "sharding": "fsdp", "bf16": False}  # bf16 GRPOConfig refuses a CPU; the flag is passed below
+    kw = grpo_config_kwargs(settings, steps=1, seed=0, output_dir="/tmp/unused", on_cpu=False, fsdp_layers=layers)
+
+    def plugin(ours: bool) -> FullyShardedDataParallelPlugin:
+        cfg = GRPOConfig(**{**kw, "use_cpu": True})
+        if ours:
+            set_mixed_precision(cfg, True)
+        built = FullyShardedDataParallelPlugin(**cfg.fsdp_plugin_args)
+        built.set_mixed_precision("bf16")  # what accelerate's AcceleratorState does with mixed_precision="bf16"
+        return built
+
+    policy = plugin(True).mixed_precision_policy
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.bfloat16, torch.float32,
+                                                                              torch.float32)
+    theirs = plugin(False).mixed_precision_policy
+    assert (theirs.reduce_dtype, theirs.output_dtype) == (torch.bfloat16, torch.bfloat16)
+    assert "SHARDED_STATE_DICT" in str(plugin(True).state_dict_type)
+    cfg = GRPOConfig(**{**kw, "use_cpu": True})
+    set_mixed_precision(cfg, False)
+    assert "mixed_precision_policy" not in cfg.fsdp_plugin_args
 
 
 def test_vllm_colocate_settings_reach_trl_on_gpu_and_are_forced_off_on_cpu():

@@ -119,6 +119,36 @@ def test_two_processes_score_the_one_process_budget(tiny_model_dir, tmp_path, sh
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_processes_resume_bit_for_bit_from_shards_each_wrote(tiny_model_dir, tmp_path, sharding):
+    """At world size 2 the resume state is torch.distributed.checkpoint shards, each process writing its own
+    (FSDP2: its half of the masters and AdamW moments), and a run continued from it ends where an uninterrupted one
+    does."""
+    settings = {**BASE, "sharding": sharding, "resume_every": 1}
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nnodes", "1",
+                "--nproc-per-node", "2"]
+
+    def run(out: Path, steps: int, resume: Path | None) -> None:
+        subprocess.run([*torchrun, *_job(tiny_model_dir, out, settings, steps, resume)[1:]], env=_env(), check=True,
+                       timeout=300)
+
+    run(tmp_path / "whole", 3, None)
+    state = tmp_path / "run" / "resume"
+    run(tmp_path / "run", 2, state)  # stops after step 2 with its state written
+    shards = sorted(p.name for p in (state / "weights").glob("*.distcp"))
+    if sharding == "fsdp":
+        assert shards == ["__0_0.distcp", "__1_0.distcp"]
+        sizes = [(state / "weights" / n).stat().st_size for n in shards]
+        assert max(sizes) < 0.75 * sum(sizes)  # each holds about half, not a gathered whole
+    assert (state / "weights" / ".metadata").exists() and not list(state.glob("*.pt"))[1:]  # rng.pt only
+    run(tmp_path / "run", 3, state)
+    rows, weights, _ = _result(tmp_path / "run")
+    rows_w, weights_w, _ = _result(tmp_path / "whole")
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows == rows_w
+    assert weights.keys() == weights_w.keys() and all(torch.equal(weights[k], weights_w[k]) for k in weights)
+
+
+@pytest.mark.slow
 def test_a_sharded_actor_generates_in_step_and_evaluates_on_one_process(tiny_model_dir, tmp_path):
     """Under FSDP2 every forward gathers the shards of all processes: in a rollout, a process whose sequences all
     ended steps on while another's run; in the periodic evaluation, the main process generates alone from the

@@ -72,8 +72,12 @@ def split_batch(total: int, world_size: int, field: str) -> int:
     return total // world_size
 
 
-def init_process_group(device: str) -> None:
-    """Join the launcher's process group (NCCL on GPUs, gloo on CPUs); nothing to do for one process."""
+def init_process_group(device: str, timeout_s: float | None = None) -> None:
+    """Join the launcher's process group (NCCL on GPUs, gloo on CPUs); nothing to do for one process.
+    ``timeout_s``: how long a collective waits for every process before the job fails (None: torch's default, 10
+    minutes for NCCL); the plan sets it above the longest resume save (esrepro.resume_cost)."""
+    from datetime import timedelta
+
     import torch.distributed as dist
 
     w = world()
@@ -83,7 +87,9 @@ def init_process_group(device: str) -> None:
         import torch
 
         torch.cuda.set_device(w.local_rank)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=w.rank, world_size=w.world_size)
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=w.rank, world_size=w.world_size,
+                            timeout=timeout)
 
 
 def barrier() -> None:

@@ -83,7 +83,29 @@ class SettingsMixin:
             from esrepro.rehearsal.registry import rl_settings
 
             settings = rl_settings(self, model, task, method, settings)
+        if algo.rl and settings.resume_every == "auto":
+            settings = settings.model_copy(update=self._resume_auto(model, task, method, cell, settings))
         return settings
+
+    def _resume_auto(self, model: str, task: str, method: str, cell: str | None, settings: Any) -> dict:
+        """``resume_every`` and ``collective_timeout`` of an RL run with ``resume_every: auto``, from its resume state's
+        size and write time (:func:`esrepro.resume_cost.resume_cost`, whose arithmetic reads the settings with
+        ``auto`` unresolved); an explicit ``collective_timeout`` is kept."""
+        key = (model, task, method, cell)
+        memo = self.__dict__.setdefault("_resume_memo", {})
+        if key not in memo:
+            from esrepro.resume_cost import resume_cost
+
+            busy = self.__dict__.setdefault("_resume_busy", set())
+            if key in busy:  # asked by resume_cost itself: the settings as layered
+                return {}
+            busy.add(key)
+            try:
+                memo[key] = resume_cost(self, task, model, method, cell)
+            finally:
+                busy.discard(key)
+        c = memo[key]
+        return {"resume_every": c.interval, "collective_timeout": settings.collective_timeout or c.timeout_s}
 
     def _es_budget(self, model: str, task: str, method: str, settings: Any) -> int:
         found = self.study_method(task, method)

@@ -19,7 +19,11 @@ data parallel whatever plugin it is given).
 
 Under a distributed launcher (one process per GPU) the settings' batch is the job's total per
 optimiser step, shared by the processes (esrepro.rl.grpo_parallel); ``sharding: fsdp`` shards
-the policy through accelerate's FSDP2. With ``resume_dir`` the run writes TRL's checkpoints there
+the policy through accelerate's FSDP2. There bf16 also sets FSDP2's mixed-precision policy, under
+accelerate's autocast: each unit's parameters are gathered in bf16 for the passes, gradients are reduced in
+float32 into the float32 master shards, and outputs (the logits of the log-probabilities) are
+float32 (esrepro.rl.grpo_parallel.set_mixed_precision; accelerate's own policy would reduce and
+return in bf16). With ``resume_dir`` the run writes TRL's checkpoints there
 every ``resume_every`` steps and a restarted run continues from the last one (esrepro.rl.trl_resume).
 
 The policy is either every weight of the checkpoint in ``model_dir`` (TRL loads it from
@@ -112,9 +116,14 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         from esrepro.rl.grpo_parallel import fsdp_kwargs
 
         kw.update(fsdp_kwargs(fsdp_layers, kw.get("gradient_checkpointing", False)))
+    if settings.get("collective_timeout"):  # accelerate's process group waits this long in a collective
+        kw["ddp_timeout"] = int(settings["collective_timeout"])
     if resume:
-        kw.update(save_strategy="steps", save_steps=int(settings.get("resume_every", 50)), save_total_limit=None,
-                  save_only_model=False)
+        every = settings.get("resume_every", 50)
+        if every == "auto":
+            raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
+                             "(esrepro.resume_cost); a run given it directly needs a number of steps")
+        kw.update(save_strategy="steps", save_steps=int(every), save_total_limit=None, save_only_model=False)
     else:
         kw.update(save_strategy="no")
     kw.update(
@@ -361,6 +370,10 @@ def train_grpo(
                                               world_size=here.world_size, fsdp_layers=fsdp_layers,
                                               resume=resume_dir is not None, prompt_tokens=prompt_tokens),
                          model_init_kwargs=init_kwargs)
+        if fsdp:
+            from esrepro.rl.grpo_parallel import set_mixed_precision
+
+            set_mixed_precision(cfg, bool(cfg.bf16))
         trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
         trainer = trainer_class(
             model=policy,

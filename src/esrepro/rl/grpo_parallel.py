@@ -10,7 +10,16 @@ many GPUs it has.
 ``sharding: fsdp`` shards parameters, gradients and optimiser state over the processes through
 accelerate's FSDP2 (:func:`fsdp_kwargs`): one FSDP unit per decoder layer (the model's
 ``_no_split_modules``), full shard (parameters resharded after the forward), activation checkpointing
-from the settings' ``gradient_checkpointing``, and the full state dict gathered for saving.
+from the settings' ``gradient_checkpointing``, and sharded resume checkpoints: with ``SHARDED_STATE_DICT``
+accelerate 1.15's ``save_fsdp_model`` / ``save_fsdp_optimizer`` write the policy and AdamW state with
+``torch.distributed.checkpoint``, every process its own shard (``pytorch_model_fsdp_0/``, ``optimizer_0/``), the
+Trainer writes no gathered ``model.safetensors`` beside them, and ``load_fsdp_model`` / ``load_fsdp_optimizer`` read
+them back on resume (the final and kept weights are still gathered whole: ``Accelerator.get_state_dict``).
+
+Mixed precision under FSDP2 (:func:`set_mixed_precision`): accelerate builds the policy from ``bf16`` alone, as
+bf16 parameters, bf16 gradient reduction and bf16 outputs. Here, as in PPO (esrepro.rl.ppo_parallel.wrap), the
+gathered parameters are bf16 while the gradients are reduced in float32 into the float32 master shards, and each
+unit's output (the logits TRL's log-probabilities come from) is float32.
 """
 
 from __future__ import annotations
@@ -73,8 +82,24 @@ def fsdp_kwargs(layer_classes: list[str], gradient_checkpointing: bool) -> dict[
             "reshard_after_forward": True,  # full shard: parameters, gradients and optimiser state sharded
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "transformer_layer_cls_to_wrap": list(layer_classes),
-            "state_dict_type": "FULL_STATE_DICT",  # saving gathers the whole model
+            "state_dict_type": "SHARDED_STATE_DICT",  # resume checkpoints: every process writes its shard
             "activation_checkpointing": bool(gradient_checkpointing),
         },
         "gradient_checkpointing": False,
     }
+
+
+#: FSDP2's mixed precision under ``bf16`` (accelerate's MixedPrecisionPolicy keys): bf16 compute, float32
+#: gradient reduction and outputs.
+BF16_POLICY: dict[str, str] = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": "float32"}
+
+
+def set_mixed_precision(args: Any, bf16: bool) -> None:
+    """Give the FSDP2 plugin that the Trainer builds from ``args.fsdp_plugin_args`` (TrainingArguments, e.g.
+    GRPOConfig) the policy :data:`BF16_POLICY` when ``bf16``; accelerate keeps a policy it is given and derives one
+    (everything in bf16) only when none is. Nothing to do without FSDP."""
+    if not bf16 or getattr(args, "fsdp_plugin_args", None) is None:
+        return
+    import torch
+
+    args.fsdp_plugin_args["mixed_precision_policy"] = {k: getattr(torch, v) for k, v in BF16_POLICY.items()}

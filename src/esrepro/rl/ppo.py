@@ -288,7 +288,7 @@ def train_ppo(
     cfg = _settings(settings)
     here = world()
     device = device or here.device("cuda" if torch.cuda.is_available() else "cpu")
-    init_process_group(device)
+    init_process_group(device, cfg.collective_timeout)
     share = par.shares(cfg, here.world_size)
     use = effective(cfg, device)
     torch.manual_seed(seed + here.rank)  # each process samples its own responses (rank 0: the 1-process stream)

@@ -1,5 +1,5 @@
 """PPO's process-group pieces: per-process batch shares, gradient averaging (DDP or FSDP2), global reductions,
-and full (unsharded) state dicts gathered to rank 0.
+the final weights gathered to rank 0, and the resume state written as shards by every process.
 
 A PPO job on G GPUs runs G processes (:mod:`esrepro.distributed`). Each rolls out its share of
 ``prompts_per_step`` and of every mini-batch; gradients are averaged over the processes, so every optimiser
@@ -147,28 +147,36 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in inner(model).state_dict().items()}
 
 
-def full_optim_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """The optimiser's full state (a collective under FSDP: gathered to rank 0)."""
-    if sharded(model):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+def training_state(models: dict[str, tuple[nn.Module, torch.optim.Optimizer]]) -> dict[str, dict]:
+    """Each named (model, optimiser)'s weights and optimiser state as torch.distributed.checkpoint saves and loads
+    them: under FSDP2 this process's shards (DTensors), under DDP or one process the whole tensors (replicated; DCP
+    writes each once). Names: ``<name>`` for weights, ``<name>_optim`` for the optimiser."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        return get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return opt.state_dict()
+    out: dict[str, dict] = {}
+    for name, (model, opt) in models.items():
+        out[name], out[f"{name}_optim"] = get_state_dict(model, opt)
+    return out
 
 
-def load_full_state(model: nn.Module, opt: torch.optim.Optimizer, weights: dict, optim: dict) -> None:
-    """Load full (unsharded) weights and optimiser state written by :func:`full_model_state` /
-    :func:`full_optim_state`. Sharded: rank 0 passes what it read and broadcasts it, the others pass ``{}``."""
-    if sharded(model):
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
+def save_training_state(models: dict[str, tuple[nn.Module, torch.optim.Optimizer]], folder: str) -> None:
+    """Write :func:`training_state` into ``folder`` with torch.distributed.checkpoint: a collective in which every
+    process writes its own shard file (``__<rank>_0.distcp``) and rank 0 the metadata; nothing is gathered."""
+    import torch.distributed.checkpoint as dcp
 
-        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(model, weights, options=opts)
-        set_optimizer_state_dict(model, opt, optim, options=opts)
-        return
-    inner(model).load_state_dict(weights)
-    opt.load_state_dict(optim)
+    dcp.save(training_state(models), checkpoint_id=folder)
+
+
+def load_training_state(models: dict[str, tuple[nn.Module, torch.optim.Optimizer]], folder: str) -> None:
+    """Load what :func:`save_training_state` wrote into the models and optimisers, each process reading its shards
+    (DCP reshards a state written by another number of processes)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = training_state(models)
+    dcp.load(state, checkpoint_id=folder)
+    for name, (model, opt) in models.items():
+        set_state_dict(model, opt, model_state_dict=state[name], optim_state_dict=state[f"{name}_optim"])
 
 
 def autocast(device: str, bf16: bool, model: nn.Module) -> Any:

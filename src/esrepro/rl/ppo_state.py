@@ -1,9 +1,12 @@
 """PPO's resume state (``<run>/resume/``): written atomically every ``resume_every`` optimiser steps.
 
 It holds the completed steps, the prompt-order queue, numpy's RNG state (state.json); the log rows and the
-periodic evaluation's points so far; actor and critic weights and both AdamW states (full, unsharded: rank 0
-writes them); and each process's torch RNG states (CPU and, on GPUs, its CUDA device). A state written with
-other settings, seed or number of processes is refused with a message naming the folder to delete.
+periodic evaluation's points so far; actor and critic weights and both AdamW states in ``weights/``, written by
+torch.distributed.checkpoint with every process writing its own shard (FSDP2: its 1/W of the float32 masters and
+moments; DDP: the replicated tensors, each written once), so no process gathers the whole state and the write
+is spread over the nodes; and each process's torch RNG states (CPU and, on GPUs, its CUDA device). A state written
+with other settings, seed or number of processes (each process's RNG state and prompt share) is refused with a
+message naming the folder to delete.
 """
 
 from __future__ import annotations
@@ -18,9 +21,8 @@ from esrepro.rl import ppo_parallel as par
 from esrepro.train.resume import has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"resume_every", "eval_every", "eval_limit", "eval_batch_size", "eval_max_new_tokens", "keep_every",
+NOT_IN_STATE = {"resume_every", "collective_timeout", "eval_every", "eval_limit", "eval_batch_size", "eval_max_new_tokens", "keep_every",
                 "sample_budget"}
-PIECES = ("actor", "critic", "actor_optim", "critic_optim")
 
 
 @dataclass
@@ -34,7 +36,11 @@ class Progress:
 
 
 def key(cfg: Any, seed: int, world_size: int, dtype: str) -> dict:
-    """What a state must have been written with."""
+    """What a state must have been written with (an error when ``resume_every`` is still ``auto``: the plan resolves
+    it, esrepro.resume_cost)."""
+    if cfg.resume_every == "auto":
+        raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
+                         "(esrepro.resume_cost); a run given it directly needs a number of steps")
     return state_key(cfg, seed, NOT_IN_STATE, {"world_size": world_size, "dtype": dtype})
 
 
@@ -45,29 +51,35 @@ def _rng_state(device: str) -> dict:
     return out
 
 
+WEIGHTS = "weights"  # the torch.distributed.checkpoint folder inside the state
+
+
+def _pairs(models: dict) -> dict:
+    return {"actor": (models["actor"], models["actor_optim"]), "critic": (models["critic"], models["critic_optim"])}
+
+
 def save(resume_dir: str | Path, run_key: dict, progress: Progress, rng: np.random.Generator, models: dict,
          device: str, is_main: bool) -> None:
-    """Write the state (every process calls it: the gathers are collective; rank 0 writes)."""
-    actor, critic, opt_a, opt_c = models["actor"], models["critic"], models["actor_optim"], models["critic_optim"]
+    """Write the state (every process calls it: each writes its shard of the weights and optimiser states into the
+    temporary folder rank 0 opened, which rank 0 renames into place once all are written)."""
     rngs = par.gather_objects(_rng_state(device))
-    gather = {"actor": lambda: par.full_model_state(actor), "critic": lambda: par.full_model_state(critic),
-              "actor_optim": lambda: par.full_optim_state(actor, opt_a),
-              "critic_optim": lambda: par.full_optim_state(critic, opt_c)}
     if not is_main:
-        for name in PIECES:  # take part in the gathers, one piece at a time
-            gather[name]()
-        par.gather_objects(None)
+        folder = par.gather_objects(None)[0]  # the temporary folder rank 0 opened
+        par.save_training_state(_pairs(models), str(Path(folder) / WEIGHTS))
+        par.gather_objects(None)  # rank 0 renames only once every shard is written
+        par.gather_objects(None)  # nobody reads a half-written state
         return
 
     def payload(folder: Path) -> None:
-        for name in PIECES:  # one piece in host memory at a time
-            torch.save(gather[name](), folder / f"{name}.pt")
+        par.gather_objects(str(folder))
+        par.save_training_state(_pairs(models), str(folder / WEIGHTS))
         torch.save(rngs, folder / "rng.pt")
+        par.gather_objects(None)
 
     meta = {"completed_steps": progress.step, "config": run_key, "order": progress.order,
             "numpy_rng": rng.bit_generator.state}
     write_state(resume_dir, meta, progress.rows, payload, {"periodic_eval": progress.periodic_rows})
-    par.gather_objects(None)  # nobody reads a half-written state
+    par.gather_objects(None)
 
 
 def load(resume_dir: str | Path, run_key: dict, rng: np.random.Generator, models: dict, device: str,
@@ -79,16 +91,10 @@ def load(resume_dir: str | Path, run_key: dict, rng: np.random.Generator, models
     periodic_rows: list[dict] = []
     extra = {"periodic_eval": periodic_rows}
     meta, rows = read_state(folder, run_key, extra)
-    for m, o in (("actor", "actor_optim"), ("critic", "critic_optim")):
-        # sharded: rank 0 reads the full state and broadcasts it (one host copy per node, not per process)
-        reads = rank == 0 or not par.sharded(models[m])
-        weights = torch.load(folder / f"{m}.pt", map_location="cpu", weights_only=True) if reads else {}
-        optim = torch.load(folder / f"{o}.pt", map_location="cpu", weights_only=True) if reads else {}
-        par.load_full_state(models[m], models[o], weights, optim)
+    par.load_training_state(_pairs(models), str(folder / WEIGHTS))  # each process reads its own shards
     rngs = torch.load(folder / "rng.pt", weights_only=True)
     torch.set_rng_state(rngs[rank]["cpu"])
     if "cuda" in rngs[rank] and device.startswith("cuda"):
         torch.cuda.set_rng_state(rngs[rank]["cuda"], device)
     rng.bit_generator.state = meta["numpy_rng"]
     return Progress(meta["completed_steps"], list(meta["order"]), rows, periodic_rows)
-

@@ -23,7 +23,7 @@ from esrepro.train.resume import ResumeMismatch
 MARKER = "esrepro_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 #: Settings that do not change what the run computes (left out of the key).
-NOT_IN_KEY = ("resume_every",)
+NOT_IN_KEY = ("resume_every", "collective_timeout")
 
 
 def resume_key(settings: dict, *, seed: int, steps: int, world_size: int) -> dict:

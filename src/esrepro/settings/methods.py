@@ -12,7 +12,7 @@ between releases are pinned here and always passed to TRL explicitly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -146,8 +146,14 @@ class RLSettings(MethodSettings):
                              "train_examples) this run matches")
     sample_budget: int | None = Field(
         None, ge=1, description="scored training samples; null: the budget_from method's budget (set by the plan)")
-    resume_every: int = Field(50, ge=1, description="write the resume state (<run>/resume/: weights, optimiser, "
-                              "scheduler, RNG, step) every K optimiser steps; a killed run continues from it")
+    resume_every: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        50, description="write the resume state (<run>/resume/: weights, optimiser, scheduler, RNG, step) every K "
+        "optimiser steps; a killed run continues from it; auto: the plan derives K from the state's size and the "
+        "storage's write speed so that saving takes at most 3% of the run (esrepro.resume_cost)")
+    collective_timeout: int | None = Field(
+        None, ge=60, description="seconds a training process waits in a collective before the job fails (the "
+        "process group's timeout); null: the library's default (NCCL 10 minutes, transformers' ddp_timeout 30 minutes), or "
+        "with resume_every: auto the plan's, above the longest resume save (esrepro.resume_cost)")
     sharding: Literal["ddp", "fsdp"] = Field(
         "ddp", description="how the weights spread over the job's training processes (one per GPU): ddp, a whole "
         "copy on each; fsdp, parameters, gradients and optimiser state sharded over them (FSDP full shard)")

@@ -123,7 +123,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     val_examples = [problems[i] for i in held]
     run = Path(out)
     device = here.device(pick_device(device))
-    init_process_group(device)
+    init_process_group(device, getattr(settings, "collective_timeout", None))
     adapter = Path(sft_dir) / SFT_ADAPTER
     start = run / SFT_START
     t0 = time.perf_counter()
