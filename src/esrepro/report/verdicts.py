@@ -40,10 +40,6 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 LEVEL = 0.95
 
-#: Two-sided 97.5% quantiles of Student's t for 1-30 degrees of freedom (beyond: the normal's 1.96).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
 #: Why a paper's claim is not tested at a scale other than the paper's (the configuration's ``scale``).
 SCALE_REASONS = {
     "tiny": "tiny scale: ~1M-parameter models built locally and generated or embedded data, not the papers' "
@@ -81,14 +77,6 @@ def untestable(reason: str) -> Outcome:
     return Outcome(UNTESTABLE, reason)
 
 
-def t_quantile(df: float) -> float:
-    """Student's t 97.5% quantile for ``df`` degrees of freedom (rounded down to an integer; 1.96 beyond 30)."""
-    d = int(math.floor(df))
-    if d < 1:
-        raise ValueError(f"t_quantile: degrees of freedom must be >= 1, got {df}")
-    return _T975[d - 1] if d <= len(_T975) else 1.96
-
-
 def bootstrap_margin(strata: Sequence[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
                      seed: int = BOOTSTRAP_SEED) -> Interval:
     """Paired percentile bootstrap of a margin in points: ``strata`` are arrays of per-problem differences (A's
@@ -120,9 +108,10 @@ def seed_interval(a: Sequence[float], b: Sequence[float]) -> Interval | None:
     se = math.sqrt(va + vb)
     if se == 0:
         return Interval(diff, diff, diff, f"Welch t over seeds ({a.size} and {b.size}): no spread")
-    df = (va + vb) ** 2 / ((va ** 2 / (a.size - 1)) + (vb ** 2 / (b.size - 1)))
-    half = t_quantile(df) * se
-    return Interval(diff, diff - half, diff + half, f"Welch t over seeds ({a.size} and {b.size}), 95%")
+    from scipy import stats
+
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(LEVEL)
+    return Interval(diff, float(ci.low), float(ci.high), f"Welch t over seeds ({a.size} and {b.size}), 95%")
 
 
 def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None) -> Outcome:
@@ -152,11 +141,11 @@ def combine(outcomes: Sequence[tuple[str, Outcome]]) -> Outcome:
     return Outcome(HOLDS, "holds for " + ", ".join(k for k, _ in tested) + tail)
 
 
-def _f_quantiles(df1: int, df2: int, draws: int = 400_000, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
-    """2.5% and 97.5% quantiles of F(df1, df2), by simulation with a fixed generator (numpy has no F quantile)."""
-    rng = np.random.default_rng(seed)
-    f = (rng.chisquare(df1, draws) / df1) / (rng.chisquare(df2, draws) / df2)
-    lo, hi = np.quantile(f, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+def _f_quantiles(df1: int, df2: int) -> tuple[float, float]:
+    """The lower and upper quantiles of F(df1, df2) bounding the central :data:`LEVEL` of its law (scipy.stats)."""
+    from scipy import stats
+
+    lo, hi = stats.f.ppf([(1 - LEVEL) / 2, (1 + LEVEL) / 2], df1, df2)
     return float(lo), float(hi)
 
 
