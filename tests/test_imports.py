@@ -71,10 +71,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("wiring", ("esrepro.pipeline", "esrepro.config", "esrepro.checks", "esrepro.plan", "esrepro.specs",
                 "esrepro.cluster", "esrepro.scaling", "esrepro.job_time", "esrepro.jobs", "esrepro.cost",
                 "esrepro.preflight", "esrepro.rehearsal", "esrepro.steps", "esrepro.cli", "esrepro.forkserver",
-                "esrepro.preflight")),
+                "esrepro.plan_check", "esrepro.resume_cost")),
 ]
 
-PACKAGE_LAYERS = {"esrepro.provenance": "foundation"}
+#: ``rehearsal.families`` (the hub models' config facts, data without imports) serves the memory model too.
+PACKAGE_LAYERS = {"esrepro.provenance": "foundation", "esrepro.rehearsal.families": "foundation"}
 
 
 def _layer(module: str) -> int:

@@ -570,14 +570,3 @@ def plan_check(config: str, markdown_out: str | None = None) -> int:
         raise Failure(f"{len(bad)} GPU job(s) cannot start or do not fit:\n" +
                       "\n".join(f"  {j.message()}" for j in bad))
     return 0
-
-
-def preflight_problems(p: Pipeline, jobs_: set | None = None) -> list:
-    """The plan check's failures as pre-flight problems (only the jobs among ``jobs_``; None: all): a paper-scale run
-    on GPUs only (the tiny default and the rehearsal run their jobs on CPUs)."""
-    from esrepro.preflight import Problem
-
-    if p.cfg.scale != "paper" or p.cfg.device == "cpu":
-        return []
-    return [Problem(f"plan check: {j.message()}", frozenset({(j.rule, j.wildcards.get("model"))}))
-            for j in failures(jobs(p, jobs_))]

@@ -341,9 +341,18 @@ def problems(p: Pipeline, plan: Plan, root: str | Path = ".", executor: str | No
         from huggingface_hub import get_token
 
         found = gated_problems(p, plan, root, get_token(), jobs)
-    from esrepro.plan_check import preflight_problems
+    return found + package_problems(p, plan, executor, esrepro, jobs) + plan_check_problems(p, jobs)
 
-    return found + package_problems(p, plan, executor, esrepro, jobs) + preflight_problems(p, jobs)
+
+def plan_check_problems(p: Pipeline, jobs: set[Job] | None = None) -> list[Problem]:
+    """The plan check's failures (esrepro.plan_check) as problems, only of the jobs among ``jobs`` (None: all): a
+    paper-scale run on GPUs only (the tiny default and the rehearsal run their jobs on CPUs)."""
+    if p.cfg.scale != "paper" or p.cfg.device == "cpu":
+        return []
+    from esrepro import plan_check
+
+    return [Problem(f"plan check: {j.message()}", frozenset({(j.rule, j.wildcards.get("model"))}))
+            for j in plan_check.failures(plan_check.jobs(p, jobs))]
 
 
 def report(found: list[Problem], dry_run: bool) -> str:
