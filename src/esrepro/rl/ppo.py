@@ -172,6 +172,21 @@ def _rebuild_buffers(model: nn.Module, device: str) -> None:
                 mod._buffers[name] = buf.to(device)
 
 
+def _no_dropout(model: nn.Module) -> None:
+    """Dropout off: old and new log-probs must agree before an update."""
+    for mod in model.modules():
+        if isinstance(mod, nn.Dropout):
+            mod.p = 0.0
+
+
+def _trainable(model: nn.Module, lm: nn.Module, checkpointing: bool) -> None:
+    """A trained model (actor, critic) as PPO trains it, before wrapping: no dropout, and gradient checkpointing on
+    its causal LM ``lm`` when ``checkpointing``."""
+    _no_dropout(model)
+    if checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _load_sharded(model_dir: str | Path, cfg: PPOSettings, here, device: str, dtype: str, bf16: bool
                   ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """Actor, critic and (``beta > 0``) reference, sharded by FSDP2 without any process holding a whole copy on its
@@ -206,12 +221,9 @@ def _load_sharded(model_dir: str | Path, cfg: PPOSettings, here, device: str, dt
             continue
         if name == "ref":
             model.eval().requires_grad_(False)
-        for mod in model.modules():  # no dropout: old and new log-probs must agree before an update
-            if isinstance(mod, nn.Dropout):
-                mod.p = 0.0
-        if name != "ref" and effective(cfg, device)["gradient_checkpointing"]:
-            (model if name == "actor" else model.lm).gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            _no_dropout(model)
+        else:
+            _trainable(model, model if name == "actor" else model.lm, effective(cfg, device)["gradient_checkpointing"])
         model = par.wrap(model, "fsdp", here, device, bf16 and name != "ref")
         model.to_empty(device=device)
         _rebuild_buffers(model, device)
@@ -311,13 +323,8 @@ def train_ppo(
         if cfg.beta > 0:  # frozen: stays in the registry dtype
             ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device).eval() \
                 .requires_grad_(False)
-        for m in (actor, critic):
-            for mod in m.modules():  # no dropout: old and new log-probs must agree before an update
-                if isinstance(mod, nn.Dropout):
-                    mod.p = 0.0
-        if use["gradient_checkpointing"]:
-            for m in (actor, critic.lm):
-                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _trainable(actor, actor, use["gradient_checkpointing"])
+        _trainable(critic, critic.lm, use["gradient_checkpointing"])
         actor = par.wrap(actor, cfg.sharding, here, device, use["bf16"])
         critic = par.wrap(critic, cfg.sharding, here, device, use["bf16"])
     policy = par.inner(actor)  # generates and is evaluated (DDP: the wrapped module)
