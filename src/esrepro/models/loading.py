@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from esrepro.io import read_json, reading
+from esrepro.io import read_json, reading, write_text
 
 FAST_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -95,15 +95,15 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None
     ours = {"AutoTokenizer": [None, f"{AUTO_TOKENIZER_MODULE}.{AUTO_TOKENIZER_CLASS}"]}
     if cfg.get("auto_map") == ours:  # carried over from the folder this tokenizer was loaded from: decide afresh
         del cfg["auto_map"]
-        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        write_text(cfg_file, json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     (path / f"{AUTO_TOKENIZER_MODULE}.py").unlink(missing_ok=True)
     if type(tokenizer).__name__ not in FAST_TOKENIZER_CLASSES or not (path / "config.json").exists():
         return
     if type(AutoTokenizer.from_pretrained(path)).__name__ in FAST_TOKENIZER_CLASSES:
         return
     cfg["auto_map"] = ours
-    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    (path / f"{AUTO_TOKENIZER_MODULE}.py").write_text(_AUTO_TOKENIZER_CODE)
+    write_text(cfg_file, json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_text(path / f"{AUTO_TOKENIZER_MODULE}.py", _AUTO_TOKENIZER_CODE)
 
 
 def save_adapter(model: torch.nn.Module, path: str | Path, base_model: str | Path | None = None, **kwargs: Any) -> None:
