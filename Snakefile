@@ -6,6 +6,7 @@
 from esrepro import cluster, job_time, specs
 from esrepro import paths as P
 from esrepro.config import config_files, load_pipeline, workflow_config
+from esrepro.claim_plan import ClaimPlan
 from esrepro.plan import Plan
 
 report: "workflow/report/workflow.rst"
@@ -20,6 +21,7 @@ config.update(RAW_CONFIG)
 # here, before any job starts.
 PIPELINE = load_pipeline(config, CONFIG_SOURCE)
 PLAN = Plan(PIPELINE)
+CLAIMS = ClaimPlan(PLAN)  # each claim's rows, the files they read and their targets
 CFG = PIPELINE.cfg
 R = PLAN.paths  # this config's data and results templates (under its workspace, if it has one)
 # Tiny scale: every job pins its CPU kernels to ones every x86-64 CPU has (esrepro.numerics).

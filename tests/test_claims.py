@@ -1,10 +1,15 @@
-"""The claims table: its verdict rules on constructed evidence, and a paper-scale results folder assembled from the
-papers' published numbers alone (config/published.yaml)."""
+"""The claims table: its verdict rules on drawn evidence, and a paper-scale results folder whose numbers are the
+papers' own (config/published.yaml), with per-problem outcomes drawn independently per method (as real evaluations
+produce them) and, for contrast, nested ("the first k problems right"). Rows read only the files their rules
+declare (esrepro.claim_plan), through the paper configuration's own plan."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +24,7 @@ from esrepro.steps import registry_entries
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "config" / "published.yaml"
 N_COUNTDOWN = 2000  # the paper's Countdown test set
+ES_BEATS = "ES beats every RL baseline"
 
 
 def _published() -> dict:
@@ -29,41 +35,67 @@ def _display() -> dict[str, str]:
     return {k: v["display"] for k, v in registry_entries(ROOT / "config" / "models.yaml").items()}
 
 
+@lru_cache(maxsize=2)
+def _pipeline(config: str = "paper.yaml"):
+    from esrepro.config import load_pipeline, read_config
+
+    return load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
+
+
+@lru_cache(maxsize=2)
+def _spec(config: str = "paper.yaml") -> dict:
+    from esrepro.specs import claims_spec
+
+    return claims_spec(_pipeline(config))
+
+
+def _inputs(config: str = "paper.yaml") -> list[str]:
+    from esrepro.claim_plan import ClaimPlan
+    from esrepro.plan import Plan
+
+    return ClaimPlan(Plan(_pipeline(config))).all_files()
+
+
 # --- the rules -------------------------------------------------------------------------------------------------------
-def test_margin_rule_holds_fails_and_reaches_zero():
-    ahead = np.r_[np.ones(40), np.zeros(160)]  # A right on 40 more problems of 200
-    boot = V.bootstrap_margin([ahead])
-    assert boot.estimate == pytest.approx(20.0) and boot.lo > 0
-    assert V.margin_outcome("A - B", boot).verdict == V.HOLDS
-    behind = V.bootstrap_margin([-ahead])
-    assert V.margin_outcome("A - B", behind).verdict == V.FAILS
-    assert "below 0" in V.margin_outcome("A - B", behind).reason
-    tied = V.bootstrap_margin([np.r_[np.ones(3), -np.ones(2), np.zeros(195)]])
-    out = V.margin_outcome("A - B", tied)
-    assert out.verdict == V.FAILS and "reaches 0" in out.reason
-    # the seed interval also has to clear 0: two seeds far apart do not show the margin
+def test_margin_rule_separates_confirmation_from_refutation():
+    rng = np.random.default_rng(7)
+    a, b = rng.random(2000) < 0.60, rng.random(2000) < 0.40  # independent outcomes, 20 points apart
+    ahead = V.bootstrap_margin([a.astype(float) - b])
+    assert ahead.lo > 0 and V.margin_outcome("A - B", ahead).verdict == V.HOLDS
+    behind = V.bootstrap_margin([b.astype(float) - a])
+    out = V.margin_outcome("A - B", behind)
+    assert out.verdict == V.FAILS and "below 0" in out.reason
+    c = rng.random(2000) < 0.40  # the same accuracy, drawn again: a margin within the noise of 2,000 problems
+    close = V.bootstrap_margin([c.astype(float) - b])
+    out = V.margin_outcome("A - B", close)
+    assert close.lo < 0 < close.hi and out.verdict == V.NOT_RESOLVED and "includes" in out.reason
+    # non-inferiority: the null moves to -d
+    assert V.margin_outcome("A - B", close, null=-5.0).verdict == V.HOLDS
+    assert V.margin_outcome("A - B", behind, null=-5.0).verdict == V.FAILS
+    # the seed interval also has to clear the null: two seeds far apart do not confirm
     wide = V.seed_interval([30.0, 10.0], [12.0, 11.0])
-    assert wide is not None and wide.lo < 0
-    assert V.margin_outcome("A - B", boot, wide).verdict == V.FAILS
-    assert V.seed_interval([30.0], [12.0, 11.0]) is None  # fewer than 2 seeds: no interval
+    assert wide is not None and wide.lo < 0 < wide.hi
+    assert V.margin_outcome("A - B", ahead, wide).verdict == V.NOT_RESOLVED
+    assert V.seed_interval([30.0], [12.0, 11.0]) is None
 
 
 def test_bootstrap_is_reproducible_and_stratified():
     a = np.r_[np.ones(10), np.zeros(90)]
     assert V.bootstrap_margin([a]) == V.bootstrap_margin([a])
-    two = V.bootstrap_margin([a, np.zeros(50)])  # the mean over sets, not over pooled problems
-    assert two.estimate == pytest.approx(5.0)
+    assert V.bootstrap_margin([a, np.zeros(50)]).estimate == pytest.approx(5.0)
 
 
-def test_ratio_rule_and_combine_and_gate():
+def test_ratio_rule_combine_and_gate():
     iv = V.std_ratio_interval(0.062, 4, 0.004, 4)  # the paper's Table 2: 15.5x over four seeds each
-    assert iv.estimate == pytest.approx(15.5) and iv.lo > 1
-    assert V.ratio_outcome("GRPO / ES", iv).verdict == V.HOLDS
-    assert V.ratio_outcome("GRPO / ES", V.std_ratio_interval(0.01, 2, 0.008, 2)).verdict == V.FAILS
+    assert iv.estimate == pytest.approx(15.5) and V.ratio_outcome("GRPO / ES", iv).verdict == V.HOLDS
+    assert V.ratio_outcome("GRPO / ES", V.std_ratio_interval(0.01, 2, 0.008, 2)).verdict == V.NOT_RESOLVED
+    assert V.ratio_outcome("GRPO / ES", V.std_ratio_interval(0.001, 8, 0.05, 8)).verdict == V.FAILS
     assert V.std_ratio_interval(0.06, 1, 0.004, 4) is None
-    fails = V.combine([("m1", V.Outcome(V.HOLDS, "ok")), ("m2", V.Outcome(V.FAILS, "ES below PPO")),
-                       ("m3", V.untestable("not run"))])
-    assert fails.verdict == V.FAILS and "m2" in fails.reason and "m1" not in fails.reason and "m3" in fails.reason
+    cases = [("m1", V.Outcome(V.HOLDS, "ok")), ("m2", V.Outcome(V.NOT_RESOLVED, "close")),
+             ("m3", V.untestable("not run"))]
+    out = V.combine(cases)
+    assert out.verdict == V.NOT_RESOLVED and "m2" in out.reason and "m1" not in out.reason and "m3" in out.reason
+    assert V.combine(cases + [("m4", V.Outcome(V.FAILS, "below"))]).verdict == V.FAILS
     assert V.combine([("m", V.untestable("not run"))]).verdict == V.UNTESTABLE
     final, measured = V.gate(V.Outcome(V.HOLDS, "x"), "tiny")
     assert final.verdict == V.UNTESTABLE and measured == V.HOLDS and "tiny scale" in final.reason
@@ -71,157 +103,291 @@ def test_ratio_rule_and_combine_and_gate():
 
 
 # --- a paper-scale results folder from the published numbers -------------------------------------------------------
-def _eval(root: Path, task: str, model: str, method: str, accuracy: float, n: int, seed: int = 0) -> None:
-    """An evaluation with ``accuracy`` (%) of ``n`` problems: the first round(accuracy * n / 100) right."""
+def _eval(root: Path, task: str, model: str, method: str, accuracy: float, n: int, rng: np.random.Generator | None,
+          seed: int = 0) -> None:
+    """An evaluation of ``n`` problems at ``accuracy`` (%): each problem right independently (``rng``: a real
+    evaluation's outcomes), or the first round(accuracy * n / 100) right (``rng`` None: nested across methods)."""
     d = root / "eval" / task / model / method / f"seed{seed}" / "test"
     d.mkdir(parents=True)
-    k = round(accuracy * n / 100)
+    right = rng.random(n) < accuracy / 100 if rng is not None else np.arange(n) < round(accuracy * n / 100)
     (d / "metrics.json").write_text(json.dumps({"task": task, "split": "test", "model": model, "method": method,
-                                                "seed": seed, "accuracy": k / n, "n": n}))
-    (d / "responses.jsonl").write_text("".join(json.dumps({"id": i, "correct": i < k, "response": ""}) + "\n"
-                                               for i in range(n)))
+                                                "seed": seed, "accuracy": float(right.mean()), "n": n}))
+    (d / "responses.jsonl").write_text("".join(json.dumps({"id": i, "correct": bool(c), "response": ""}) + "\n"
+                                               for i, c in enumerate(right)))
 
 
-def _kl(root: Path, model: str, method: str, seed: int, algorithm: str, hyper: dict, reward: float, kl: float,
-        words: bool) -> None:
+def _kl(root: Path, model: str, method: str, seed: int, algorithm: str, hyper: dict,
+        points: list[tuple[int, float, float]], words: bool) -> None:
+    """A kl.json with checkpoints (iteration, normalised reward, KL), the last one the final weights."""
     d = root / "kl" / "conciseness" / model / method / f"seed{seed}"
     d.mkdir(parents=True)
-    raw = (reward - 1.0) * 2000.0  # the paper's normalised reward 1 + R/2000
-    point = {"iteration": 1000, "k3": kl, "k1": kl, "exact": kl, "reward": raw, "reward_sampled": raw}
+    cps = [{"iteration": it, "k3": kl, "k1": kl, "exact": kl, "reward": (r - 1.0) * 2000.0,
+            "reward_sampled": (r - 1.0) * 2000.0} for it, r, kl in points]
+    last = cps[-1]
     (d / "kl.json").write_text(json.dumps({"model": model, "method": method, "seed": seed, "algorithm": algorithm,
-                                           "hyper": hyper, "reward": raw, "reward_sampled": raw, "k1": kl, "k3": kl,
-                                           "exact": kl, "checkpoints": [point]}))
+                                           "hyper": hyper, "reward": last["reward"],
+                                           "reward_sampled": last["reward_sampled"], "k1": last["k1"],
+                                           "k3": last["k3"], "exact": last["exact"], "checkpoints": cps}))
     text = "The answer is short." if words else "?! .. ))</> ;;"
-    (d / "samples.jsonl").write_text("".join(json.dumps({"id": "p", "sample": i, "response": text, "reward": raw})
-                                             + "\n" for i in range(20)))
+    (d / "samples.jsonl").write_text("".join(json.dumps({"id": "p", "sample": i, "response": text,
+                                                         "reward": last["reward"]}) + "\n" for i in range(20)))
 
 
-def _essa_run(root: Path, method: str, algorithm: str, engines: int | None, curve: list[tuple[float, float]]) -> None:
-    d = root / "runs" / "gsm8k" / "qwen2.5-math-7b" / method / "seed0"
+def _study_method(prefix: str, value: float, names: list[str]) -> str:
+    """The paper config's method name of a swept value (es_sigma0.001, grpo_beta0.0464, ...)."""
+    for name in names:
+        if name.startswith(prefix) and "_lr" not in name and math.isclose(float(name[len(prefix):]), value,
+                                                                           rel_tol=5e-3):
+            return name
+    raise KeyError(f"{prefix}{value} not among {names}")
+
+
+def _essa_run(root: Path, task: str, model: str, method: str, algorithm: str, curve: list[tuple[float, float]],
+              rng: np.random.Generator, engines: int = 8, problems: int | None = None, pool: int = 880) -> None:
+    d = root / "runs" / task / model / method / "seed0"
     d.mkdir(parents=True)
-    settings = {"task": "gsm8k", "model": "qwen2.5-math-7b", "method": method, "algorithm": algorithm}
-    manifest = {"settings": settings, "seed": 0}
+    settings = {"task": task, "model": model, "method": method, "algorithm": algorithm, "val_examples": 500}
+    manifest = {"settings": settings, "seed": 0, "world_size": 8, "train_examples": 5478}
     if algorithm == "essa":
-        settings.update(population=192, rank=16, precision="native", engines=engines)
-        manifest.update(essa={"val_reward_sft": 0.6}, engines=engines)
+        settings.update(population=192, rank=16, precision="native", engines=engines, fitness_examples=pool,
+                        resample_per_step=problems)
+        manifest.update(essa={"val_reward_sft": curve[0][1]}, engines=engines)
     else:
-        manifest["essa_baseline"] = {"val_reward_sft": 0.6}
+        settings.update(per_device_train_batch_size=5, gradient_accumulation_steps=64, num_generations=4)
+        manifest["essa_baseline"] = {"val_reward_sft": curve[0][1]}
     (d / "manifest.json").write_text(json.dumps(manifest))
-    (d / "log.jsonl").write_text("".join(json.dumps({"iteration": i, "elapsed_seconds": t, "val_reward": v,
-                                                     "reward_mean": v}) + "\n" for i, (t, v) in enumerate(curve)))
+    rows = []
+    for i, (t, v) in enumerate(curve):
+        row = {"iteration": i, "elapsed_seconds": t, "val_reward": v, "reward_mean": v}
+        if algorithm == "essa":
+            row["problems"] = sorted(rng.choice(pool, size=problems, replace=False).tolist()) if problems \
+                else list(range(pool))
+        rows.append(row)
+    (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def paper_fixture(root: Path, table1_override: dict | None = None) -> Path:
-    """A results folder whose numbers are the papers' (config/published.yaml) and nothing else."""
+def paper_fixture(root: Path, nested: bool = False, table1_override: dict | None = None, seed: int = 0) -> Path:
+    """A results folder whose numbers are the papers' (config/published.yaml), at the paper config's paths."""
+    rng = None if nested else np.random.default_rng(seed)
     pub = _published()["tables"]
     for model, row in pub["table1_countdown"]["models"].items():
         for method, acc in {**row, **((table1_override or {}).get(model, {}))}.items():
-            _eval(root, "countdown", model, method, acc, N_COUNTDOWN)
+            _eval(root, "countdown", model, method, acc, N_COUNTDOWN, rng)
     for key, task in (("puzzles_sudoku", "sudoku"), ("puzzles_arc", "arc")):
         for model, row in pub[key]["models"].items():
             for method, acc in row.items():
-                _eval(root, task, model, method, acc, 200)
-    t2 = pub["table2_conciseness"]
-    _kl(root, "qwen2.5-7b-instruct", "base", 0, "base", {}, 0.5, 0.0, words=True)
-    for r in t2["rows"]:
+                _eval(root, task, model, method, acc, 200, rng)
+    # Table 2: four seeds per configuration, normal around the paper's mean with its std; checkpoints every 200
+    # iterations rising to the final point; the base model; GRPO's high betas near KL 0 with low reward (Fig. 1)
+    noise = np.random.default_rng(seed + 1)
+    names = [m for _, m, _ in _pipeline().study_runs("conciseness")]
+    _kl(root, "qwen2.5-7b-instruct", "base", 0, "base", {}, [(0, 0.5, 0.0)], words=True)
+    rows = list(pub["table2_conciseness"]["rows"])
+    rows += [{"algorithm": "grpo", "beta": b, "learning_rate": 5e-6, "reward": r, "reward_std": 0.01, "kl": k,
+              "kl_std": 0.005, "hacked": False} for b, r, k in ((1.0, 0.78, 0.02), (0.599, 0.79, 0.05))]
+    for r in rows:
         algo = r["algorithm"]
         hyper = {"sigma": r["sigma"], "alpha": r["alpha"]} if algo == "es" else \
             {"beta": r["beta"], "learning_rate": r["learning_rate"]}
-        method = f"es_sigma{r['sigma']:g}" if algo == "es" else f"grpo_beta{r['beta']:g}"
-        d = r["reward_std"] * math.sqrt(3) / 2  # four seeds m +- d: sample std reward_std
-        for seed, sign in enumerate((1, -1, 1, -1)):
-            _kl(root, r["model"], method, seed, algo, hyper, r["reward"] + sign * d, r["kl"], words=not r["hacked"])
-    # ESSA: Fig. 8 (ESSA over 0.80 within 25 minutes on 8 GPUs, GRPO after 50) and Fig. 2 (290 minutes to 0.76 on 8
-    # GPUs, under 80 on 128), as curves of held-out accuracy against seconds
-    _essa_run(root, "essa_ref", "essa", 8, [(600.0, 0.70), (1440.0, 0.81), (17400.0, 0.81)])
-    _essa_run(root, "essa_grpo", "verl_grpo", None, [(1500.0, 0.70), (3060.0, 0.81)])
-    _essa_run(root, "essa_eng128", "essa", 128, [(300.0, 0.70), (1300.0, 0.77)])
+        method = _study_method("es_sigma", r["sigma"], names) if algo == "es" else \
+            _study_method("grpo_beta", r["beta"], names)
+        for s in range(4):
+            reward = r["reward"] + r["reward_std"] * noise.standard_normal()
+            kl = max(0.0, r["kl"] + r["kl_std"] * noise.standard_normal())
+            points = [(it, 0.5 + (reward - 0.5) * it / 1000, kl * it / 1000) for it in (200, 400, 600, 800)]
+            _kl(root, "qwen2.5-7b-instruct", method, s, algo, hyper, points + [(1000, reward, kl)],
+                words=not r["hacked"] or s % 2 == 1)  # "sometimes": two of four seeds hack
+    # ESSA: Fig. 8 (the resampled run over 0.80 within 25 minutes on 8 GPUs, GRPO after 50), Fig. 2 (290 minutes to
+    # 0.76 on 8 GPUs, under 80 on 128), Fig. 6 (both runs rise over training)
+    essa_rng = np.random.default_rng(seed + 2)
+    m = "qwen2.5-math-7b"
+    _essa_run(root, "gsm8k", m, "essa_ref", "essa", [(0.0, 0.62), (600.0, 0.70), (17400.0, 0.77)], essa_rng)
+    _essa_run(root, "gsm8k", m, "essa_resample100", "essa", [(0.0, 0.62), (600.0, 0.74), (1440.0, 0.81)], essa_rng,
+              problems=100)
+    _essa_run(root, "gsm8k", m, "essa_grpo", "verl_grpo", [(0.0, 0.62), (1500.0, 0.70), (3060.0, 0.81)], essa_rng)
+    for engines, t in ((16, 9000.0), (32, 7000.0), (64, 5500.0), (128, 4500.0)):
+        _essa_run(root, "gsm8k", m, f"essa_eng{engines}", "essa", [(0.0, 0.62), (t, 0.77)], essa_rng,
+                  engines=engines)
+    _essa_run(root, "prm800k", "llama-3.1-8b", "essa_ref", "essa", [(0.0, 0.30), (9000.0, 0.42)], essa_rng)
+    _essa_run(root, "gsm8k", "qwen2.5-32b", "essa_ref", "essa", [(0.0, 0.80), (9000.0, 0.90)], essa_rng)
     return root
 
 
-SETTINGS = dict(reward_cutoff=0.85, hacking_margin=0.2, essa_target=0.76)
+def _table(root: Path, scale: str = "paper", config: str = "paper.yaml") -> pd.DataFrame:
+    rows = claim_rows(root, [str(root.parent / f) for f in _inputs(config)], _published(), _display(), _spec(config))
+    return claims_table(rows, scale)
 
 
-def _table(root: Path, scale: str = "paper") -> pd.DataFrame:
-    return claims_table(claim_rows(root, _published(), _display(), **SETTINGS), scale)
+def _rooted(tmp_path: Path) -> Path:
+    """The fixture's results folder at the configuration's own path (results/ under tmp_path)."""
+    return tmp_path / "results"
 
 
-def test_the_papers_numbers_support_their_claims(tmp_path):
-    df = _table(paper_fixture(tmp_path)).set_index("Claim")
-    supported = ["ES improves every base model", *[c for c in df.index if c.startswith("ES beats every RL")],
-                 "ES's reward-KL Pareto front dominates GRPO's", "GRPO with small beta hacks the reward; ES does not",
-                 "ES's reward varies less over seeds than GRPO's", "ES lifts Sudoku from near zero",
-                 "ES lifts ARC-AGI from near zero", "ESSA reaches the target accuracy sooner than GRPO (wall clock)",
-                 "ESSA's time to the target falls as engines (GPUs) are added"]
-    assert len([c for c in df.index if c.startswith("ES beats every RL")]) == 7  # one row per Table 1 model
-    for claim in supported:
+def test_a_faithful_run_with_independent_outcomes_gets_no_does_not_hold(tmp_path):
+    df = _table(paper_fixture(_rooted(tmp_path))).set_index("Claim")
+    assert (df["Verdict"] != V.FAILS).all(), df[df["Verdict"] == V.FAILS]["Reason"].to_dict()
+    beats = df[df.index.str.startswith(ES_BEATS)]
+    assert len(beats) == 7  # one row per Table 1 model
+    # the paper's close margins are within the noise of 2,000 problems: not resolved, each with its interval
+    for model, baseline in (("Qwen2.5-0.5B-Instruct", "Dr.GRPO-v"), ("Llama-3.2-1B-Instruct", "GRPO-v")):
+        row = df.loc[f"{ES_BEATS}: {model}"]
+        assert row["Verdict"] == V.NOT_RESOLVED, row["Reason"]
+        assert baseline in row["Why"] and f"ES - {baseline}" in row["Interval"]
+    for model in ("Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct", "Llama-3.1-8B-Instruct"):
+        assert df.loc[f"{ES_BEATS}: {model}", "Verdict"] == V.HOLDS
+    for claim in ("ES improves every base model", "GRPO with small beta hacks the reward; ES does not",
+                  "ES lifts Sudoku from near zero", "ES lifts ARC-AGI from near zero",
+                  "ESSA reaches 0.80 in under half GRPO's time", "ESSA needs fewer training problems than GRPO",
+                  "ESSA's time to 0.76 falls as GPUs are added", "ESSA improves accuracy over training"):
         assert df.loc[claim, "Verdict"] == V.HOLDS, (claim, df.loc[claim, "Reason"])
-    # claims whose numbers the papers do not publish are not testable from them, each with its reason
-    for claim in ("ES needs fewer training samples than RL to reach RL's best accuracy",
-                  "ES is competitive with the RL checkpoints on math",
-                  "ESSA with INT8 and INT4 inference does at least as well as BF16"):
+    # GRPO's high betas sit left of every ES point: not compared, and the front rule is not refuted by them
+    front = df.loc["ES's reward-KL front lies above GRPO's"]
+    assert front["Verdict"] in (V.HOLDS, V.NOT_RESOLVED) and "left of every ES point" in front["This run"]
+    # the paper's numbers reproduce themselves wherever the paper gives one
+    numbered = df[df["Reproduced"].isin(["yes", "no"])]
+    assert len(numbered) >= 10 and (numbered["Reproduced"] == "yes").all(), numbered["Reproduced, detail"].to_dict()
+    assert df.loc["ES's reward varies less over seeds than GRPO's", "Reproduced"] in ("yes", "no")
+    # claims whose numbers are not published or not planned are not testable, each with its reason
+    for claim in ("ES is ahead of RL throughout training", "ES is competitive with the RL checkpoints on math",
+                  "ESSA with INT8 and INT4 does at least as well as BF16", "ESSA beats GRPO by 22.5% on IFEval (v3)"):
         assert df.loc[claim, "Verdict"] == V.UNTESTABLE and df.loc[claim, "Reason"]
+    assert "not planned" in df.loc["ESSA beats GRPO by 22.5% on IFEval (v3)", "Reason"]
 
 
-def test_es_below_an_rl_method_does_not_hold_and_names_the_model(tmp_path):
-    # Qwen2.5-3B: ES 40.0 against the paper's Dr.GRPO-v 43.8
-    df = _table(paper_fixture(tmp_path, {"qwen2.5-3b-instruct": {"es": 40.0}})).set_index("Claim")
-    row = df.loc["ES beats every RL baseline: Qwen2.5-3B-Instruct"]
-    assert row["Verdict"] == V.FAILS
-    assert "Qwen2.5-3B-Instruct" in row["Reason"] and "Dr.GRPO-v" in row["Reason"]
-    assert "GRPO-z (8)" not in row["Reason"]  # ES is still above the baselines it beats
-    assert df.loc["ES beats every RL baseline: Qwen2.5-7B-Instruct", "Verdict"] == V.HOLDS
-    assert df.loc["ES improves every base model", "Verdict"] == V.HOLDS
+def test_nested_outcomes_make_every_paper_margin_hold(tmp_path):
+    """"The first k right": every disagreement favours the better method, so even the close margins clear 0."""
+    df = _table(paper_fixture(_rooted(tmp_path), nested=True)).set_index("Claim")
+    beats = df[df.index.str.startswith(ES_BEATS)]
+    assert (beats["Verdict"] == V.HOLDS).all(), beats["Reason"].to_dict()
+
+
+@pytest.mark.parametrize("nested, es", [(True, 40.0), (False, 36.0)])
+def test_es_clearly_below_a_baseline_does_not_hold_and_names_model_and_baseline(tmp_path, nested, es):
+    """Qwen2.5-3B's ES below the paper's Dr.GRPO-v 43.8 on 2,000 problems: 40.0 with nested outcomes (every
+    disagreement against ES), 36.0 with independent draws (a deficit well outside the noise of one draw)."""
+    df = _table(paper_fixture(_rooted(tmp_path), nested=nested, table1_override={"qwen2.5-3b-instruct": {"es": es}})) \
+        .set_index("Claim")
+    row = df.loc[f"{ES_BEATS}: Qwen2.5-3B-Instruct"]
+    assert row["Verdict"] == V.FAILS, row["Reason"]
+    assert "Qwen2.5-3B-Instruct" in row["Reason"] and "Dr.GRPO-v" in row["Reason"] and "Dr.GRPO-v" in row["Why"]
+    assert "GRPO-z (8)" not in row["Why"]  # ES is still above the baselines it beats
+    assert row["Reproduced"] == "no" and f"ES {es:.0f}" in row["Reproduced, detail"]
+    assert df.loc[f"{ES_BEATS}: Qwen2.5-7B-Instruct", "Verdict"] == V.HOLDS
+
+
+def test_the_learning_rate_sweep_beside_the_study_does_not_enter_the_hacking_rule(tmp_path):
+    """App. A.4: at small learning rates GRPO stays close to the base model (no hacking). Those runs sit beside the
+    study's in kl/conciseness/, but the hacking rule reads only the study's runs; the sweep's own row reads them."""
+    root = paper_fixture(_rooted(tmp_path))
+    sweep = list(dict.fromkeys(m for _, m, _ in _pipeline().study_runs("conciseness_lr")))
+    for method in sweep:
+        beta = float(method.split("_lr")[0].removeprefix("grpo_beta"))
+        for s in range(4):
+            _kl(root, "qwen2.5-7b-instruct", method, s, "grpo", {"beta": beta, "learning_rate": 2e-6},
+                [(200, 0.6, 0.1), (1000, 0.7, 0.3)], words=True)
+    df = _table(root).set_index("Claim")
+    hack = df.loc["GRPO with small beta hacks the reward; ES does not"]
+    assert hack["Verdict"] == V.HOLDS and "4/8" in hack["This run"], hack["This run"]
+    assert df.loc["ES's front lies above GRPO's over learning rates", "Verdict"] != V.UNTESTABLE
+    # and the case that must fail: no small-beta study run hacks
+    for r in (root / "kl" / "conciseness" / "qwen2.5-7b-instruct").glob("grpo_beta0*/seed*/samples.jsonl"):
+        if "_lr" not in r.parts[-3]:
+            r.write_text(json.dumps({"id": "p", "sample": 0, "response": "Short words.", "reward": 0}) + "\n")
+    hack = _table(root).set_index("Claim").loc["GRPO with small beta hacks the reward; ES does not"]
+    assert hack["Verdict"] == V.FAILS and "no GRPO run" in hack["Reason"]
+
+
+def test_the_front_rule_compares_over_es_kl_range():
+    from esrepro.report.claims.conciseness import front_gaps
+
+    es = [(0.3, 0.89), (0.8, 0.92)]
+    grpo = [(0.01, 0.70), (0.05, 0.78), (0.9, 0.87), (1.4, 0.91)]  # high betas left of ES, low reward
+    gaps, left = front_gaps(es, grpo)
+    assert left == [(0.01, 0.70), (0.05, 0.78)] and min(g for _, g in gaps) == pytest.approx(0.01)
+    gaps, _ = front_gaps(es, grpo + [(1.5, 0.95)])  # a GRPO point above ES's front
+    assert min(g for _, g in gaps) < 0
 
 
 def test_below_the_papers_scale_nothing_is_tested_and_the_measured_outcome_is_kept(tmp_path):
-    df = _table(paper_fixture(tmp_path), scale="tiny").set_index("Claim")
+    df = _table(paper_fixture(_rooted(tmp_path)), scale="tiny").set_index("Claim")
     assert set(df["Verdict"]) == {V.UNTESTABLE}
     assert df.loc["ES improves every base model", "Rule on this run"] == V.HOLDS
     assert "tiny scale" in df.loc["ES improves every base model", "Reason"]
+    assert df.loc["ES improves every base model", "Reproduced"] == "not compared (tiny scale)"
 
 
-def test_untestable_when_methods_or_seeds_are_missing(tmp_path):
-    _eval(tmp_path, "countdown", "qwen2.5-7b-instruct", "base", 31.2, 200)
-    _eval(tmp_path, "countdown", "qwen2.5-7b-instruct", "es", 66.8, 200)
-    _kl(tmp_path, "m", "base", 0, "base", {}, 0.5, 0.0, words=True)
-    _kl(tmp_path, "m", "es_sigma0.001", 0, "es", {"sigma": 0.001, "alpha": 5e-4}, 0.9, 0.3, words=True)
-    _kl(tmp_path, "m", "grpo_beta0", 0, "grpo", {"beta": 0.0, "learning_rate": 5e-6}, 0.9, 0.9, words=False)
-    df = _table(tmp_path).set_index("Claim")
-    assert df.loc["ES improves every base model", "Verdict"] == V.HOLDS
-    row = df.loc["ES beats every RL baseline: Qwen2.5-7B-Instruct"]
-    assert row["Verdict"] == V.UNTESTABLE and "PPO-z not run" in row["Reason"]
-    stab = df.loc["ES's reward varies less over seeds than GRPO's"]
-    assert stab["Verdict"] == V.UNTESTABLE and "fewer than 2 seeds" in stab["Reason"]
-    assert df.loc["ESSA reaches the target accuracy sooner than GRPO (wall clock)", "Verdict"] == V.UNTESTABLE
-    assert df.loc["GRPO with small beta hacks the reward; ES does not", "Verdict"] == V.HOLDS
+def test_a_row_reads_only_its_declared_runs(tmp_path):
+    """A results folder with evaluations no row declares (an extra model and method): no row reads them."""
+    root = paper_fixture(_rooted(tmp_path))
+    _eval(root, "countdown", "qwen2.5-7b-instruct", "es_other", 99.0, N_COUNTDOWN, np.random.default_rng(3))
+    _eval(root, "countdown", "some-model", "es", 99.0, N_COUNTDOWN, np.random.default_rng(4))
+    df = _table(root).set_index("Claim")
+    assert "some-model" not in " ".join(df["This run"]) and "99" not in df.loc["ES improves every base model",
+                                                                                 "This run"]
+
+
+def test_each_row_names_its_jobs_cost_and_target():
+    from esrepro.claim_cost import claim_costs, markdown
+
+    costs = {c.row: c for c in claim_costs(_pipeline())}
+    assert costs["es_lifts_sudoku"].gpu_hours < costs["es_beats_rl.qwen2.5-7b-instruct"].gpu_hours
+    assert all(c.jobs > 0 and c.target == f"results/claims/{row}.csv" for row, c in costs.items())
+    table = markdown(list(costs.values()))
+    hours = [float(line.split("|")[5].replace(",", "")) for line in table.splitlines()[2:]]
+    assert hours == sorted(hours)  # cheapest first
+    spec = _spec()
+    assert spec["claims"]["es_lifts_arc"]["gpu_hours"] == pytest.approx(costs["es_lifts_arc"].gpu_hours, abs=1e-3)
+
+
+def test_one_claims_target_builds_only_its_jobs():
+    """`snakemake -n results/claims/es_lifts_sudoku.csv` on the tiny default: the Sudoku runs and nothing else."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-F", "results/claims/es_lifts_sudoku.csv"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            jobs[parts[0]] = int(parts[1])
+    assert jobs.get("claim") == 1 and jobs.get("train") == 1 and jobs.get("evaluate") == 2, jobs
+    assert not {"kl", "train_cell", "claims", "table1_countdown"} & set(jobs), jobs
 
 
 def test_the_step_writes_the_table_and_its_manifest(tmp_path):
     from esrepro.steps.report import claims
 
-    results = paper_fixture(tmp_path / "results")
+    results = paper_fixture(_rooted(tmp_path))
     out = tmp_path / "tables" / "claims"
     out.parent.mkdir()
     figure = tmp_path / "figures" / "claims_margins"
     figure.parent.mkdir()
-    claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"),
-           {"scale": "paper", **SETTINGS}, str(out), inputs=[], figure=str(figure))
+    inputs = [str(tmp_path / f) for f in _inputs() if (tmp_path / f).is_file()]  # the runs the fixture made
+    claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), _spec(), str(out), inputs=inputs,
+           figure=str(figure))
     for ext in (".csv", ".md", ".tex", ".manifest.json"):
         assert Path(f"{out}{ext}").is_file()
     for ext in (".png", ".pdf", ".manifest.json"):
         assert Path(f"{figure}{ext}").is_file()
     margins = pd.read_csv(f"{figure}.csv")
-    # every model's ES - base and ES - RL margin of Table 1, and the two puzzles'
-    assert len(margins) == 7 * 6 + 2 and (margins["problems_lo"] > 0).all()
     assert "ES - Dr.GRPO-v on Qwen2.5-3B-Instruct" in set(margins["comparison"])
     df = pd.read_csv(f"{out}.csv")
     assert list(df.columns)[:2] == ["Claim", "Where"] and set(df["Verdict"]) <= set(V.VERDICTS)
-    assert "holds" in Path(f"{out}.md").read_text()
-    tex = Path(f"{out}.tex").read_text()
-    assert "\\begin{longtable}" in tex and "Qwen2.5-3B-Instruct" in tex
+    md = Path(f"{out}.md").read_text()
+    # a table a person can read: short cells, each model named once per row
+    for line in md.splitlines():
+        if line.startswith("| ES beats every RL baseline"):
+            assert line.count("Qwen2.5-3B-Instruct") <= 1 or "Qwen2.5-3B-Instruct" not in line
+            assert len(line) < 600, line
+    assert "\\begin{longtable}" in Path(f"{out}.tex").read_text()
+    only = tmp_path / "tables" / "one"
+    claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), _spec(), str(only), inputs=inputs,
+           only=["es_lifts_arc"])
+    assert list(pd.read_csv(f"{only}.csv")["Id"]) == ["es_lifts_arc"]
     with pytest.raises(ValueError, match="scale"):
         claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), {}, str(out))
+    with pytest.raises(ValueError, match="no row 'nope'"):
+        claims(str(results), str(PUBLISHED), str(ROOT / "config" / "models.yaml"), _spec(), str(only), inputs=inputs,
+               only=["nope"])
 
 
 def test_the_ro_crate_names_the_claims_table_as_its_headline(tmp_path):
@@ -266,9 +432,8 @@ def test_golden_keeps_the_claims_table_and_the_readme_shows_it(tmp_path, monkeyp
     golden = ROOT / "golden" / "tiny"
     shutil.copytree(golden / "results", tmp_path / "results")
     monkeypatch.chdir(tmp_path)
-    claims("results", str(PUBLISHED), str(ROOT / "config" / "models.yaml"),
-           {"scale": "tiny", "reward_cutoff": 0.85, "hacking_margin": 0.2, "essa_target": 0.125},
-           "results/tables/claims", inputs=["results/eval/countdown/tiny/es/seed0/test/metrics.json"])
+    claims("results", str(PUBLISHED), str(ROOT / "config" / "models.yaml"), _spec("config.yaml"),
+           "results/tables/claims", inputs=_inputs("config.yaml"))
     df = pd.read_csv("results/tables/claims.csv")
     assert set(df["Verdict"]) == {V.UNTESTABLE}  # the tiny scale tests no claim of the papers
     assert (df["Reason"].str.len() > 0).all()
@@ -280,15 +445,15 @@ def test_golden_keeps_the_claims_table_and_the_readme_shows_it(tmp_path, monkeyp
 
 
 def test_measured_seconds_stay_in_their_own_column(tmp_path):
-    """ESSA's wall-clock claim: GRPO faster than ESSA does not hold at the paper's scale; below it, the seconds and the
+    """ESSA's wall-clock claim: GRPO as fast as ESSA does not hold at the paper's scale; below it, the seconds and the
     rule's outcome on them stay in the seconds column, so the rest of the table is the same whatever the times."""
     from esrepro.provenance.golden import _rows
 
-    claim = "ESSA reaches the target accuracy sooner than GRPO (wall clock)"
-    slow, fast = paper_fixture(tmp_path / "slow"), paper_fixture(tmp_path / "fast")
+    claim = "ESSA reaches 0.80 in under half GRPO's time"
+    slow, fast = paper_fixture(tmp_path / "slow" / "results"), paper_fixture(tmp_path / "fast" / "results")
     grpo_log = fast / "runs/gsm8k/qwen2.5-math-7b/essa_grpo/seed0/log.jsonl"
     grpo_log.write_text("".join(json.dumps({"iteration": i, "elapsed_seconds": t, "val_reward": v}) + "\n"
-                                 for i, (t, v) in enumerate([(300.0, 0.70), (900.0, 0.81)])))
+                                 for i, (t, v) in enumerate([(0.0, 0.62), (300.0, 0.70), (900.0, 0.81)])))
     paper = _table(fast).set_index("Claim")
     assert paper.loc[claim, "Verdict"] == V.FAILS and "GRPO 900 s" in paper.loc[claim, "Reason"]
     tables = {}
@@ -301,24 +466,27 @@ def test_measured_seconds_stay_in_their_own_column(tmp_path):
 
 
 @pytest.mark.parametrize("config, scale", [("config.yaml", "tiny"), ("paper.yaml", "paper")])
-def test_the_rule_reads_what_the_table_needs(config, scale):
-    """The claims rule's inputs (esrepro.plan.Plan.claims_inputs) and settings (esrepro.specs.claims_spec) for the
-    default and the paper's configuration: every evaluation with its per-problem responses, the conciseness study,
-    the sample curves, the ESSA runs; and the config's scale."""
-    from esrepro.config import load_pipeline, read_config
+def test_the_rule_reads_what_its_rows_declare(config, scale):
+    """The claims rule's inputs (esrepro.claim_plan.ClaimPlan.all_files) and settings (esrepro.specs.claims_spec)
+    for the default and the paper's configuration: every row's files, and nothing from the learning-rate sweep in
+    the hacking row."""
+    from esrepro.claim_plan import ClaimPlan
     from esrepro.plan import Plan
-    from esrepro.specs import claims_spec
 
-    pipeline = load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
+    pipeline = _pipeline(config)
     plan = Plan(pipeline)
-    inputs = plan.claims_inputs()
-    spec = claims_spec(pipeline)
+    claims = ClaimPlan(plan)
+    spec = _spec(config)
     assert spec["scale"] == scale and spec["task"] == "countdown" and spec["essa_target"] is not None
-    assert spec["reward_cutoff"] == pipeline.studies()["conciseness"].reward_cutoff
-    metrics = [p for p in inputs if p.endswith("/metrics.json")]
-    assert set(plan.eval_metrics()) <= set(metrics)
-    assert all(p.replace("metrics.json", "responses.jsonl") in inputs for p in metrics)
+    assert set(spec["claims"]) == set(claims.rows())
+    inputs = claims.all_files()
+    assert all(p.replace("metrics.json", "responses.jsonl") in inputs for p in inputs if p.endswith("metrics.json"))
     assert set(plan.conciseness_kl()) <= set(inputs)
-    assert "results/figures/sample_curves_countdown.csv" in inputs
-    assert any(p.endswith("/essa_ref/seed0/log.jsonl") for p in inputs)
+    hacking = claims.files("grpo_small_beta_hacks")
+    assert hacking and not any("_lr" in f for f in hacking)
+    assert any("_lr" in f for f in claims.files("es_pareto_lr"))
+    assert any(p.endswith("/essa_grpo/seed0/log.jsonl") for p in claims.files("essa_faster_than_grpo"))
     assert "results/tables/claims.csv" in plan.table_targets()
+    if scale == "paper":
+        assert spec["essa_grpo_target"] == 0.80 and spec["essa_target"] == 0.76
+        assert any("essa_resample100" in f for f in claims.files("essa_faster_than_grpo"))

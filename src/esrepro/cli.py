@@ -102,6 +102,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "remote": ("--remote", dict(default=None, help="dvc push to this remote afterwards")),
     "target": ("target", dict(help="a table, figure or any recorded output")),
     "figure": ("--figure", dict(default=None, help="also draw the margins figure at this path stem (png, pdf, csv)")),
+    "only": ("--only", dict(nargs="*", default=None, help="build only these rows (claim ids, esrepro claim-costs)")),
     "headline": ("--headline", dict(default=None, help="the run's headline result, one of --outputs (the claims "
                                                    "table)")),
     "results": ("--results", dict(default="results",
@@ -147,9 +148,12 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
                                          help="also write the table of predicted peaks as Markdown to PATH"),
     ("eval-summary", "out"): dict(help="the summary JSON to write"),
     ("claims", "out"): dict(help=OUT_STEM),
-    ("claims", "spec"): dict(help="scale (the config's), task, split, conciseness_task, reward_cutoff, hacking_margin, "
-                             "essa_target as JSON"),
-    ("claims", "inputs"): dict(help="the files the table reads (recorded in its manifest)"),
+    ("claims", "spec"): dict(help="the config's scale, the rules' settings and each row's selectors, jobs and "
+                             "target as JSON (esrepro.specs.claims_spec)"),
+    ("claims", "inputs"): dict(help="the files the rows may read (the rule's declared inputs; recorded in its "
+                               "manifest)"),
+    ("claim-costs", "markdown_out"): dict(action="store", default=None, metavar="PATH",
+                                          help="also write the table as Markdown to PATH"),
     ("audit", "target"): dict(nargs="?", default="results/tables/claims.csv",
                               help="a table, figure or any recorded output (default: the claims table, the run's "
                               "headline)"),
@@ -193,6 +197,8 @@ VERBS: dict[str, Verb] = {
     "validate": Verb("esrepro.steps.config:validate_files", "check config files, their registry and published numbers"),
     "options": Verb("esrepro.steps.config:print_options", "document every setting (or write the JSON schemas)"),
     "cost": Verb("esrepro.cost:cost", "jobs, GPU-hours requested and estimated, and disk of a config's run"),
+    "claim-costs": Verb("esrepro.claim_cost:main", "the jobs and GPU-hours that decide each claim, cheapest first, "
+                        "with each claim's target"),
     "plan-check": Verb("esrepro.plan_check:plan_check", "build every GPU job's arguments and count its memory per GPU"),
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
     "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry"),

@@ -80,6 +80,7 @@ PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Ori
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
 CLAIMS = f"{TABLES}/claims"  # the papers' claims tested by the run: evidence, interval, verdict (the headline)
 CLAIMS_FIGURE = f"{FIGURES}/claims_margins"  # the claims' margins with their intervals
+CLAIM = "results/claims/{claim}"  # one claim's row alone (.csv, .md, .tex): the target that runs only its jobs
 
 
 # --- workspaces -------------------------------------------------------------------------------------------------

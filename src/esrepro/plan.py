@@ -279,20 +279,6 @@ class Plan:
         out = self.table_targets() + self.eval_metrics() + self.kl_targets() + self.essa_eval_metrics()
         return list(dict.fromkeys(out))
 
-    def claims_inputs(self) -> list[str]:
-        """What the claims table reads: every evaluation (metrics and per-problem responses), the conciseness
-        study's KL and samples, Table 1's task's sample curves and ES training logs, the ESSA study's runs."""
-        t1 = self.p.cfg.report.table1
-        metrics = list(dict.fromkeys(self.eval_metrics() + self.essa_eval_metrics()))
-        out = metrics + [p.replace("metrics.json", "responses.jsonl") for p in metrics]
-        kl = self.conciseness_kl()
-        out += kl + [p.replace("kl.json", "samples.jsonl") for p in kl]
-        if t1.task in ExtrasPlan(self).curve_tasks():
-            out.append(f"{P.fill(self.paths.SAMPLE_CURVES, task=t1.task)}.csv")
-        out += self.curve_logs(t1.task, "es")
-        out += [f"{r}/{name}" for r in self.essa_inputs()["runs"] for name in (P.TRAIN_LOG, P.MANIFEST)]
-        return out
-
     def report_files(self) -> list[str]:
         return [p for p in self.table_targets() if p.startswith((self.paths.TABLES, self.paths.FIGURES))]
 

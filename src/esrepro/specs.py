@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from esrepro.claim_cost import claim_costs
+from esrepro.claim_plan import ClaimPlan
 from esrepro.pipeline import ESSA_SWEEPS, Pipeline
+from esrepro.plan import Plan
 
 
 def as_json(spec: dict[str, Any]) -> str:
@@ -56,8 +59,6 @@ def kl_spec(p: Pipeline, task: str) -> dict[str, Any]:
 
 def essa_report_spec(p: Pipeline) -> dict[str, Any]:
     """The ESSA figures' target accuracy, each sweep's methods and every output stem."""
-    from esrepro.plan import Plan
-
     study = p.essa_study()
     sweeps = {key: [m for _, m in p.essa_sweep(key)] for key, _, _ in ESSA_SWEEPS}
     plan = Plan(p)
@@ -73,14 +74,22 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
             "sweeps": sweeps, "stems": stems}
 
 
-def claims_spec(p: Pipeline) -> dict[str, Any]:
-    """The claims table's settings: the config's scale, Table 1's task and split, the conciseness study's task,
-    reward cut-off and hacking margin, the ESSA study's target accuracy (None where a study is not configured)."""
+def claims_spec(p: Pipeline, rows: list[str] | None = None) -> dict[str, Any]:
+    """The claims table's settings: the config's scale, Table 1's task and split, the conciseness study's reward
+    cut-off and hacking margin, the ESSA study's targets, the math claims' model, and per row (all, or ``rows``) its
+    selectors, the jobs that decide it, their requested GPU-hours and its own target."""
     t1 = p.cfg.report.table1
     conciseness = p.studies().get("conciseness")
     essa = p.essa_study()
+    claims = ClaimPlan(Plan(p))
+    selectors = claims.selectors()
+    costs = {c.row: c for c in claim_costs(p) if rows is None or c.row in rows}
     return {"scale": p.cfg.scale, "task": t1.task, "split": t1.split,
-            "conciseness_task": conciseness.task if conciseness is not None else "conciseness",
             "reward_cutoff": conciseness.reward_cutoff if conciseness is not None else None,
             "hacking_margin": conciseness.hacking_margin if conciseness is not None else 0.2,
-            "essa_target": essa.target_accuracy if essa is not None else None}
+            "essa_target": essa.target_accuracy if essa is not None else None,
+            "essa_grpo_target": (essa.grpo_target_accuracy if essa.grpo_target_accuracy is not None
+                                 else essa.target_accuracy) if essa is not None else None,
+            "math_model": claims.math_model(),
+            "claims": {row: {"select": selectors[row], "jobs": c.jobs, "gpu_jobs": c.gpu_jobs,
+                             "gpu_hours": round(c.gpu_hours, 3), "target": c.target} for row, c in costs.items()}}

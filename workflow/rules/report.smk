@@ -506,7 +506,7 @@ rule stability_table:
 
 rule claims:
     input:
-        results=PLAN.claims_inputs(),
+        results=CLAIMS.all_files(),
         published=CFG.published,
         registry=CFG.registry,
     output:
@@ -518,7 +518,7 @@ rule claims:
         multiext(R.CLAIMS_FIGURE, ".pdf", ".csv", ".manifest.json"),
     params:
         results=lambda w: R.under("results"),
-        spec=specs.as_json(specs.claims_spec(PIPELINE)),
+        spec=lambda w: specs.as_json(specs.claims_spec(PIPELINE)),
         out=stem_of,
         figure=lambda w, output: os.path.splitext(output[4])[0],
     localrule: True
@@ -529,3 +529,28 @@ rule claims:
     shell:
         "esrepro claims --results {params.results} --published {input.published} --registry {input.registry} "
         "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} --figure {params.figure} > {log} 2>&1"
+
+
+# One claim's row alone (esrepro claim-costs lists each claim's target): `snakemake results/claims/<row>.csv` runs only
+# the jobs that decide it.
+rule claim:
+    input:
+        results=lambda w: CLAIMS.files(w.claim),
+        published=CFG.published,
+        registry=CFG.registry,
+    output:
+        multiext(R.CLAIM, ".csv", ".md", ".tex", ".manifest.json"),
+    wildcard_constraints:
+        claim=keys_regex(CLAIMS.rows()),
+    params:
+        results=lambda w: R.under("results"),
+        spec=lambda w: specs.as_json(specs.claims_spec(PIPELINE, [w.claim])),
+        out=stem_of,
+    localrule: True
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/report/claim_{{claim}}.log",
+    shell:
+        "esrepro claims --results {params.results} --published {input.published} --registry {input.registry} "
+        "--spec {params.spec:q} --inputs {input.results:q} --out {params.out} --only {wildcards.claim} > {log} 2>&1"

@@ -1,21 +1,26 @@
 """The rules that turn evidence into a verdict on a paper's claim, and the intervals they read.
 
-A verdict is one of :data:`HOLDS`, :data:`FAILS` ("does not hold") or :data:`UNTESTABLE` ("not testable"), always
-with a reason. The rules, in the order :mod:`esrepro.report.claims` applies them:
+A verdict is one of :data:`HOLDS`, :data:`NOT_RESOLVED`, :data:`FAILS` ("does not hold") or :data:`UNTESTABLE` ("not
+testable"), always with a reason. The vocabulary keeps confirmation and refutation apart: a claim **holds** when the
+evidence confirms it (its interval clears the claim's null), is **not resolved** when the interval still includes the
+null, and **does not hold** when the evidence is against it (the interval lies wholly on the far side of the null).
+The rules, in the order :mod:`esrepro.report.claims` applies them:
 
 1. **Not testable** when the evidence is not there: a method or model the claim compares was not run or not
    evaluated, a spread is asked for with fewer than two seeds, a sweep has fewer values than the claim needs.
-2. **Margins** (``A beats B``, ``A improves on B``): the margin is A's accuracy minus B's, in points. Its 95%
+2. **Margins** (``A beats B``; ``A is within d of B``): the margin is A's accuracy minus B's, in points. Its 95%
    interval is a paired percentile bootstrap over the test problems (:func:`bootstrap_margin`: each problem's
    correctness averaged over the method's seeds, problems resampled with replacement, 2,000 resamples, a fixed
    generator seed, so the table is reproducible); where both methods have two or more seeds, also a Welch
-   t interval over seeds (:func:`seed_interval`). The claim **holds** when the lower end of every interval is above
-   0, and **does not hold** otherwise (A below B, or the interval reaches 0: the run does not show the margin).
+   t interval over seeds (:func:`seed_interval`). The null is 0 for "beats" and -d for "within d" (non-inferiority).
+   **Holds** when the lower end of every interval is above the null, **does not hold** when the upper end of an
+   interval is below it, **not resolved** otherwise (the reason says on which side the estimate lies).
 3. **Ratios of spreads** (``A varies less than B``): the ratio of B's standard deviation over seeds to A's, with
    the 95% interval of a ratio of two normal standard deviations (:func:`std_ratio_interval`, F distribution);
-   **holds** when its lower end is above 1.
-4. **Orders and thresholds** without a sampling model (Pareto dominance, time to a target, sweeps): the rule is
-   stated with the claim (:mod:`esrepro.report.claims`) and applied to the point estimates.
+   **holds** when its lower end is above 1, **does not hold** when its upper end is below 1, else not resolved.
+4. **Orders and thresholds** without a sampling model (time to a target, sweeps): the rule is stated with the claim
+   (:mod:`esrepro.report.claims`) and applied to the point estimates: holds or does not hold, and the reason says
+   that no interval backs it.
 5. **Scale**: a verdict on a paper's claim needs the paper's scale, which the configuration states (its
    ``scale`` field: ``paper``, ``tiny`` or ``rehearsal``). At any other scale the verdict is "not testable" and the
    rule's outcome on the run's own numbers is kept beside it (:func:`gate`): a 1M-parameter model on generated data,
@@ -31,9 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 HOLDS = "holds"
+NOT_RESOLVED = "not resolved"
 FAILS = "does not hold"
 UNTESTABLE = "not testable"
-VERDICTS = (HOLDS, FAILS, UNTESTABLE)
+VERDICTS = (HOLDS, NOT_RESOLVED, FAILS, UNTESTABLE)
 
 #: Resamples and generator seed of every bootstrap (fixed: the same results give the same table).
 BOOTSTRAP_RESAMPLES = 2000
@@ -114,31 +120,45 @@ def seed_interval(a: Sequence[float], b: Sequence[float]) -> Interval | None:
     return Interval(diff, float(ci.low), float(ci.high), f"Welch t over seeds ({a.size} and {b.size}), 95%")
 
 
-def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None) -> Outcome:
+def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None, null: float = 0.0) -> Outcome:
     """Rule 2: holds when the lower end of the bootstrap interval (and of the seed interval, where there is one) is
-    above 0. ``label`` names the comparison in the reason (e.g. ``"ES - GRPO-v on Qwen2.5-3B"``)."""
+    above ``null`` (0 for "A beats B", -d for "A is within d points of B"); does not hold when the upper end of
+    either is below it; not resolved otherwise. ``label`` names the comparison in the reason (e.g.
+    ``"ES - GRPO-v on Qwen2.5-3B"``)."""
     parts = [f"{label}: {boot.text()} (problems)"]
     if seeds is not None:
         parts.append(f"{seeds.text()} (seeds)")
-    lows = [boot.lo] + ([seeds.lo] if seeds is not None else [])
-    if all(lo > 0 for lo in lows):
-        return Outcome(HOLDS, "; ".join(parts) + ": above 0")
-    why = "below 0" if boot.estimate < 0 else "the interval reaches 0"
-    return Outcome(FAILS, "; ".join(parts) + f": {why}")
+    intervals = [boot] + ([seeds] if seeds is not None else [])
+    against = f"{null:+g}" if null else "0"
+    if all(iv.lo > null for iv in intervals):
+        return Outcome(HOLDS, "; ".join(parts) + f": above {against}")
+    if any(iv.hi < null for iv in intervals):
+        return Outcome(FAILS, "; ".join(parts) + f": below {against}")
+    side = "above" if boot.estimate > null else "at or below"
+    return Outcome(NOT_RESOLVED, "; ".join(parts) + f": the estimate is {side} {against} and the interval includes it")
 
 
 def combine(outcomes: Sequence[tuple[str, Outcome]]) -> Outcome:
-    """A claim over several cases (models, baselines): not testable when no case is, does not hold when any
-    testable case does not (naming each), else holds (naming the untestable cases left out)."""
+    """A claim over several cases (models, baselines, benchmarks): not testable when no case is; does not hold when
+    any testable case does not (naming each); not resolved when any is not resolved (naming each); else holds
+    (naming the untestable cases left out)."""
     tested = [(k, o) for k, o in outcomes if o.verdict != UNTESTABLE]
     skipped = [k for k, o in outcomes if o.verdict == UNTESTABLE]
     if not tested:
         return untestable("; ".join(f"{k}: {o.reason}" for k, o in outcomes) or "no case to test")
-    failed = [(k, o) for k, o in tested if o.verdict == FAILS]
     tail = f" (not testable: {', '.join(skipped)})" if skipped else ""
-    if failed:
-        return Outcome(FAILS, "does not hold for " + "; ".join(f"{k} ({o.reason})" for k, o in failed) + tail)
+    for verdict in (FAILS, NOT_RESOLVED):
+        hit = [(k, o) for k, o in tested if o.verdict == verdict]
+        if hit:
+            return Outcome(verdict, f"{verdict} for " + "; ".join(f"{k} ({o.reason})" for k, o in hit) + tail)
     return Outcome(HOLDS, "holds for " + ", ".join(k for k, _ in tested) + tail)
+
+
+def tally(outcomes: Sequence[tuple[str, Outcome]]) -> str:
+    """The cases' verdicts counted, in a few words ("5 hold, 2 not resolved")."""
+    counts = {v: sum(o.verdict == v for _, o in outcomes) for v in VERDICTS}
+    words = {HOLDS: "hold", NOT_RESOLVED: "not resolved", FAILS: "do not hold", UNTESTABLE: "not testable"}
+    return ", ".join(f"{n} {words[v]}" for v, n in counts.items() if n)
 
 
 def _f_quantiles(df1: int, df2: int) -> tuple[float, float]:
@@ -161,11 +181,13 @@ def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int) -> Interv
 
 
 def ratio_outcome(label: str, interval: Interval) -> Outcome:
-    """Rule 3: holds when the interval's lower end is above 1."""
+    """Rule 3: holds when the interval's lower end is above 1, does not hold when its upper end is below 1."""
     text = f"{label}: {interval.estimate:.2f}x [{interval.lo:.2f}, {interval.hi:.2f}]"
     if interval.lo > 1:
         return Outcome(HOLDS, text + ": above 1")
-    return Outcome(FAILS, text + (": below 1" if interval.estimate < 1 else ": the interval reaches 1"))
+    if interval.hi < 1:
+        return Outcome(FAILS, text + ": below 1")
+    return Outcome(NOT_RESOLVED, text + ": the interval includes 1")
 
 
 def gate(outcome: Outcome, scale: str) -> tuple[Outcome, str]:

@@ -347,21 +347,23 @@ def stability_table(metrics: list[str], registry: str, out: str, note: list[str]
 
 # --- the papers' claims, tested by the run -----------------------------------------------------------------------
 def claims(results: str, published: str, registry: str, spec: dict, out: str, inputs: list[str] | None = None,
-           note: list[str] | None = None, figure: str | None = None) -> None:
-    """The claims table: each claim of the papers, its evidence in the paper and in this run, an interval and a
-    computed verdict (esrepro.report.claims). ``spec``: ``scale`` (the config's), and optionally ``task``, ``split``
-    (Table 1's), ``conciseness_task``, ``reward_cutoff``, ``hacking_margin``, ``essa_target``. ``figure``: the stem of
-    the margins figure (png, pdf, csv), when wanted."""
+           note: list[str] | None = None, figure: str | None = None, only: list[str] | None = None) -> None:
+    """The claims table: each claim of the papers, its evidence in the paper and in this run, whether this run
+    reproduces the paper's numbers, an interval and a computed verdict (esrepro.report.claims). Each row reads only
+    the ``inputs`` its selectors in ``spec`` pick (``spec``: :func:`esrepro.specs.claims_spec`). ``only``: the rows
+    to build (a claim's own table); ``figure``: the stem of the margins figure (png, pdf, csv), when wanted."""
     from esrepro.provenance.manifest import now
     from esrepro.report.claims import build_claims
+    from esrepro.report.tables import load_published
 
     started = now()
-    settings = {k: spec[k] for k in ("task", "split", "conciseness_task", "reward_cutoff", "hacking_margin",
-                                     "essa_target") if k in spec}
-    if "scale" not in spec:
-        raise ValueError("claims: --spec needs 'scale' (the config's scale: paper, tiny or rehearsal)")
+    for key in ("scale", "claims"):
+        if key not in spec:
+            raise ValueError(f"claims: --spec needs {key!r} (esrepro.specs.claims_spec: the config's scale and each "
+                             "row's selectors)")
     display = {k: v["display"] for k, v in registry_entries(registry).items()}
-    build_claims(results, published, out, spec["scale"], display, notes=note or [], figure_stem=figure, **settings)
+    build_claims(results, inputs or [], load_published(published), spec, display, out, notes=note or [],
+                 figure_stem=figure, only=only)
     ins = {**{p: p for p in inputs or []}, "published": published, "registry": registry}
     report_manifest("claims", out, TABLE, started, inputs=ins, settings={**spec, "notes": note or []})
     if figure:

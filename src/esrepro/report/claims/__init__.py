@@ -1,0 +1,13 @@
+"""The papers' claims, tested by a run: one row per claim with the paper's evidence, this run's, whether this run
+reproduces the paper's numbers, an interval and a verdict computed by a stated rule (:mod:`esrepro.report.verdicts`).
+
+- :mod:`.catalogue`: the claims, where each paper makes them, their wording and rules;
+- :mod:`.evidence`: the files a row reads, picked from the rule's declared inputs by the row's selectors;
+- :mod:`.countdown`, :mod:`.conciseness`, :mod:`.math_puzzles`, :mod:`.essa`: each paper section's rules;
+- :mod:`.rows`: what the rules share (the margin comparison, the reproduced check, short cells);
+- :mod:`.table`: the scale gate, the table in CSV, Markdown and LaTeX, the margins figure.
+"""
+
+from esrepro.report.claims.table import WALL, build_claims, claim_rows, claims_table
+
+__all__ = ["WALL", "build_claims", "claim_rows", "claims_table"]

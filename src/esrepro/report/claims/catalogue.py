@@ -1,0 +1,139 @@
+"""The papers' claims this pipeline tests: one :class:`Claim` per row family, with where the paper makes it, its
+wording in a few words and the rule that decides it (docs/claims.md sets each wording beside its rule).
+
+A claim made per model (ES against every RL baseline, v2 Sec. 4.1) is one row per model: its row id is
+``{key}.{model}`` (:func:`row_id`). Claims that a paper version makes but this pipeline does not plan (ESSA v3's
+abstract-only numbers) have rows too, marked not planned, so a reader sees every claim and why it is not tested.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper: ``key`` (its row id, or the prefix of its per-model rows), a title a table can show,
+    the place in the paper, the claim's wording (paraphrased, with its deciding words quoted), the rule that
+    decides it on a run, and whether this pipeline plans the runs it needs."""
+
+    key: str
+    title: str
+    where: str
+    wording: str
+    rule: str
+    planned: bool = True
+    per_model: bool = False
+
+
+ES_CLAIMS: tuple[Claim, ...] = (
+    Claim("es_improves_base", "ES improves every base model", "ES v2 Table 1, Sec. 4.1",
+          "ES fine-tuning raises every Table 1 model's Countdown accuracy above the original model's.",
+          "Per model, the margin ES - Original clears 0 (rule 2); every model must."),
+    Claim("es_beats_rl", "ES beats every RL baseline", "ES v2 Sec. 4.1, Table 1",
+          "ES \"improves upon RL baselines across all tested models\": above PPO, GRPO and Dr.GRPO in both "
+          "implementation variants, per model.",
+          "Per model, the margin ES - each RL method clears 0 (rule 2); one row per model.", per_model=True),
+    Claim("es_ahead_throughout", "ES is ahead of RL throughout training", "ES v2 App. A.5, Fig. 7",
+          "ES outperforms RL on every model \"throughout training\" (accuracy against training samples).",
+          "At every point of each RL method's test-accuracy curve after the start, ES's curve (interpolated at the "
+          "same sample count) is above it; a point where the two differ by less than two binomial standard errors "
+          "is not resolved, one where ES is below by more is against."),
+    Claim("es_sample_efficiency_v1", "ES needs under 20% of RL's samples (v1)", "ES v1 Sec. 4.1, App. A.4 Fig. 6",
+          "To reach RL's level, ES needs \"less than 20%\" of the training samples \"in most cases\" "
+          "(v1 only: v2 no longer states it).",
+          "Per model and RL method: samples ES's mean curve needs to reach the RL method's best accuracy, over "
+          "the samples the RL method needed; holds when under 0.2 in more than half of the cases."),
+    Claim("es_pareto", "ES's reward-KL front lies above GRPO's", "ES v2 Sec. 4.2, Fig. 1",
+          "ES's Pareto front is \"higher and to the left\" of GRPO's (reward against KL to the base model).",
+          "Over the KL range ES's front covers, ES's front reward (the best ES point at no more KL) minus each "
+          "GRPO front point's reward; the smallest gap clears 0, with a bootstrap over seeds."),
+    Claim("es_pareto_lr", "ES's front lies above GRPO's over learning rates", "ES v2 App. A.4, Fig. 4b",
+          "Over GRPO's learning rates and betas, ES's front still dominates GRPO's.",
+          "The front rule of Fig. 1 with GRPO's points from the learning-rate sweep."),
+    Claim("grpo_small_beta_hacks", "GRPO with small beta hacks the reward; ES does not", "ES v2 Sec. 4.2, Table 2",
+          "GRPO at beta 0 and 0.01 \"sometimes\" hacks the conciseness reward; ES shows no hacking.",
+          "A run hacks when its share of non-word responses exceeds the base model's by the study's hacking "
+          "margin; holds when some run at beta <= 0.01 hacks and no ES run does (counts of runs, no interval)."),
+    Claim("es_stable_across_runs", "ES's reward varies less over seeds than GRPO's", "ES v2 Sec. 4.2, Table 2",
+          "GRPO's reward standard deviation over four seeds is 15.5x ES's, among configurations above the "
+          "0.85 reward cut-off.",
+          "GRPO's largest std over seeds over ES's smallest, above the cut-off; the F interval of the ratio "
+          "clears 1 (rule 3)."),
+    Claim("es_improves_math", "ES improves the base model on every math benchmark", "ES v2 Sec. 4.3, Fig. 2",
+          "ES \"significantly improved the base models across each benchmark\".",
+          "Per benchmark, the margin ESCHKPT-1 - Qwen2.5-Math-7B clears 0 (rule 2); every benchmark must."),
+    Claim("es_competitive_math", "ES is competitive with the RL checkpoints on math", "ES v2 Sec. 4.3, Fig. 2",
+          "ES is \"competitive\" with the SOTA RL checkpoints \"in all the benchmarks\".",
+          "Non-inferiority per benchmark and RL checkpoint: the margin ESCHKPT-1 - RL clears -5 points (rule 2 "
+          "with a null of -5; the paper states no margin, 5 points is ours)."),
+    Claim("es_lifts_sudoku", "ES lifts Sudoku from near zero", "ES v2 Table 3, Sec. 4.4, App. A.8",
+          "The base model fails Sudoku; ES fine-tuning improves it significantly.",
+          "The base model at most 5% and the margin ES - Original clears 0 (rule 2)."),
+    Claim("es_lifts_arc", "ES lifts ARC-AGI from near zero", "ES v2 Table 3, Sec. 4.4, App. A.9",
+          "The base model fails ARC-AGI; ES fine-tuning improves it significantly.",
+          "The base model at most 5% and the margin ES - Original clears 0 (rule 2)."),
+)
+
+ESSA_CLAIMS: tuple[Claim, ...] = (
+    Claim("essa_faster_than_grpo", "ESSA reaches 0.80 in under half GRPO's time", "ESSA Sec. 5.4, Fig. 8",
+          "With 100 problems resampled per generation and the top 40% of singular values, ESSA passes 0.80 "
+          "accuracy in under 25 minutes on 8 GPUs, GRPO needs over 50: \"less than half the time\".",
+          "Training seconds until the held-out accuracy (mean over seeds) first reaches 0.80: ESSA's at most half "
+          "GRPO's, or GRPO never reaches it (times, no interval)."),
+    Claim("essa_data_efficiency", "ESSA needs fewer training problems than GRPO", "ESSA abstract, Sec. 1, Sec. 6",
+          "ESSA is \"more data efficient\" than GRPO: it reaches competitive accuracy with fewer samples.",
+          "Training problems drawn until the held-out accuracy first reaches 0.80 (ESSA: generations x problems "
+          "per generation; GRPO: steps x prompts per step): ESSA's fewer (counts, no interval)."),
+    Claim("essa_time_falls_with_gpus", "ESSA's time to 0.76 falls as GPUs are added", "ESSA Sec. 5.1, Fig. 2",
+          "Time to 0.76 GSM8K accuracy falls near-linearly with GPUs: about 290 minutes on 8, under 80 on 128.",
+          "Training seconds to held-out accuracy 0.76 fall with every added engine count (times, no interval)."),
+    Claim("essa_moderate_population", "A moderate ESSA population is best", "ESSA Sec. 5.2, Fig. 4",
+          "Growing the population past a moderate size brings no further gain.",
+          "Best held-out accuracy per population: the largest is no higher than a smaller one's and the best is "
+          "above the smallest's (three or more populations; point estimates)."),
+    Claim("essa_rank", "ESSA's largest LoRA rank does worse than a smaller one", "ESSA Sec. 5.3, Fig. 7",
+          "The largest LoRA rank reaches a lower accuracy than smaller ranks.",
+          "Best held-out accuracy of the largest rank below a smaller rank's (three or more ranks; point "
+          "estimates)."),
+    Claim("essa_quantised", "ESSA with INT8 and INT4 does at least as well as BF16", "ESSA Sec. 5.5, Fig. 9",
+          "INT4 and INT8 slightly outperform BF16 in convergence speed and final accuracy.",
+          "Best held-out accuracy of INT8 and INT4 at least BF16's (point estimates)."),
+    Claim("essa_improves_over_training", "ESSA improves accuracy over training", "ESSA Sec. 5.2, Fig. 6",
+          "ESSA \"consistently improves accuracy over training steps\" for Llama-3.1-8B on PRM800K and Qwen2.5-32B "
+          "on GSM8K.",
+          "Per run, the last held-out accuracy minus the first (the SFT start) clears 0 with a normal interval "
+          "of two proportions (rule 2)."),
+    Claim("essa_v3_gsm8k", "ESSA beats GRPO by 12.6% on GSM8K (v3)", "ESSA v3 abstract",
+          "Qwen2.5-Math-7B's GSM8K test accuracy 12.6% above GRPO's.",
+          "Not planned: v3's abstract only; the full text (v1) has no such run.", planned=False),
+    Claim("essa_v3_prm800k", "ESSA beats GRPO by 14.8% on PRM800K (v3)", "ESSA v3 abstract",
+          "Qwen2.5-Math-7B's PRM800K test accuracy 14.8% above GRPO's.",
+          "Not planned: v3's abstract only; the full text (v1) has no such run.", planned=False),
+    Claim("essa_v3_ifeval", "ESSA beats GRPO by 22.5% on IFEval (v3)", "ESSA v3 abstract",
+          "Llama-3.1-8B's IFEval accuracy 22.5% above GRPO's.",
+          "Not planned: v3's abstract only; the full text (v1) has no IFEval run and this pipeline no IFEval task.",
+          planned=False),
+    Claim("essa_v3_32b_speed", "ESSA reaches near-optimal accuracy 2-6x faster than GRPO on 32B (v3)",
+          "ESSA v3 abstract",
+          "On Qwen2.5-32B for PRM800K, twice GRPO's speed on 16 GPUs and six times on 128.",
+          "Not planned: v3's abstract only; the full text (v1) has no Qwen2.5-32B PRM800K run.", planned=False),
+)
+
+CLAIMS: tuple[Claim, ...] = ES_CLAIMS + ESSA_CLAIMS
+BY_KEY: dict[str, Claim] = {c.key: c for c in CLAIMS}
+
+
+def row_id(key: str, model: str | None = None) -> str:
+    """A row's id: the claim's key, with ``.{model}`` for a per-model claim."""
+    return f"{key}.{model}" if model else key
+
+
+def claim_of(row: str) -> Claim:
+    """The claim a row id belongs to (a per-model row's id starts with its claim's key)."""
+    if row in BY_KEY:
+        return BY_KEY[row]
+    key = row.split(".", 1)[0]
+    if key in BY_KEY and BY_KEY[key].per_model:
+        return BY_KEY[key]
+    raise KeyError(f"{row!r} is not a claim of the table (known: {', '.join(BY_KEY)})")
