@@ -305,7 +305,8 @@ def test_the_rule_reads_what_the_table_needs(config, scale):
     """The claims rule's inputs (esrepro.plan.Plan.claims_inputs) and settings (esrepro.specs.claims_spec) for the
     default and the paper's configuration: every evaluation with its per-problem responses, the conciseness study,
     the sample curves, the ESSA runs; and the config's scale."""
-    from esrepro.config import load_pipeline, read_config
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
     from esrepro.plan import Plan
     from esrepro.specs import claims_spec
 

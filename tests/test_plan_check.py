@@ -13,7 +13,8 @@ import pytest
 
 from esrepro import memory as M
 from esrepro import plan_check as pc
-from esrepro.config import load_pipeline, read_config
+from esrepro.config import read_config
+from esrepro.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
