@@ -38,7 +38,8 @@ class Pipeline(ModelsMixin, TasksMixin, SettingsMixin, StudiesMixin, ESSAStudyMi
     """The validated config and registry of one run, and the settings of every job derived from them."""
 
     def __init__(self, cfg: PipelineConfig, registry: dict[str, ModelEntry], source: str = "config",
-                 registry_source: str = "registry", run_layers: dict[tuple[str, str, str], Layer] | None = None) -> None:
+                 registry_source: str = "registry",
+                 run_layers: dict[tuple[str, str, str], Layer] | None = None) -> None:
         """``run_layers``: (task, model, method) -> a last layer of that run's method settings, over every other
         (the rehearsal's bounds, esrepro.rehearsal.transform); none by default."""
         self.cfg = cfg
