@@ -5,8 +5,9 @@
 
 from esrepro import cluster, job_time, specs
 from esrepro import paths as P
-from esrepro.config import config_files, load_pipeline, workflow_config
 from esrepro.claim_plan import ClaimPlan
+from esrepro.config import config_files, workflow_config
+from esrepro.pipeline.load import load_pipeline
 from esrepro.plan import Plan
 
 report: "workflow/report/workflow.rst"

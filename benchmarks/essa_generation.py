@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from esrepro.config import load_pipeline, load_yaml
+from esrepro.config import load_yaml
+from esrepro.pipeline.load import load_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -37,7 +37,8 @@ def _display() -> dict[str, str]:
 
 @lru_cache(maxsize=2)
 def _pipeline(config: str = "paper.yaml"):
-    from esrepro.config import load_pipeline, read_config
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
 
     return load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
 

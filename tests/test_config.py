@@ -12,7 +12,8 @@ from typing import Callable
 import pytest
 import yaml
 
-from esrepro.config import ConfigError, check_config, load_pipeline, load_registry, load_yaml, read_config
+from esrepro.config import ConfigError, load_registry, load_yaml, read_config
+from esrepro.pipeline.load import check_config, load_pipeline
 from conftest import REPO
 
 

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from esrepro.config import load_pipeline, load_yaml
+from esrepro.config import load_yaml
+from esrepro.pipeline.load import load_pipeline
 
 MODEL, TASK = "qwen2.5-math-7b", "gsm8k"
 

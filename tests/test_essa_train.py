@@ -164,7 +164,7 @@ def test_quantised_precision_refused_on_cpu(countdown_model, data_dir, tmp_path)
 
 
 def _pipeline(mutate):
-    from esrepro.config import load_pipeline
+    from esrepro.pipeline.load import load_pipeline
 
     cfg = yaml.safe_load((REPO / "config" / "essa_tiny.yaml").read_text())
     mutate(cfg)

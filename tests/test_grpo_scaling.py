@@ -351,7 +351,8 @@ def test_paper_grpo_jobs_give_vllm_a_context_sized_from_their_prompts():
     measures its own prompts), far below the 32,768-131,072-token windows of the paper's models."""
     from esrepro import preflight
     from esrepro.cluster import rl_job
-    from esrepro.config import load_pipeline, load_yaml
+    from esrepro.config import load_yaml
+    from esrepro.pipeline.load import load_pipeline
     from esrepro.plan import Plan
     from esrepro.settings.methods import GRPO_ALGORITHMS
     from conftest import REPO

@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO
 from esrepro.cli import main
 from esrepro import specs
-from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml
+from esrepro.config import ConfigError, load_yaml
+from esrepro.pipeline.load import check_config, load_pipeline
 from esrepro.io import read_json, write_json, write_jsonl
 from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
 from esrepro.tasks.conciseness import prepare as prepare_conciseness

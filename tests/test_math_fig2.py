@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import REPO
-from esrepro.config import load_pipeline, read_config, workflow_config
+from esrepro.config import read_config, workflow_config
+from esrepro.pipeline.load import load_pipeline
 from esrepro.plan import ExtrasPlan, Plan
 from esrepro.settings.layers import ConfigError
 

@@ -13,7 +13,9 @@ import pytest
 
 from esrepro import memory as M
 from esrepro import plan_check as pc
-from esrepro.config import load_pipeline, read_config
+from esrepro.config import read_config
+from esrepro.pipeline.load import load_pipeline
+from esrepro.resume_cost import job_settings
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -28,7 +30,7 @@ def paper():
 def _job(p, rule: str, task: str, model: str, method: str, cell: str | None = None) -> pc.JobCheck:
     w = {"task": task, "model": model, "method": method, **({"cell": cell} if cell else {})}
     gpus, procs = pc._gpus(p, rule, w)
-    s = p.method_settings(model, task, method, cell)
+    s = job_settings(p, model, task, method, cell)
     return pc.JobCheck(rule, w, s.algorithm, gpus, procs, host_bytes=pc._resources(p, rule, w).mem_mb * 10**6)
 
 
@@ -58,13 +60,13 @@ def test_grpo30_on_six_processes_cannot_be_built(paper):
     """Finding 1: 15 x 4 completions on 6 processes (the old launcher's count) divide neither field."""
     p, _ = paper
     job = _job(p, "train_cell", "countdown", "llama-3.1-8b-instruct", "grpo30", "lr1e-06_beta0.001")
-    settings = {**p.method_settings("llama-3.1-8b-instruct", "countdown", "grpo30", "lr1e-06_beta0.001").as_dict(),
+    settings = {**job_settings(p, "llama-3.1-8b-instruct", "countdown", "grpo30", "lr1e-06_beta0.001").as_dict(),
                 "per_device_train_batch_size": 15, "gradient_accumulation_steps": 4}
     pc.check_grpo(job, p, settings, world=6)
     assert job.problems and "cannot be built" in job.message()
     assert job.label in job.message() and "per_device_train_batch_size (15)" in job.message()
     ok = _job(p, "train_cell", "countdown", "llama-3.1-8b-instruct", "grpo30", "lr1e-06_beta0.001")
-    pc.check_grpo(ok, p, p.method_settings("llama-3.1-8b-instruct", "countdown", "grpo30",
+    pc.check_grpo(ok, p, job_settings(p, "llama-3.1-8b-instruct", "countdown", "grpo30",
                                            "lr1e-06_beta0.001").as_dict())
     assert not ok.problems
 
@@ -73,7 +75,7 @@ def test_the_reference_spread_by_device_map_auto_under_fsdp_fails(paper):
     """Finding 2: TRL 1.16 keeps model_init_kwargs' device_map under FSDP; "auto" spreads the beta > 0 reference."""
     p, _ = paper
     job = _job(p, "train_cell", "countdown", "qwen2.5-7b-instruct", "grpo8", "lr1e-06_beta0.001")
-    s = p.method_settings("qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
+    s = job_settings(p, "qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
     pc.check_grpo(job, p, s, init_kwargs={"dtype": "float32", "device_map": "auto"})
     assert "model_init_kwargs.device_map 'auto'" in job.message() and "grpo8/lr1e-06_beta0.001" in job.message()
 
@@ -81,7 +83,7 @@ def test_the_reference_spread_by_device_map_auto_under_fsdp_fails(paper):
 def test_an_fsdp_plugin_that_wraps_another_layer_fails(paper):
     """accelerate's plugin, as transformers builds it from fsdp_config, must wrap the model's own decoder layer."""
     p, _ = paper
-    s = p.method_settings("qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
+    s = job_settings(p, "qwen2.5-7b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
     job = _job(p, "train_cell", "countdown", "qwen2.5-7b-instruct", "grpo8", "lr1e-06_beta0.001")
     pc.check_grpo(job, p, s, fsdp_layers=["LlamaDecoderLayer"])
     assert "does not wrap the model's decoder layer Qwen2DecoderLayer" in job.message()
@@ -91,7 +93,7 @@ def test_vllm_without_a_context_length_fails(paper):
     """Finding 3: vLLM sizes Llama-3.1-8B's whole 131,072-token window, 16 GiB of KV cache for one sequence."""
     p, _ = paper
     job = _job(p, "train_cell", "countdown", "llama-3.1-8b-instruct", "grpo8", "lr1e-06_beta0.001")
-    s = p.method_settings("llama-3.1-8b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
+    s = job_settings(p, "llama-3.1-8b-instruct", "countdown", "grpo8", "lr1e-06_beta0.001").as_dict()
     pc.check_grpo(job, p, s, vllm_max_model_length=None)
     assert "vllm_max_model_length None" in job.message() and "131,072 tokens" in job.message()
     assert job.label.startswith("train_cell countdown/llama-3.1-8b-instruct/grpo8")
@@ -101,7 +103,7 @@ def test_essa_int8_at_batch_200_on_qwen32b_fails_and_the_fitted_batch_fits(paper
     """Finding 4: 200 sequences of 1,536 tokens of Qwen2.5-32B's KV cache beside its INT8 base overflow an H100; the
     batch the memory model fits (what the engines use) does not."""
     p, _ = paper
-    cfg = p.method_settings("qwen2.5-32b", "gsm8k", "essa_int8")
+    cfg = job_settings(p, "qwen2.5-32b", "gsm8k", "essa_int8")
     assert cfg.batch_size == 200 and cfg.backend == "hf"
     old = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_int8")
     pc.check_essa(old, p, cfg, fitted=False)
@@ -120,7 +122,7 @@ def test_essa_int8_at_batch_200_on_qwen32b_fails_and_the_fitted_batch_fits(paper
 def test_essa_qwen32b_at_the_default_vllm_share_fails(paper):
     """Finding 5: 0.85 of an H100 with 16 LoRA slots leaves Qwen2.5-32B no KV cache."""
     p, _ = paper
-    cfg = p.method_settings("qwen2.5-32b", "gsm8k", "essa_ref")
+    cfg = job_settings(p, "qwen2.5-32b", "gsm8k", "essa_ref")
     old = cfg.model_copy(update={"gpu_memory_utilization": None, "max_loras": 16})
     job = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_ref")
     pc.check_essa(job, p, old)
@@ -134,7 +136,7 @@ def test_ppo_loading_whole_models_on_every_gpu_fails(paper):
     """Finding 9: float32 actor and critic and the bf16 reference whole on each GPU before sharding (75 GiB for
     Llama-3.1-8B), and the reference unsharded afterwards."""
     p, _ = paper
-    s = p.method_settings("llama-3.1-8b-instruct", "countdown", "ppo", "alr1e-06_kl0.001").as_dict()
+    s = job_settings(p, "llama-3.1-8b-instruct", "countdown", "ppo", "alr1e-06_kl0.001").as_dict()
     job = _job(p, "train_cell", "countdown", "llama-3.1-8b-instruct", "ppo", "alr1e-06_kl0.001")
     pc.check_ppo(job, p, s, sharded_load=False)
     assert job.problems and "ppo/alr1e-06_kl0.001" in job.message()

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO, copy_repo
 from esrepro import preflight
-from esrepro.config import load_pipeline
+from esrepro.pipeline.load import load_pipeline
 from esrepro.plan import Plan
 
 BIN = Path(sys.executable).parent

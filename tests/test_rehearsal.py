@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from esrepro.config import load_pipeline, workflow_config
+from esrepro.config import workflow_config
+from esrepro.pipeline.load import load_pipeline
 from esrepro.rehearsal.report import (dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
                                       write_report)
 from esrepro.rehearsal.run import slice_targets

@@ -16,9 +16,11 @@ import pytest
 
 from conftest import REPO
 from esrepro import cluster, specs
-from esrepro.config import load_pipeline, workflow_config
+from esrepro.config import workflow_config
+from esrepro.pipeline.load import load_pipeline
 from esrepro.jobs import plan_jobs
-from esrepro.rehearsal.registry import RL_STEPS, rl_batch, rl_jobs
+from esrepro.rehearsal.registry import rl_batch
+from esrepro.rehearsal.transform import RL_STEPS, rl_jobs
 from esrepro.rl.budget import check_problem_count, rl_budget, samples_per_step
 from esrepro.rl.shares import admits, largest_world, per_process
 from esrepro.settings.methods import GRPO_ALGORITHMS
@@ -176,7 +178,7 @@ def test_one_step_runs_at_the_paper_jobs_world_size(family, world, tiny_model_di
 
 
 def test_docs_list_the_rl_jobs_process_counts():
-    from esrepro.rehearsal.registry import rl_process_table
+    from esrepro.rehearsal.transform import rl_process_table
 
     table = rl_process_table(PAPER, REHEARSAL)
     assert table in (REPO / "docs" / "rehearsal.md").read_text(), "docs/rehearsal.md's table of RL processes:\n" + table

@@ -11,9 +11,10 @@ import pytest
 import torch.multiprocessing as mp
 
 from conftest import REPO
-from esrepro.config import load_pipeline, load_yaml
-from esrepro.resume_cost import (MAX_SAVE_SHARE, MIN_TIMEOUT_S, interval, markdown_table, resume_cost, rl_runs,
-                                 save_seconds, state_bytes)
+from esrepro.config import load_yaml
+from esrepro.pipeline.load import load_pipeline
+from esrepro.resume_cost import (MAX_SAVE_SHARE, MIN_TIMEOUT_S, interval, job_settings, markdown_table, resume_cost,
+                                 rl_runs, save_seconds, state_bytes)
 from esrepro.rl.grpo import grpo_config_kwargs
 
 
@@ -54,7 +55,9 @@ def test_paper_jobs_get_the_derived_interval_and_timeout(paper):
     c = resume_cost(paper, "countdown", "llama-3.1-8b-instruct", "ppo")
     spec = method_spec(paper, "llama-3.1-8b-instruct", "countdown", "ppo")  # what the job is given
     assert (spec["resume_every"], spec["collective_timeout"]) == (c.interval, c.timeout_s)
-    grpo = paper.method_settings("llama-3.1-8b-instruct", "countdown", "grpo8").as_dict()
+    # the settings keep auto (their resolution never asks the cost model); the job's settings price it
+    assert paper.method_settings("llama-3.1-8b-instruct", "countdown", "grpo8").resume_every == "auto"
+    grpo = job_settings(paper, "llama-3.1-8b-instruct", "countdown", "grpo8").as_dict()
     kw = grpo_config_kwargs({**grpo, "use_vllm": False}, steps=10, seed=0, output_dir="/tmp/unused", on_cpu=True,
                             resume=True)
     cost = resume_cost(paper, "countdown", "llama-3.1-8b-instruct", "grpo8")

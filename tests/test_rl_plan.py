@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from esrepro import specs
-from esrepro.config import ConfigError, check_config, load_pipeline, load_yaml, read_config
+from esrepro.config import ConfigError, load_yaml, read_config
+from esrepro.pipeline.load import check_config, load_pipeline
 from esrepro.pipeline import cell_name
 from esrepro.plan import Plan
 from esrepro.report.tables import build_table3, table3

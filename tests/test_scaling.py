@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from esrepro.config import load_pipeline, load_yaml
+from esrepro.config import load_yaml
+from esrepro.pipeline.load import load_pipeline
 from esrepro.scaling import attempts, job_cost, markdown_table, parameters, table1_costs
 
 GPU_GB = 80

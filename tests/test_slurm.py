@@ -113,7 +113,7 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     _require_slurm(need_cluster=False)
     from esrepro.cluster import train_resources_key
     from esrepro.job_time import timed_job, timed_step
-    from esrepro.config import load_pipeline
+    from esrepro.pipeline.load import load_pipeline
 
     repo = copy_repo(tmp_path)
     env = snakemake_env()

@@ -125,7 +125,8 @@ def test_the_paper_config_runs_sudoku_as_v2_states_it() -> None:
     2,500 iterations, every iteration scoring the whole training set as one batch; the tiny default too runs
     Reasoning Gym's Mini Sudoku, at a few dozen puzzles."""
     from conftest import REPO
-    from esrepro.config import check_config, load_pipeline, load_yaml
+    from esrepro.config import load_yaml
+    from esrepro.pipeline.load import check_config, load_pipeline
 
     raw = load_yaml(REPO / "config" / "paper.yaml")
     check_config(raw, "paper.yaml", root=REPO)

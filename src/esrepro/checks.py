@@ -9,9 +9,15 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from esrepro.pipeline import BASE, Pipeline
+from esrepro.cluster import train_job, train_resources_key
+from esrepro.essa.data import baseline_problems_needed
+from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
+from esrepro.population.placement import engines_per_gpu
+from esrepro.rl.budget import check_problem_count
 from esrepro.settings.base import renamed
 from esrepro.settings.layers import ConfigError, at
+from esrepro.tasks import known_tasks, split_sizes
+from esrepro.tasks.math_data import MATH_SETS
 
 
 def _collect(problems: list[str], fn: Callable[[], object]) -> object:
@@ -46,8 +52,6 @@ def _models(p: Pipeline, out: list[str]) -> None:
 
 
 def _tasks(p: Pipeline, out: list[str]) -> None:
-    from esrepro.tasks import known_tasks
-
     known = known_tasks()
     for section in ("data", "train", "evaluate", "task_options", "kl"):
         for task in getattr(p.cfg, section):
@@ -83,9 +87,6 @@ def _methods(p: Pipeline, out: list[str]) -> None:
 
 def _engines(p: Pipeline, out: list[str]) -> None:
     """ES engine layouts a job's GPUs cannot hold: refused here rather than inside vLLM or Ray's scheduler."""
-    from esrepro.cluster import train_job, train_resources_key
-    from esrepro.population.placement import engines_per_gpu
-
     for task, block in p.cfg.train.items():
         for model in (m for m in p.train_models(task) if m in p.registry):
             for method in block.methods:
@@ -176,8 +177,6 @@ def _studies(p: Pipeline, out: list[str]) -> None:
 
 def _sizes(p: Pipeline, out: list[str]) -> None:
     """Counts a run asks for against what its data will hold, where that is known before preparing."""
-    from esrepro.tasks import split_sizes
-
     def known(task: str) -> dict[str, int | None]:
         try:
             return split_sizes(task, p.cfg.data[task].source.model_dump(exclude_none=True))
@@ -221,8 +220,6 @@ def _essa_study(p: Pipeline, out: list[str]) -> None:
 
 
 def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[str, ...]) -> None:
-    from esrepro.pipeline import ESSA_GRPO, ESSA_REF
-
     models = _registry_keys(p, out, p.essa_models(task), *path, "models")
     if task not in p.cfg.data:
         out.append(f"{where}.task: no data.{task} entry to train on")
@@ -233,8 +230,6 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
         out.append(f"{where}: method names {sorted(clash)} also in train.{task}.methods")
     sizes = {}
     if task in p.cfg.data:
-        from esrepro.tasks import split_sizes
-
         try:
             sizes = split_sizes(task, p.cfg.data[task].source.model_dump(exclude_none=True))
         except (KeyError, ValueError) as exc:
@@ -252,9 +247,6 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
             n = sizes.get("train")
             need, what = s.train_examples, "sft_examples + fitness_examples + val_examples"
             if method == ESSA_GRPO:
-                from esrepro.essa.data import baseline_problems_needed
-                from esrepro.rl.budget import check_problem_count
-
                 try:
                     check_problem_count(s.as_dict(), s.train_examples)
                 except ValueError as exc:
@@ -339,8 +331,6 @@ def _snapshots(p: Pipeline, out: list[str]) -> None:
 
 
 def _per_task(p: Pipeline, out: list[str]) -> None:
-    from esrepro.tasks.math_data import MATH_SETS
-
     _snapshots(p, out)
     for task, block in p.cfg.train.items():
         _registry_keys(p, out, block.models or [], "train", task, "models")

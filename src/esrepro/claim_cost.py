@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esrepro.claim_plan import ClaimPlan
+from esrepro.config import read_config
 from esrepro.cost import TRAINING, job_row
+from esrepro.io import write_text
 from esrepro.jobs import Job, plan_jobs
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
+from esrepro.pipeline.load import load_pipeline
 from esrepro.plan import Plan
 from esrepro.report.claims.catalogue import claim_of
 
@@ -99,9 +102,6 @@ def markdown(costs: list[ClaimCost]) -> str:
 
 def main(config: str, markdown_out: str | None = None) -> int:
     """Print what deciding each claim of ``config``'s claims table costs, cheapest first."""
-    from esrepro.config import load_pipeline, read_config
-    from esrepro.io import write_text
-
     if not Path(config).is_file():
         raise FileNotFoundError(f"{config}: no such config file")
     text = markdown(claim_costs(load_pipeline(read_config(config), config)))

@@ -20,7 +20,9 @@ import math
 import shlex
 from typing import Any
 
+from esrepro.essa.sft_launch import PROCESSES_ENV
 from esrepro.pipeline import Pipeline
+from esrepro.rl.shares import largest_world
 from esrepro.settings.methods import GRPO_ALGORITHMS
 from esrepro.settings.registry import Resources
 
@@ -53,8 +55,6 @@ def rl_job(p: Pipeline, model: str, settings: dict, rule: str = "train") -> Reso
     accumulation steps or the micro-batch, PPO's ``shares`` the prompts and mini-batch), so 15 x 4 = 60 completions
     run as 5 processes (15 x 4 / 5 = 3 x 4), not 6, which neither 15 nor 4 can be divided by.
     """
-    from esrepro.rl.shares import largest_world
-
     res = p.resources(model, rule)
     if res.nodes > 1:
         return res  # the launcher needs every node's processes: the batch must divide over all of them
@@ -167,7 +167,6 @@ def launcher(p: Pipeline, task: str, model: str, method: str, ray_slurm: str) ->
     name = p.algorithm_of(task, method).name
     if name in DATA_PARALLEL:
         return torchrun(res)
-    from esrepro.essa.sft_launch import PROCESSES_ENV
 
     # ESSA's LoRA SFT starts its own torchrun, one process per GPU of the job's first node (esrepro.essa.sft_launch)
     sft = res.training_processes()

@@ -1,8 +1,9 @@
-"""Reading configuration files: YAML with file and line in every error, the registry, the published numbers.
+"""Reading configuration files: YAML with file and line in every error, ``extends:`` chains, the registry, the
+published numbers.
 
-The settings classes live in :mod:`esrepro.settings`; :func:`load_pipeline` reads a whole
-run's configuration and checks everything a job will read before any job starts
-(:mod:`esrepro.checks`).
+The ground floor of the planning rooms (docs/architecture.md): it reads files and validates them against their
+settings classes (:mod:`esrepro.settings`) and imports nothing above them. A whole run's validated
+:class:`~esrepro.pipeline.Pipeline` is built by :func:`esrepro.pipeline.load.load_pipeline`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from esrepro.settings.registry import ModelEntry, Registry
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 
-__all__ = ["ConfigError", "check_config", "load_pipeline", "load_registry", "load_yaml"]
+__all__ = ["ConfigError", "config_base", "load_registry", "load_yaml", "read_config", "validate_published"]
 
 
 class _DuplicateKey(yaml.MarkedYAMLError):
@@ -81,38 +82,14 @@ def validate_published(path: str | Path, shown: str | None = None) -> dict:
     return data
 
 
-def load_pipeline(config: dict, source: str | Path, root: str | Path = "."):
-    """Validate a run's config, registry and published numbers and every cross-reference; the resolved pipeline.
-
-    Raises :class:`ConfigError` listing every problem, one line each, naming file and field. A config that
-    still names the file it ``extends`` (relative to ``root``) is read over that file's options first.
-    """
-    from esrepro.checks import check_pipeline
-    from esrepro.pipeline import Pipeline
-    from esrepro.settings.pipeline import PipelineConfig
-
-    source = str(source)
-    if isinstance(config, dict) and isinstance(config.get(EXTENDS), str):
-        own = copy.deepcopy({k: v for k, v in config.items() if k != EXTENDS})
-        base = read_config(_base_file(source, config[EXTENDS], root), root)
-        config = _deep_update({k: v for k, v in base.items() if k not in NOT_INHERITED}, own)
-    cfg = validate_block(PipelineConfig, config, source)
-    root = Path(root)
-    registry = load_registry(root / cfg.registry, cfg.registry)
-    if cfg.rehearsal is not None:
-        from esrepro.rehearsal.registry import rehearsal_registry
-
-        registry = rehearsal_registry(registry, cfg.rehearsal)
-    validate_published(root / cfg.published, cfg.published)
-    pipeline = Pipeline(cfg, registry, source=source, registry_source=cfg.registry)
-    check_pipeline(pipeline)
-    return pipeline
-
-
-def check_config(config: dict, source: str | Path, root: str | Path = ".") -> dict[str, ModelEntry]:
-    """Validate a pipeline config (see :func:`load_pipeline`); returns the registry it names."""
-    return load_pipeline(config, source, root).registry
-
+def config_base(config: dict, source: str | Path, root: str | Path = ".") -> dict:
+    """``config`` read over the options of the file its ``extends:`` names (relative to ``root``), if it still names
+    one (a config read by :func:`read_config` has none left); else ``config`` itself."""
+    if not (isinstance(config, dict) and isinstance(config.get(EXTENDS), str)):
+        return config
+    own = copy.deepcopy({k: v for k, v in config.items() if k != EXTENDS})
+    base = read_config(_base_file(str(source), config[EXTENDS], root), root)
+    return _deep_update({k: v for k, v in base.items() if k not in NOT_INHERITED}, own)
 
 
 def _deep_update(base: dict, new: dict) -> dict:

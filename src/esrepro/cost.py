@@ -18,9 +18,13 @@ import re
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
-from esrepro.jobs import Job, plan_jobs
+from esrepro import scaling as S
+from esrepro.config import read_config, validate_published
+from esrepro.io import write_text
+from esrepro.jobs import SHARED, Job, plan_jobs
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.scaling import STEP_RULES
+from esrepro.pipeline.load import load_pipeline
+from esrepro.scaling import STEP_RULES, job_cost, kept_snapshots, step_cost, weight_bytes
 from esrepro.settings.methods import GRPO_ALGORITHMS
 
 #: The registry entry of each rule's jobs without an estimate (esrepro.pipeline.models.Pipeline.resources).
@@ -71,16 +75,12 @@ def job_row(p: Pipeline, job: Job) -> Row:
 
 def _step_row(p: Pipeline, job: Job) -> Row:
     """An evaluation, KL, download, selection or parameter-shift job: its estimate and one attempt's request."""
-    from esrepro.scaling import step_cost
-
     c = step_cost(p, job.rule, job.wildcards)
     requested = c.gpus * c.runtime_hours
     return Row(job.group, 1, int(c.gpus > 0), c.gpus, requested, c.gpus * c.hours, requested, 0.0, 1, 0.0, 0.0)
 
 
 def _training_row(p: Pipeline, job: Job) -> Row:
-    from esrepro.scaling import job_cost, kept_snapshots, weight_bytes
-
     w = job.wildcards
     task, model, method, cell = w["task"], w["model"], w["method"], w.get("cell")
     c = job_cost(p, task, model, method, cell)
@@ -111,8 +111,6 @@ def job_rows(p: Pipeline) -> list[tuple[Job, Row]]:
 
 def summary(p: Pipeline) -> list[Row]:
     """One row per paper table or figure, in the order of the plan (shared jobs last), then the total."""
-    from esrepro.jobs import SHARED
-
     per_job = [r for _, r in job_rows(p)]
     groups = sorted(dict.fromkeys(r.group for r in per_job), key=lambda g: g == SHARED)
     rows = [add(g, [r for r in per_job if r.group == g]) for g in groups]
@@ -158,8 +156,6 @@ def _cells(r: Row) -> list[str]:
 
 def markdown(rows: list[Row], figures: list[PaperFigure]) -> str:
     """The rows as a Markdown table, then the papers' own figures and what the numbers assume."""
-    from esrepro import scaling as S
-
     head = "| " + " | ".join(COLUMNS) + " |\n|---|" + "---:|" * (len(COLUMNS) - 1) + "\n"
     body = "".join("| " + " | ".join(_cells(r)) + " |\n" for r in rows)
     total = rows[-1]
@@ -196,9 +192,6 @@ def csv_text(rows: list[Row]) -> str:
 
 def cost(config: str, csv_out: str | None = None, markdown_out: str | None = None) -> int:
     """Print what ``config``'s run costs per paper table or figure and in total; write it as CSV or Markdown."""
-    from esrepro.config import load_pipeline, read_config, validate_published
-    from esrepro.io import write_text
-
     if not Path(config).is_file():
         raise FileNotFoundError(f"{config}: no such config file")
     p = load_pipeline(read_config(config), config)

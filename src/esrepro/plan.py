@@ -13,6 +13,7 @@ import re
 from esrepro import paths as P
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
 from esrepro.tasks.math_data import MATH_SETS
+from esrepro.tasks.sources import downloads
 
 Run = tuple[str, str, int]  # (model, method, seed)
 
@@ -171,8 +172,6 @@ class Plan:
 
     def downloaded_tasks(self) -> list[str]:
         """Tasks whose data source downloads (hub, url, the authors' file by url): prepared on the submitting host."""
-        from esrepro.tasks.sources import downloads
-
         return [t for t, d in self.p.cfg.data.items() if downloads(d.source.model_dump(exclude_none=True))]
 
     def prepared_tasks_regex(self, downloaded: bool) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from esrepro import memory as M
 from esrepro.memory import GiB, Phase
 from esrepro.pipeline import ESSA_GRPO, Pipeline
+from esrepro.resume_cost import job_settings
 
 #: The rules whose jobs hold GPUs and are checked.
 RULES = ("train", "train_cell", "essa_grpo", "evaluate", "kl")
@@ -469,7 +470,7 @@ def build(p: Pipeline, rule: str, wildcards: dict) -> JobCheck | None:
         job = JobCheck(rule, dict(w), rule, gpus, procs)
         (check_evaluate if rule == "evaluate" else check_kl)(job, p)
         return job
-    s = p.method_settings(w["model"], w["task"], w["method"], w.get("cell"))
+    s = job_settings(p, w["model"], w["task"], w["method"], w.get("cell"))
     algo = s.algorithm
     kind = algo + (f" {s.backend}" if algo in ("es", "essa") else "") + \
         (f" {s.precision}" if algo == "essa" and s.precision != "native" else "")
@@ -546,7 +547,8 @@ def markdown(checked: list[JobCheck]) -> str:
 
 
 def check_config(config: str) -> tuple[Pipeline, list[JobCheck]]:
-    from esrepro.config import load_pipeline, read_config
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
 
     if not Path(config).is_file():
         raise FileNotFoundError(f"{config}: no such config file")

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from esrepro.pipeline import Pipeline
+from esrepro.cluster import layout
+from esrepro.cost import RESUME_BYTES
+from esrepro.pipeline import ESSA_GRPO, Pipeline
+from esrepro.scaling import STARTUP_SECONDS, job_cost, parameters, run_steps
+from esrepro.settings.methods import MethodSettings
 
 WRITE_BYTES_PER_S = 1e9  # one node's sustained write to the shared file system (assumed)
 SAVE_OVERHEAD_S = 10.0  # a save's fixed cost: DCP's planning collectives, opening files, metadata (assumed)
@@ -66,8 +68,6 @@ class ResumeCost:
 
 def state_bytes(algorithm: str, params: float, adapter: bool = False) -> float:
     """Bytes of an RL run's resume state (``adapter``: a LoRA policy on a frozen base, counted as 0)."""
-    from esrepro.cost import RESUME_BYTES
-
     return 0.0 if adapter else RESUME_BYTES[algorithm] * params
 
 
@@ -91,10 +91,6 @@ def timeout_seconds(save_s: float) -> int:
 
 def resume_cost(p: "Pipeline", task: str, model: str, method: str, cell: str | None = None) -> ResumeCost:
     """The resume-state arithmetic of one RL run of the pipeline's config (one grid ``cell`` with ``cell``)."""
-    from esrepro.cluster import layout
-    from esrepro.pipeline import ESSA_GRPO
-    from esrepro.scaling import STARTUP_SECONDS, job_cost, parameters, run_steps
-
     c = job_cost(p, task, model, method, cell)
     s = p.method_settings(model, task, method, cell).as_dict()
     res = layout(p, task, model, method, cell)
@@ -113,10 +109,21 @@ def resume_cost(p: "Pipeline", task: str, model: str, method: str, cell: str | N
                       steps=steps, interval=every, timeout_s=timeout_seconds(save_s))
 
 
+def job_settings(p: Pipeline, model: str, task: str, method: str, cell: str | None = None) -> MethodSettings:
+    """The settings one job runs with: the run's resolved settings, an RL run's ``resume_every: auto`` priced into an
+    interval and its ``collective_timeout`` (an explicit one kept) by :func:`resume_cost`, whose arithmetic reads the
+    settings with ``auto`` unresolved. Every user of a job's arguments calls this: the job's spec
+    (:func:`esrepro.specs.method_spec`) and the plan check."""
+    settings = p.method_settings(model, task, method, cell)
+    if getattr(settings, "resume_every", None) != "auto":
+        return settings
+    c = resume_cost(p, task, model, method, cell)
+    return settings.model_copy(update={"resume_every": c.interval,
+                                       "collective_timeout": settings.collective_timeout or c.timeout_s})
+
+
 def rl_runs(p: "Pipeline") -> list[tuple[str, str, str]]:
     """(task, model, method) of every RL training run of the config, each once (grid cells share the arithmetic)."""
-    from esrepro.pipeline import ESSA_GRPO
-
     out: list[tuple[str, str, str]] = []
     for task in p.cfg.train:
         for model in p.train_models(task):

@@ -39,7 +39,11 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from esrepro.pipeline import ESSA_GRPO, Pipeline
+from esrepro.cluster import layout
+from esrepro.essa.data import essa_sample_budget
+from esrepro.pipeline import BASE, ESSA_GRPO, Pipeline
+from esrepro.rl.budget import es_sample_budget, samples_per_step
+from esrepro.tasks import split_sizes
 
 PEAK_FLOPS = 989e12  # H100 SXM, bf16 dense
 GPU_MEMORY_GB = 80.0  # an H100
@@ -120,10 +124,6 @@ def schedule(hours: float, ceiling: int) -> tuple[int, int]:
 def job_cost(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> JobCost:
     """The arithmetic of one ``task`` x ``model`` x ``method`` training run of the pipeline's config (one grid
     ``cell`` of an RL method with ``cell``)."""
-    from esrepro.cluster import layout
-    from esrepro.essa.data import essa_sample_budget
-    from esrepro.rl.budget import es_sample_budget, samples_per_step
-
     entry = p.model(model)
     params = parameters(entry.size)
     s = p.method_settings(model, task, method, cell).as_dict()
@@ -236,8 +236,6 @@ class StepCost:
 
 def split_rows(p: Pipeline, task: str, split: str, limit: int | None = None) -> int:
     """Rows of ``task``'s prepared ``split`` (at most ``limit``): from its source, else the published count."""
-    from esrepro.tasks import split_sizes
-
     n = split_sizes(task, p.cfg.data[task].source.model_dump(exclude_none=True)).get(split)
     if n is None:
         if (task, split) not in PUBLISHED_SPLITS:
@@ -276,8 +274,6 @@ def weight_bytes(p: Pipeline, model: str) -> float:
 
 def run_steps(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> int:
     """Iterations (ES, ESSA) or optimiser steps (RL: the sample budget over the completions per step) of a run."""
-    from esrepro.rl.budget import samples_per_step
-
     s = p.method_settings(model, task, method, cell).as_dict()
     if p.algorithm_of(task, method).name in ("es", "essa"):
         return int(s["iterations"])
@@ -312,8 +308,6 @@ def kl_seconds(p: Pipeline, task: str, model: str, method: str) -> tuple[float, 
     """(seconds, generated tokens) of a KL job: for the final weights and every kept snapshot, loading them, the
     greedy reward's generation, ``n_samples`` sampled responses a prompt, and both models' forward passes over
     every sampled response (prompt and response tokens)."""
-    from esrepro.pipeline import BASE
-
     s = p.kl_settings(task)
     prompts = split_rows(p, task, s.split, s.limit)
     params = parameters(p.model(model).size)

@@ -13,6 +13,7 @@ from esrepro.claim_cost import claim_costs
 from esrepro.claim_plan import ClaimPlan
 from esrepro.pipeline import ESSA_SWEEPS, Pipeline
 from esrepro.plan import Plan
+from esrepro.resume_cost import job_settings
 
 
 def as_json(spec: dict[str, Any]) -> str:
@@ -42,8 +43,9 @@ def model_spec(p: Pipeline, model: str) -> dict[str, Any]:
 
 
 def method_spec(p: Pipeline, model: str, task: str, method: str, cell: str | None = None) -> dict[str, Any]:
-    """One run's settings (an RL run's sample budget included) and the task's options."""
-    return {**p.method_settings(model, task, method, cell).as_dict(), "task_options": p.task_options(task)}
+    """One job's settings (an RL run's sample budget and priced ``resume_every: auto`` included:
+    :func:`esrepro.resume_cost.job_settings`) and the task's options."""
+    return {**job_settings(p, model, task, method, cell).as_dict(), "task_options": p.task_options(task)}
 
 
 def eval_spec(p: Pipeline, task: str) -> dict[str, Any]:

@@ -10,7 +10,9 @@
 - :mod:`~esrepro.pipeline.studies`: the sweep studies;
 - :mod:`~esrepro.pipeline.essa_study`: the ESSA study;
 - :mod:`~esrepro.pipeline.notes`: the notes under the tables, from the settings of their runs (imported by the
-  Snakefile, not here).
+  Snakefile, not here);
+- :mod:`~esrepro.pipeline.load`: reading a run's config and registry into a checked :class:`Pipeline` (above the
+  planning rooms it calls, so not imported here).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from esrepro.pipeline.names import (BASE, CELL_KEY_NAMES, DEFAULT_CELL, ESSA_GRP
 from esrepro.pipeline.studies import StudiesMixin
 from esrepro.pipeline.tasks import TasksMixin
 from esrepro.settings.pipeline import PipelineConfig
+from esrepro.settings.layers import Layer
 from esrepro.settings.registry import ModelEntry
 
 __all__ = ["BASE", "CELL_KEY_NAMES", "CPU_ONLY_RULES", "DEFAULT_CELL", "ESSA_GRPO", "ESSA_REF", "ESSA_STUDY",
@@ -35,10 +38,14 @@ class Pipeline(ModelsMixin, TasksMixin, SettingsMixin, StudiesMixin, ESSAStudyMi
     """The validated config and registry of one run, and the settings of every job derived from them."""
 
     def __init__(self, cfg: PipelineConfig, registry: dict[str, ModelEntry], source: str = "config",
-                 registry_source: str = "registry") -> None:
+                 registry_source: str = "registry",
+                 run_layers: dict[tuple[str, str, str], Layer] | None = None) -> None:
+        """``run_layers``: (task, model, method) -> a last layer of that run's method settings, over every other
+        (the rehearsal's bounds, esrepro.rehearsal.transform); none by default."""
         self.cfg = cfg
         self.registry = registry
         self.source = source
         self.registry_source = registry_source
         self.models: list[str] = list(cfg.models)
         self.seeds: list[int] = list(cfg.seeds)
+        self.run_layers: dict[tuple[str, str, str], Layer] = dict(run_layers or {})

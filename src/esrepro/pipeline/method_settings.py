@@ -3,15 +3,20 @@
 Method settings are layered, later layers winning: the code's defaults (the paper's
 values, :mod:`esrepro.settings.methods`), ``defaults.<family>``, ``methods.<method>``,
 ``train.<task>.<method>``, the registry's ``models.<model>.methods.<method>`` and, for
-an RL grid, the cell's values. Studies expand into methods of their own
+an RL grid, the cell's values; last, a run's own layer where the pipeline was built with one (the rehearsal's
+bounds, :mod:`esrepro.rehearsal.transform`). Studies expand into methods of their own
 (``es_sigma<value>``, ``grpo_beta<value>``), with layers of their own (:mod:`esrepro.pipeline.studies`,
 :mod:`esrepro.pipeline.essa_study`). An RL run's sample budget comes from an ES run's.
+
+The resolution is a pure function of the config and the registry: ``resume_every: auto`` stays ``auto`` here; the
+pricing room resolves it into the job's spec (:func:`esrepro.resume_cost.job_settings`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from esrepro.essa.data import essa_sample_budget
 from esrepro.pipeline.names import ESSA_REF, ESSA_STUDY, StudyMethod
 from esrepro.rl.budget import es_sample_budget
 from esrepro.settings.layers import ConfigError, Layer, at, resolve
@@ -51,7 +56,13 @@ class SettingsMixin:
         return self.algorithm_of(task, method).rl
 
     def method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
-        """The layers of ``method``'s settings on ``task`` for ``model`` (and grid ``cell``), in order."""
+        """The layers of ``method``'s settings on ``task`` for ``model`` (and grid ``cell``), in order; the run's own
+        layer (:attr:`run_layers`) last."""
+        layers = self._method_layers(model, task, method, cell)
+        own = self.run_layers.get((task, model, method))
+        return layers + [own] if own is not None else layers
+
+    def _method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
         found = self.study_method(task, method)
         if found is not None and found.study == ESSA_STUDY:
             return self._essa_layers(model, task, method, found)
@@ -74,44 +85,17 @@ class SettingsMixin:
         return layers
 
     def method_settings(self, model: str, task: str, method: str, cell: str | None = None) -> MethodSettings:
-        """The validated settings of one run; an RL run's ``sample_budget`` is filled from its ES method."""
+        """The validated settings of one run; an RL run's ``sample_budget`` is filled from its ES method (an RL run's
+        ``resume_every: auto`` is left as it is: :func:`esrepro.resume_cost.job_settings` prices it)."""
         algo = self.algorithm_of(task, method)
         settings = resolve(algo.settings, self.method_layers(model, task, method, cell))
         if algo.rl and settings.sample_budget is None:
             settings = settings.model_copy(update={"sample_budget": self._es_budget(model, task, method, settings)})
-        if algo.rl and self.cfg.rehearsal is not None:  # the paper job's processes, with a batch of a step or two
-            from esrepro.rehearsal.registry import rl_settings
-
-            settings = rl_settings(self, model, task, method, settings)
-        if algo.rl and settings.resume_every == "auto":
-            settings = settings.model_copy(update=self._resume_auto(model, task, method, cell, settings))
         return settings
-
-    def _resume_auto(self, model: str, task: str, method: str, cell: str | None, settings: Any) -> dict:
-        """``resume_every`` and ``collective_timeout`` of an RL run with ``resume_every: auto``, from its resume state's
-        size and write time (:func:`esrepro.resume_cost.resume_cost`, whose arithmetic reads the settings with
-        ``auto`` unresolved); an explicit ``collective_timeout`` is kept."""
-        key = (model, task, method, cell)
-        memo = self.__dict__.setdefault("_resume_memo", {})
-        if key not in memo:
-            from esrepro.resume_cost import resume_cost
-
-            busy = self.__dict__.setdefault("_resume_busy", set())
-            if key in busy:  # asked by resume_cost itself: the settings as layered
-                return {}
-            busy.add(key)
-            try:
-                memo[key] = resume_cost(self, task, model, method, cell)
-            finally:
-                busy.discard(key)
-        c = memo[key]
-        return {"resume_every": c.interval, "collective_timeout": settings.collective_timeout or c.timeout_s}
 
     def _es_budget(self, model: str, task: str, method: str, settings: Any) -> int:
         found = self.study_method(task, method)
         if found is not None and found.study == ESSA_STUDY:  # the GRPO baseline matches the reference ESSA run
-            from esrepro.essa.data import essa_sample_budget
-
             return essa_sample_budget(self.method_settings(model, task, ESSA_REF).as_dict())
         if found is not None:
             study = self.studies()[found.study]

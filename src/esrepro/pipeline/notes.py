@@ -1,9 +1,13 @@
 """The notes printed under tables: what the config says of their runs (data provenance, settings, sample budgets),
-in words."""
+in words.
+
+Above the pricing room (a run's settings as its job runs them: :func:`esrepro.resume_cost.job_settings`), so the
+package does not import it; the Snakefile does."""
 
 from __future__ import annotations
 
 from esrepro.pipeline import Pipeline
+from esrepro.resume_cost import job_settings
 from esrepro.rl.budget import es_sample_budget, rl_budget, samples_per_step
 from esrepro.settings.methods import with_former_names
 
@@ -56,7 +60,7 @@ def table2_notes(p: Pipeline) -> list[str]:
         notes.append(f"ES: N={es['population']}, alpha " + (f"= {ratio:g} x sigma " if ratio is not None else "")
                      + f"({alphas}), {es['iterations']} iterations, {es['max_new_tokens']} new tokens, greedy.")
     if first["grpo"]:
-        g = p.method_settings(model, study.task, first["grpo"]).as_dict()
+        g = job_settings(p, model, study.task, first["grpo"]).as_dict()  # as the job runs: resume_every priced
         shown = {k: v for k, v in with_former_names(g["algorithm"], g).items()  # the names this note has shown
                  if k not in ("beta", "keep_every", "algorithm") and v is not None and not isinstance(v, (dict, list))}
         notes.append("GRPO: " + ", ".join(f"{k}={shown[k]}" for k in sorted(shown)) + ".")

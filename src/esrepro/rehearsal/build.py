@@ -26,7 +26,8 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
     """Build the mirror of ``config_path`` (paths in it relative to ``workdir``) at ``root`` (replaced
     atomically); ``shared_data`` is the folder holding the authors' files (``countdown.json``, ``datasets/``).
     Returns the index."""
-    from esrepro.config import load_pipeline, read_config
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
 
     config = read_config(config_path, workdir)
     pipeline = load_pipeline(config, config_path, workdir)
