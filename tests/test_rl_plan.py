@@ -60,7 +60,7 @@ def test_grid_cells_and_paths():
                                                                    "alr1e-05_kl0.001", "alr1e-05_kl0.005"}
     spec = json.loads(specs.as_json(specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpo30",
                                                       "lr1e-05_beta0.005")))
-    assert (spec["learning_rate"], spec["beta"], spec["loss_type"], spec["num_generations"]) == (1e-5, 5e-3, "grpo", 30)
+    assert (spec["learning_rate"], spec["beta"], spec["loss_type"], spec["num_generations"]) == (1e-5, 5e-3, "dapo", 30)
     assert "grid" not in spec and spec["sample_budget"] == 500 * 30 * 200
     v = specs.method_spec(plan.p, "qwen2.5-7b-instruct", "countdown", "grpov")
     assert (v["algorithm"], v["learning_rate"], v["beta"], v["sample_budget"]) == ("verl_grpo", 1e-6, 1e-3, 3_000_000)
@@ -115,7 +115,7 @@ def test_selection_records_the_winners_settings_under_their_current_names(tmp_pa
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "dapo"), "methods.grpo8.loss_type"),
+        (lambda c: c["methods"]["grpo8"].__setitem__("loss_type", "grpo"), "methods.grpo8.loss_type"),
         (lambda c: c["methods"]["drgrpov"].__setitem__("scale_rewards", "group"), "scale_rewards"),
         (lambda c: c["methods"]["grpov"].__setitem__("updates_per_generation", 0), "methods.grpov.updates_per_generation"),
         (lambda c: c["methods"].__setitem__("ppo", {"beta": -1}), "methods.ppo.beta"),

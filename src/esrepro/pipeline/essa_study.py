@@ -58,7 +58,9 @@ class ESSAStudyMixin:
             if (scaling and key != "engines") or not runs(key):
                 continue
             for value in getattr(study.scaling if scaling else study, key):
-                out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {setting: value, **_engine_for(setting, value)})
+                extra = dict(study.resample_settings) if key == "resample" and not scaling else {}
+                out[f"{prefix}{value}"] = StudyMethod(ESSA_STUDY, "essa", {**extra, setting: value,
+                                                                            **_engine_for(setting, value)})
         if study.grpo is not None and not (scaling and study.scaling.grpo is None) and runs("grpo"):
             out[ESSA_GRPO] = StudyMethod(ESSA_STUDY, str(study.grpo.get("algorithm", "grpo")), {})
         return out

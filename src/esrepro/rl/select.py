@@ -1,4 +1,5 @@
-"""Hyperparameter selection: keep the grid cell with the best training reward, as the paper did.
+"""Hyperparameter selection: keep the grid cell with the best training reward. The ES paper says only that the
+best-performing configuration was selected (v2 Sec. 4.1); this criterion is ours (docs/fidelity.md).
 
 The score of a cell is its *final training reward*: the mean of ``reward_mean`` over the
 last quarter of its steps (at least one), which smooths the step-to-step noise of sampled

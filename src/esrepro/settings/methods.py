@@ -163,8 +163,14 @@ class RLSettings(MethodSettings):
 #: Dr.GRPO as VERL runs them (the ES paper v2's GRPO-v and Dr.GRPO-v, App. A.2): VERL's token-mean loss aggregation
 #: (a token mean per micro-batch, averaged over micro-batches: TRL's bnpo) with std-scaled advantages, and VERL's
 #: seq-mean-token-sum-norm (token sums over sequences x the response length: TRL's dr_grpo) without std scaling.
+#: ``grpo_zero`` is GRPO as GRPO-Zero runs it (the ES paper v2's GRPO-z, App. A.2): its loss sums the step's token
+#: losses over every generated token of the step's batch (TRL's dapo: the active tokens of the global accumulated
+#: batch), with std-scaled group advantages. GRPO-Zero's std has no Bessel correction, TRL's has: every advantage
+#: differs by the same factor sqrt((G - 1) / G), which AdamW's update divides out (up to its epsilon, and on steps
+#: where gradient clipping binds for one scale and not the other), so it is kept as TRL computes it.
 GRPO_VARIANTS: dict[str, tuple[str, str]] = {"grpo": ("grpo", "group"), "dr_grpo": ("dr_grpo", "none"),
-                                             "verl_grpo": ("bnpo", "group"), "verl_dr_grpo": ("dr_grpo", "none")}
+                                             "verl_grpo": ("bnpo", "group"), "verl_dr_grpo": ("dr_grpo", "none"),
+                                             "grpo_zero": ("dapo", "group")}
 #: Every algorithm that trains through TRL's GRPOTrainer.
 GRPO_ALGORITHMS: tuple[str, ...] = tuple(GRPO_VARIANTS)
 #: VERL's defaults where they differ from GRPOSettings' (verl/trainer/config/ppo_trainer.yaml and its actor and optim
@@ -182,12 +188,14 @@ VERL_DEFAULTS["verl_dr_grpo"] = {**VERL_DEFAULTS["verl_grpo"], "beta": 0.0}
 class GRPOSettings(RLSettings):
     """GRPO and Dr.GRPO through TRL's GRPOTrainer; field names are GRPOConfig's but one (esrepro.rl.grpo.TRL_NAMES)."""
 
-    algorithm: Literal["grpo", "dr_grpo", "verl_grpo", "verl_dr_grpo"] = Field(
+    algorithm: Literal["grpo", "dr_grpo", "verl_grpo", "verl_dr_grpo", "grpo_zero"] = Field(
         description="grpo (std-scaled group advantages, length-normalised loss), dr_grpo (no std scaling, constant "
-        "normaliser), or the two as VERL runs them (the ES paper's GRPO-v and Dr.GRPO-v): verl_grpo (std-scaled, "
-        "token-mean loss) and verl_dr_grpo (no std scaling, token sums over the response length); the verl variants "
-        "start from VERL's defaults (esrepro.settings.methods.VERL_DEFAULTS)")
-    loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field(description="TRL loss_type; follows the algorithm (checked)")
+        "normaliser), the two as VERL runs them (the ES paper's GRPO-v and Dr.GRPO-v): verl_grpo (std-scaled, "
+        "token-mean loss) and verl_dr_grpo (no std scaling, token sums over the response length), the verl variants "
+        "starting from VERL's defaults (esrepro.settings.methods.VERL_DEFAULTS); or grpo_zero, GRPO as GRPO-Zero runs "
+        "it (the ES paper's GRPO-z: std-scaled, the step's token losses over all its generated tokens, TRL's dapo)")
+    loss_type: Literal["grpo", "dr_grpo", "bnpo", "dapo"] = Field(description="TRL loss_type; follows the algorithm "
+                                                                   "(checked)")
     scale_rewards: Literal["group", "none"] = Field(description="TRL scale_rewards; follows the algorithm (checked)")
     beta: float = Field(1e-3, ge=0, description="KL coefficient to the base model (0: no reference model)")
     num_generations: int = Field(8, ge=2, description="group size: completions per prompt")
@@ -433,6 +441,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "GRPO with VERL's defaults and token-mean loss (TRL GRPOTrainer)"),
         Algorithm("verl_dr_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True,
                   "Dr.GRPO with VERL's defaults and seq-mean-token-sum-norm loss (TRL GRPOTrainer)"),
+        Algorithm("grpo_zero", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True,
+                  "GRPO as GRPO-Zero runs it: token losses over the step's generated tokens (TRL GRPOTrainer, dapo)"),
         Algorithm("ppo", PPOSettings, "ppo", "esrepro.rl.run:train_rl", True, "PPO with a critic (esrepro.rl.ppo)"),
         Algorithm("essa", ESSASettings, "essa", "esrepro.essa.train:train_essa", False,
                   "ESSA: CMA-ES over the singular values of SFT LoRA adapters"),

@@ -275,6 +275,9 @@ class ESSAStudy(Settings):
     resample: list[int] = Field(default_factory=list, description="fitness problems drawn per generation "
                                 "(resample_per_step), one run each (essa_resample<k>; ESSA Sec. 5.4: 100 of the 880, "
                                 "where the main runs score every candidate on all of them); in the summary table")
+    resample_settings: Partial = Field(default_factory=dict, description="settings of the resampled runs "
+                                       "(essa_resample<k>) over the reference run's: ESSA Secs. 4.3 and 5.4 train "
+                                       "the top 40% of singular values in the GRPO comparison only ({fraction: 0.4})")
     grpo: Partial | None = Field(None, description="the GRPO baseline (essa_grpo) over defaults.grpo, trained from the "
                                  "reference run's SFT start on the first train_examples problems of the alignment fold "
                                  "without the held-out ones (by default its fitness problems; keep_every required: its "
