@@ -193,6 +193,14 @@ def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> Non
         save_checkpoint(model, tokenizer, path)
 
 
+def collective_timeout(settings: dict) -> int:
+    """Seconds a collective of the run waits for every process: the settings' ``collective_timeout``, else the
+    Trainer's own default (TrainingArguments' ``ddp_timeout``), as accelerate would set it."""
+    from transformers import TrainingArguments
+
+    return int(settings.get("collective_timeout") or TrainingArguments.__dataclass_fields__["ddp_timeout"].default)
+
+
 def process_device(on_cpu: bool, local_rank: int = 0) -> str:
     """The one device a training process loads its models on: ``cpu``, or its own GPU ``cuda:LOCAL_RANK`` (with the
     index, which transformers' Trainer compares with its own device to tell a placed model from a split one)."""
@@ -253,7 +261,7 @@ def train_grpo(
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from esrepro.distributed import barrier, world
+    from esrepro.distributed import barrier, init_process_group, world
     from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count
 
@@ -275,6 +283,9 @@ def train_grpo(
     checkpoint = None
     key = trl_resume.resume_key(settings, seed=seed, steps=steps, world_size=here.world_size)
     if resume_dir is not None:
+        # the group accelerate would create with the Trainer, created now (accelerate keeps a group that exists) so
+        # that the barrier below has processes to wait for
+        init_process_group(process_device(on_cpu, here.local_rank), collective_timeout(settings))
         checkpoint, restored = trl_resume.open_state(resume_dir, key, periodic_rows, clean=here.is_main)
         rows.extend(restored)
         barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
