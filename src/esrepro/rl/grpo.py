@@ -52,6 +52,7 @@ from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adap
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
+from esrepro.train.resume import announce_resume
 
 #: GRPOSettings fields of our own that shape TRL's batches rather than being GRPOConfig keys (grpo_config_kwargs,
 #: training_dataset).
@@ -123,6 +124,13 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         if every == "auto":
             raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
                              "(esrepro.resume_cost); a run given it directly needs a number of steps")
+        per_rollout = int(settings.get("updates_per_generation", 1) or 1)
+        if int(every) % per_rollout:
+            raise ValueError(
+                f"resume_every: {every} steps is not a multiple of updates_per_generation ({per_rollout}): TRL keeps "
+                "neither the rollout nor its place in it in a checkpoint, so a run resumed inside a rollout would "
+                "generate a new one there and shift every later rollout's mini-batches; resume on rollout "
+                f"boundaries (a multiple of {per_rollout})")
         kw.update(save_strategy="steps", save_steps=int(every), save_total_limit=None, save_only_model=False)
     else:
         kw.update(save_strategy="no")
@@ -288,6 +296,8 @@ def train_grpo(
         init_process_group(process_device(on_cpu, here.local_rank), collective_timeout(settings))
         checkpoint, restored = trl_resume.open_state(resume_dir, key, periodic_rows, clean=here.is_main)
         rows.extend(restored)
+        if checkpoint is not None and here.is_main:
+            announce_resume("GRPO", checkpoint, len(restored), steps)
         barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
 
     class _Log(TrainerCallback):

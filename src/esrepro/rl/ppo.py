@@ -43,6 +43,7 @@ from esrepro.settings.methods import PPOSettings
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
 from esrepro.tasks.base import Task
+from esrepro.train.resume import announce_resume
 
 
 # --- the algorithm's pieces (pure, tested) ----------------------------------------------------
@@ -349,7 +350,7 @@ def train_ppo(
     if resumed is not None:
         start, order, rows = resumed.step, resumed.order, resumed.rows
         periodic_rows[:] = resumed.periodic_rows
-        print(f"PPO: resuming from {resume_dir} after step {start} of {steps}", flush=True)
+        announce_resume("PPO", resume_dir, start, steps)
     from tqdm import tqdm
 
     def evaluate_now(done: int) -> None:
