@@ -215,8 +215,13 @@ def process_device(on_cpu: bool, local_rank: int = 0) -> str:
     return "cpu" if on_cpu else f"cuda:{local_rank}"
 
 
+def policy_init_kwargs(device: str) -> dict:
+    """How a full policy is loaded: float32 master weights, whole on the process's own ``device`` (:func:`_policy`)."""
+    return {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
+
+
 def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
-            device: str = "cpu") -> tuple[Any, dict | None]:
+            device: str = "cpu", meta_reference: bool = False) -> tuple[Any, dict | None]:
     """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it in
     float32 master weights, every weight trainable), or the base in the registry dtype with the adapter loaded
     trainable by peft (peft keeps adapter weights in float32; no kwargs then).
@@ -225,13 +230,58 @@ def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
     to None itself only under DDP (MULTI_GPU) and DeepSpeed, so under FSDP both would load with transformers'
     ``device_map="auto"``, spread over every GPU the process sees (all of the node's under torchrun). The kwargs
     therefore place them whole on the process's own ``device`` (:func:`process_device`), from where FSDP2 shards
-    them (TRL's DDP path still replaces this with None and accelerate moves the model)."""
+    them (TRL's DDP path still replaces this with None and accelerate moves the model).
+
+    ``meta_reference`` (a full policy): the policy is loaded here, whole on ``device`` as TRL would load it, and the
+    kwargs, which then make only the reference, build it on the meta device, for
+    :func:`esrepro.rl.meta_load.sharded_reference_trainer` to shard and fill."""
     if adapter_dir is None:
-        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
+        kwargs = policy_init_kwargs(device)
+        if not meta_reference:
+            return str(model_dir), kwargs
+        from transformers import AutoModelForCausalLM
+
+        from esrepro.rl.meta_load import META_DEVICE_MAP
+
+        return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs), {**kwargs, "device_map": META_DEVICE_MAP}
+    if meta_reference:
+        raise ValueError("a peft policy's reference is its frozen adapter copy, not a model to shard")
     from peft import PeftModel
 
     base = load_model(model_dir, dtype=dtype)
     return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True), None
+
+
+def shards_reference(settings: dict, fsdp: bool, adapter: bool) -> bool:
+    """Whether the run's reference model is built on the meta device and loaded sharded (a full policy under FSDP
+    with ``beta > 0``) rather than loaded whole by TRL: TRL starts the colocated vLLM engine before it shards the
+    reference, so a whole float32 reference beside the whole policy (about 57-60 GiB on 7-8B models) would leave
+    the engine too little of the GPU."""
+    return fsdp and not adapter and float(settings.get("beta", 0) or 0) > 0
+
+
+def make_trainer(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str, config_kwargs: dict, *,
+                 device: str, fsdp: bool, sharded_reference: bool, resumable: bool, **trainer_kwargs: Any) -> Any:
+    """TRL's GRPOTrainer for one run: the policy (:func:`_policy`), the config from ``config_kwargs``
+    (:func:`grpo_config_kwargs`), FSDP2's mixed precision under ``fsdp``, the resumable sampler with ``resumable``
+    (esrepro.rl.trl_resume) and, with ``sharded_reference`` (:func:`shards_reference`), the reference built on the
+    meta device and sharded before the colocated vLLM engine starts (esrepro.rl.meta_load)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from esrepro.rl import trl_resume
+
+    policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, device, meta_reference=sharded_reference)
+    cfg = GRPOConfig(**config_kwargs, model_init_kwargs=init_kwargs)
+    if fsdp:
+        from esrepro.rl.grpo_parallel import set_mixed_precision
+
+        set_mixed_precision(cfg, bool(cfg.bf16))
+    trainer_class = trl_resume.resumable_trainer_class() if resumable else GRPOTrainer
+    if sharded_reference:
+        from esrepro.rl.meta_load import sharded_reference_trainer
+
+        trainer_class = sharded_reference_trainer(trainer_class, model_dir, device, bool(cfg.bf16))
+    return trainer_class(model=policy, args=cfg, **trainer_kwargs)
 
 
 def train_grpo(
@@ -267,7 +317,6 @@ def train_grpo(
     ``completion_length``, ``learning_rate``, ``seconds`` and, only when ``beta > 0``, ``kl``.
     """
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from esrepro.distributed import barrier, init_process_group, world
     from esrepro.rl import trl_resume
@@ -383,27 +432,18 @@ def train_grpo(
         fsdp_layers = decoder_layer_classes(model_dir)
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         out_dir = str(resume_dir) if resume_dir is not None else tmp
-        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, process_device(on_cpu, here.local_rank))
         prompt_tokens = None
         if settings.get("use_vllm") and not on_cpu:
             prompt_tokens = longest_prompt_tokens(tokenizer, sorted({task.prompt(e) for e in examples}), chat)
-        cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
-                                              world_size=here.world_size, fsdp_layers=fsdp_layers,
-                                              resume=resume_dir is not None, prompt_tokens=prompt_tokens),
-                         model_init_kwargs=init_kwargs)
-        if fsdp:
-            from esrepro.rl.grpo_parallel import set_mixed_precision
-
-            set_mixed_precision(cfg, bool(cfg.bf16))
-        trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
-        trainer = trainer_class(
-            model=policy,
-            reward_funcs=[trl_reward_func(task)],
-            args=cfg,
-            train_dataset=_dataset(task, training_examples(examples, settings), chat),
-            processing_class=tokenizer,
-            callbacks=callbacks,
-        )
+        config_kwargs = grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
+                                           world_size=here.world_size, fsdp_layers=fsdp_layers,
+                                           resume=resume_dir is not None, prompt_tokens=prompt_tokens)
+        trainer = make_trainer(model_dir, adapter_dir, dtype, config_kwargs,
+                               device=process_device(on_cpu, here.local_rank), fsdp=fsdp,
+                               sharded_reference=shards_reference(settings, fsdp, adapter_dir is not None),
+                               resumable=resume_dir is not None, reward_funcs=[trl_reward_func(task)],
+                               train_dataset=_dataset(task, training_examples(examples, settings), chat),
+                               processing_class=tokenizer, callbacks=callbacks)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         model = _whole_policy(trainer, model_dir) if fsdp else trainer.model
     if len(rows) != steps:
