@@ -13,7 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from esrepro.es.loop import run_es
-from esrepro.population.evaluators import EngineMismatch, RayEvaluator, SerialEvaluator
+from esrepro.population.evaluators import EngineMismatch, RayEvaluator, SerialEvaluator, own_gpu
 from esrepro.backends.spec import EngineSpec
 from esrepro.population.spec import Scoring
 from esrepro.settings.methods import ESSettings
@@ -167,6 +167,35 @@ def test_an_engine_ray_cannot_place_times_out_naming_its_resources(scoring, tiny
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"engine 0 did not start within 3 s.*'num_cpus': 64"):
         RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, per_engine={"num_cpus": 64}, start_timeout=3)
+    assert time.monotonic() - started < 60
+
+
+def test_engines_with_a_gpu_each_start_side_by_side_and_sharing_ones_one_after_another():
+    assert own_gpu({"num_gpus": 1, "num_cpus": 1}) and own_gpu({"num_gpus": 2, "num_cpus": 1})  # tensor parallel
+    assert not own_gpu({"num_gpus": 0.5, "num_cpus": 1}) and not own_gpu({"num_cpus": 4})
+
+
+def test_engines_started_side_by_side_score_as_the_serial_engine(tiny_model_dir, scoring, ray_local):
+    cfg = _cfg("iid", "exact", iterations=1)
+    seeds = [11, 12, 13, 14]
+    want, _ = SerialEvaluator(_spec(tiny_model_dir, cfg), scoring).rewards(seeds, cfg.sigma)
+    evaluator = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, side_by_side=True)
+    try:
+        assert evaluator.side_by_side and len(set(evaluator.pids())) == 2
+        assert evaluator.rewards(seeds, cfg.sigma)[0] == want
+    finally:
+        evaluator.close()
+
+
+def test_engines_started_side_by_side_are_all_asked_for_at_once_and_named_when_late(tiny_model_dir, scoring,
+                                                                                    ray_local):
+    """Both requests are out before either answers: the timeout names both engines (one after another, it would
+    stop at engine 0)."""
+    cfg = _cfg("iid", "exact")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"engines 0, 1 did not start within 3 s.*'num_cpus': 64"):
+        RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2, per_engine={"num_cpus": 64}, start_timeout=3,
+                     side_by_side=True)
     assert time.monotonic() - started < 60
 
 

@@ -54,7 +54,10 @@ def test_killed_run_resumes_bit_identically(tiny_model_dir, data_dir, tmp_path):
     assert 2 <= done < SPEC["iterations"]
     assert not (killed / "checkpoint").exists()
 
-    subprocess.run(_train_cmd(tiny_model_dir, data_dir, killed), check=True, env=env, timeout=600)
+    rerun = subprocess.run(_train_cmd(tiny_model_dir, data_dir, killed), check=True, env=env, timeout=600,
+                           capture_output=True, text=True)
+    assert (f"ES: resuming from the state in {killed / 'resume'}: {done} of {SPEC['iterations']} iterations done"
+            in rerun.stdout)
     a, b = _weights(straight), _weights(killed)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)

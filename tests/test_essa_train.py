@@ -113,7 +113,10 @@ def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_
     assert not (killed / "checkpoint").exists()
     sft_before = (killed / "sft" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns
 
-    subprocess.run(_train_cmd(countdown_model, data_dir, killed), check=True, env=ENV, timeout=600)
+    rerun = subprocess.run(_train_cmd(countdown_model, data_dir, killed), check=True, env=ENV, timeout=600,
+                           capture_output=True, text=True)
+    assert (f"ESSA: resuming from the state in {killed / 'resume'}: {done} of {SPEC['iterations']} generations done"
+            in rerun.stdout)
     assert (killed / "sft" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns == sft_before  # kept
     a = load_file(str(straight_run / "checkpoint" / "model.safetensors"))
     b = load_file(str(killed / "checkpoint" / "model.safetensors"))

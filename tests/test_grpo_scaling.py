@@ -313,6 +313,49 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tiny_model_dir, countd
     assert _count(tmp_path / "c2") == (6 - resumed_from) * 4 + 2 * len(later)
 
 
+def test_a_resume_interval_inside_a_rollout_is_refused():
+    kw = dict(steps=8, seed=0, output_dir="/tmp/unused", on_cpu=True, resume=True)
+    rollouts = {**GRPO, "updates_per_generation": 4}
+    assert grpo_config_kwargs({**rollouts, "resume_every": 8}, **kw)["save_steps"] == 8
+    with pytest.raises(ValueError, match=r"resume_every: 6 steps is not a multiple of updates_per_generation \(4\)"):
+        grpo_config_kwargs({**rollouts, "resume_every": 6}, **kw)
+    assert grpo_config_kwargs({**GRPO, "resume_every": 3}, **kw)["save_steps"] == 3  # one step per rollout: any
+
+
+@pytest.mark.slow
+def test_a_run_killed_inside_a_rollout_resumes_onto_the_same_mini_batch_schedule(tiny_model_dir, countdown,
+                                                                                 tmp_path):
+    """Rollouts of 2 optimiser steps (GRPO-v's mini-batches, 2 instead of 4), a resume state every rollout; SIGKILL
+    once the second rollout was generated and scored (inside it, after the state of step 2): the rerun says where
+    it resumes, generates rollouts 2 and 3 only, and its log and weights equal the uninterrupted run's."""
+    extra = dict(sample_budget=24, train_examples=4, updates_per_generation=2, resume_every=2)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run([sys.executable, str(RUN), str(tmp_path / "cw"), _kwargs(tiny_model_dir, countdown, whole, **extra)],
+                   check=True, env=_env(), timeout=300)
+    per_rollout = 2 * 4  # 2 optimiser steps x 4 completions
+    assert _count(tmp_path / "cw") == 3 * per_rollout  # 6 steps, 3 rollouts
+    args = [sys.executable, str(RUN), str(tmp_path / "c1"), _kwargs(tiny_model_dir, countdown, cut, **extra)]
+    first = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = cut / "resume" / "checkpoint-2" / trl_resume.MARKER
+    deadline = time.monotonic() + 300
+    while not (marker.exists() and (tmp_path / "c1").is_dir() and _count(tmp_path / "c1") >= 2 * per_rollout):
+        assert first.poll() is None, "the run ended before its second rollout was scored"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert trl_resume.last_complete(cut / "resume").name == "checkpoint-2", "not killed inside the second rollout"
+    args[2] = str(tmp_path / "c2")
+    rerun = subprocess.run(args, check=True, env=_env(), timeout=300, capture_output=True, text=True)
+    assert f"GRPO: resuming from the state in {cut / 'resume' / 'checkpoint-2'}: 2 of 6 steps done" in rerun.stdout
+    assert _count(tmp_path / "c2") == 2 * per_rollout  # rollouts 2 and 3, each generated once
+    rows, rows_whole = _rows(cut / "log.jsonl"), _rows(whole / "log.jsonl")
+    assert len(rows_whole) == 6 and rows == rows_whole
+    a, b = load_file(str(whole / "checkpoint" / "model.safetensors")), load_file(str(cut / "checkpoint" /
+                                                                                     "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_no_resume_state_is_kept_after_the_last_step(tiny_model_dir, tmp_path):
     """A state at the last step would make a rerun train a step beyond the run (the Trainer resumes into one more)."""
     from esrepro.rl.grpo import train_grpo

@@ -3,9 +3,11 @@ shared evenly, ES and ESSA under their Ray layouts, and no GPU for the steps tha
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +115,45 @@ def test_split_batch_and_world(monkeypatch):
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(ValueError, match="RANK=2"):
         world()
+
+
+BARRIER_JOB = """
+import os, sys, time
+from pathlib import Path
+from esrepro.distributed import barrier, init_process_group, world
+flag = Path(sys.argv[1])
+try:
+    barrier()
+except RuntimeError as e:
+    print("refused:", e, flush=True)
+else:
+    raise SystemExit("a barrier before the process group was not refused")
+init_process_group("cpu", 60)
+if world().is_main:
+    time.sleep(1.0)
+    flag.write_text("written")
+barrier()
+assert flag.read_text() == "written", "the barrier let a process pass before the main process had written"
+"""
+
+
+def test_a_barrier_waits_for_every_process_and_is_refused_before_their_group(tmp_path):
+    """torchrun, 2 gloo processes: a barrier before the group would return at once, so it is refused; after it, the
+    other process waits until the main process has written."""
+    job = tmp_path / "job.py"
+    job.write_text(BARRIER_JOB)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nnodes", "1",
+                           "--nproc-per-node", "2", str(job), str(tmp_path / "flag")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("refused: barrier in a world of 2 processes") == 2
+
+
+def test_a_one_process_barrier_has_nothing_to_wait_for():
+    from esrepro.distributed import barrier
+
+    barrier()
 
 
 def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):

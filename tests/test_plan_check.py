@@ -80,6 +80,26 @@ def test_the_reference_spread_by_device_map_auto_under_fsdp_fails(paper):
     assert "model_init_kwargs.device_map 'auto'" in job.message() and "grpo8/lr1e-06_beta0.001" in job.message()
 
 
+@pytest.mark.parametrize("model", ["qwen2.5-7b-instruct", "llama-3.1-8b-instruct"])
+def test_the_engine_start_counts_the_reference_as_the_code_holds_it(paper, model):
+    """TRL 1.16 starts its colocated engine before it shards the reference: the 7-8B jobs shard it first (built on
+    the meta device), and the check counts what each order holds then; TRL's own order fails at the engine start."""
+    p, _ = paper
+    cell = "lr1e-06_beta0.001"
+    s = job_settings(p, model, "countdown", "grpo8", cell).as_dict()
+    ok = _job(p, "train_cell", "countdown", model, "grpo8", cell)
+    pc.check_grpo(ok, p, s)
+    assert not ok.problems, ok.message()
+    start = next(ph for ph in ok.phases if ph.name == "start vLLM")
+    assert "reference, float32 (1/8)" in start.parts and "reference loaded whole (float32)" not in start.parts
+    assert not any(ph.name == "shard reference" for ph in ok.phases)
+    old = _job(p, "train_cell", "countdown", model, "grpo8", cell)
+    pc.check_grpo(old, p, s, sharded_reference=False)
+    assert "start vLLM: predicted peak" in old.message() and old.label in old.message()
+    names = [ph.name for ph in old.phases]
+    assert names.index("start vLLM") < names.index("shard reference") < names.index("train")
+
+
 def test_an_fsdp_plugin_that_wraps_another_layer_fails(paper):
     """accelerate's plugin, as transformers builds it from fsdp_config, must wrap the model's own decoder layer."""
     p, _ = paper

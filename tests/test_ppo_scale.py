@@ -88,7 +88,8 @@ def test_a_killed_run_resumes_bit_for_bit(tiny_model_dir, tmp_path):
     cmd = _job(tiny_model_dir, run, settings, 4, run / "resume")
     done = kill_once_resumable(cmd, _env(), run, "completed_steps", at_least=2)
     assert 2 <= done < 4
-    subprocess.run(cmd, env=_env(), check=True, timeout=300)
+    rerun = subprocess.run(cmd, env=_env(), check=True, timeout=300, capture_output=True, text=True)
+    assert f"PPO: resuming from the state in {run / 'resume'}: {done} of 4 steps done" in rerun.stdout
     rows, weights, scored = _result(run)
     rows_w, weights_w, scored_w = _result(whole)
     assert rows == rows_w and [r["step"] for r in rows] == [0, 1, 2, 3]

@@ -47,6 +47,17 @@ def test_interval_follows_the_save_and_step_times():
     assert interval(save_s=30, step_s=10, steps=10_000, attempt_s=1e9) == 100  # 30 s every 100 x 10 s: 3%
     assert interval(save_s=30, step_s=10, steps=40, attempt_s=1e9) == 40  # never beyond the run
     assert interval(save_s=30, step_s=10, steps=10_000, attempt_s=2000) == 50  # a quarter of an attempt at most
+    # GRPO-v's rollouts of 4 optimiser steps: saves on rollout boundaries, up where the attempt allows, else down
+    assert interval(save_s=30, step_s=10, steps=10_000, attempt_s=1e9, multiple=4) == 100
+    assert interval(save_s=33, step_s=10, steps=10_000, attempt_s=1e9, multiple=4) == 112  # 110 up to 112
+    assert interval(save_s=30, step_s=10, steps=10_000, attempt_s=2000, multiple=4) == 48  # 50 down to 48
+    assert interval(save_s=1, step_s=10, steps=10_000, attempt_s=1e9, multiple=4) == 4  # one rollout at least
+
+
+def test_paper_grpo_runs_resume_on_rollout_boundaries(paper):
+    for task, model, method in rl_runs(paper):
+        per_rollout = int(paper.method_settings(model, task, method).as_dict().get("updates_per_generation") or 1)
+        assert resume_cost(paper, task, model, method).interval % per_rollout == 0, (model, method)
 
 
 def test_paper_jobs_get_the_derived_interval_and_timeout(paper):

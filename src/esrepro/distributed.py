@@ -93,8 +93,13 @@ def init_process_group(device: str, timeout_s: float | None = None) -> None:
 
 
 def barrier() -> None:
-    """Wait for every process of the group (nothing to wait for without one)."""
+    """Wait for every process of the group; nothing to wait for in a one-process world. In a launcher's world of
+    several processes the group must exist by then (:func:`init_process_group`): a barrier before it would return
+    at once and order nothing, so it is refused."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+    elif world().distributed:
+        raise RuntimeError(f"barrier in a world of {world().world_size} processes before their process group exists "
+                           "(it would wait for nobody): call esrepro.distributed.init_process_group first")

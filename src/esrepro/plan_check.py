@@ -121,10 +121,12 @@ def fsdp_plugin(kw: dict, decoder_layer: str) -> str | None:
 
 def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None = None,
                init_kwargs: dict | None = None, vllm_max_model_length: Any = "built",
-               fsdp_layers: list[str] | None = None) -> None:
+               fsdp_layers: list[str] | None = None, sharded_reference: bool | None = None) -> None:
     """GRPO through TRL: GRPOConfig's arguments at the job's world size, accelerate's FSDP plugin, the models' load
     arguments, the colocated vLLM engine, and one process's memory. ``world``, ``init_kwargs``,
-    ``vllm_max_model_length``, ``fsdp_layers``: replace what the job builds (to put an old behaviour back)."""
+    ``vllm_max_model_length``, ``fsdp_layers``, ``sharded_reference``: replace what the job builds (to put an old
+    behaviour back; ``sharded_reference`` False: TRL's own order, the reference loaded whole and sharded after the
+    colocated engine started)."""
     from trl import GRPOConfig
 
     from esrepro.rl import grpo
@@ -158,8 +160,10 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
             job.problems.append(problem)
     if vllm_max_model_length != "built":
         kw["vllm_max_model_length"] = vllm_max_model_length
+    if sharded_reference is None:
+        sharded_reference = grpo.shards_reference(settings, fsdp, adapter)
     if init_kwargs is None and not adapter:
-        _, init_kwargs = grpo._policy(folder, None, entry.dtype, grpo.process_device(False, 0))
+        init_kwargs = grpo.policy_init_kwargs(grpo.process_device(False, 0))
     beta = float(settings.get("beta", 0))
     if init_kwargs is not None and fsdp:
         where = init_kwargs.get("device_map")
@@ -170,7 +174,7 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
                 f"and DeepSpeed, so the policy{' and the beta ' + format(beta, 'g') + ' reference' if beta else ''} "
                 f"would spread over the node's {job.gpus} GPUs with accelerate's hooks, which FSDP's move breaks; "
                 "place the model on the process's own GPU ({'': 'cuda:LOCAL_RANK'})")
-    phases, vllm = grpo_phases(m, kw, settings, world, adapter, M.prompt_tokens(w["task"]))
+    phases, vllm = grpo_phases(m, kw, settings, world, adapter, M.prompt_tokens(w["task"]), sharded_reference)
     if vllm is not None:
         problem = vllm.problem()
         if problem:
@@ -181,9 +185,12 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
     _check_fit(job)
 
 
-def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: bool, prompt: int
-                ) -> tuple[list[Phase], M.VLLMFit | None]:
-    """One GRPO process's memory from its built ``GRPOConfig`` arguments ``kw`` (and the colocated engine's fit)."""
+def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: bool, prompt: int,
+                sharded_reference: bool = False) -> tuple[list[Phase], M.VLLMFit | None]:
+    """One GRPO process's memory from its built ``GRPOConfig`` arguments ``kw`` (and the colocated engine's fit), in
+    the order the code holds it: with ``sharded_reference`` (esrepro.rl.grpo.shards_reference) the reference is
+    built on the meta device and loaded as its shard before the engine starts; without it TRL loads it whole, starts
+    the engine, and shards it only then (its shards allocated while the whole copy is alive)."""
     fsdp = settings.get("sharding", "ddp") == "fsdp"
     beta = float(settings.get("beta", 0))
     n = world if fsdp else 1
@@ -199,7 +206,10 @@ def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: 
         load = {"policy loaded whole (float32)": 4 * P}
         if beta > 0:
             persistent["reference, float32 (1/%d)" % n] = 4 * P // n
-            load["reference loaded whole (float32)"] = 4 * P
+            if sharded_reference:
+                load["reference, float32 (1/%d)" % n] = 4 * P // n
+            else:
+                load["reference loaded whole (float32)"] = 4 * P
     vllm = None
     if kw.get("use_vllm"):
         tp = int(kw.get("vllm_tensor_parallel_size") or 1)
@@ -217,10 +227,14 @@ def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: 
         train["generation (transformers)"] = M.generate_kv(m, micro, seq) + (2 * P if fsdp else 0)
     reserved = vllm.budget if vllm else 0
     phases = [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("train", _gib(train), reserved=reserved)]
-    if vllm:  # TRL starts its engine before accelerate shards the policy (the reference is sharded by then)
-        phases.insert(1, Phase("start vLLM", _gib({"policy loaded whole (float32)": 0 if adapter else 4 * P,
-                                                   **{k: v for k, v in persistent.items() if k.startswith("ref")},
-                                                   **colocated, "CUDA context": ctx}), reserved=reserved))
+    if vllm:  # TRL starts its engine before accelerate shards the policy
+        reference = {k: v for k, v in load.items() if k.startswith("ref")}  # as loaded: a shard, or whole
+        at_start = {"policy loaded whole (float32)": 0 if adapter else 4 * P, **reference, **colocated,
+                    "CUDA context": ctx}
+        phases.insert(1, Phase("start vLLM", _gib(at_start), reserved=reserved))
+        if any(k.endswith("whole (float32)") for k in reference):  # TRL's prepare_fsdp, beside the engine
+            phases.insert(2, Phase("shard reference", _gib({**at_start, "reference shards (float32, 1/%d)" % n:
+                                                            4 * P // n}), reserved=reserved))
     return phases, vllm
 
 
@@ -488,10 +502,10 @@ def build(p: Pipeline, rule: str, wildcards: dict) -> JobCheck | None:
 
 
 def _check_fit(job: JobCheck) -> None:
-    """A problem when the job's peak does not fit an H100 with the margin (once)."""
-    if job.phases and not any("predicted peak" in pr or "beside vLLM" in pr for pr in job.problems) \
-            and not M.fits(job.peak):
-        job.problems.append(f"{job.peak.name}: {_over(job.peak)}")
+    """A problem for every phase of the job that does not fit an H100 with the margin, naming the phase (once)."""
+    if any("predicted peak" in pr or "beside vLLM" in pr for pr in job.problems):
+        return
+    job.problems += [f"{ph.name}: {_over(ph)}" for ph in job.phases if not M.fits(ph)]
 
 
 def jobs(p: Pipeline, only: set[tuple[str, str | None]] | None = None) -> list[JobCheck]:

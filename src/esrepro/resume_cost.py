@@ -76,12 +76,15 @@ def save_seconds(state: float, writer_nodes: int) -> float:
     return SAVE_OVERHEAD_S + state / (writer_nodes * WRITE_BYTES_PER_S)
 
 
-def interval(save_s: float, step_s: float, steps: int, attempt_s: float) -> int:
+def interval(save_s: float, step_s: float, steps: int, attempt_s: float, multiple: int = 1) -> int:
     """Steps between saves: saving at most MAX_SAVE_SHARE of the time, at most ATTEMPT_SHARE of an attempt between
-    two saves, at most ``steps``; at least 1."""
+    two saves, at most ``steps``; at least 1; then a multiple of ``multiple`` (a GRPO rollout's optimiser steps: a run
+    resumes on rollout boundaries): rounded up where the attempt and the run allow, else down, at least one."""
     want = math.ceil(save_s / (MAX_SAVE_SHARE * step_s))
     cap = max(1, math.floor(ATTEMPT_SHARE * attempt_s / step_s))
-    return max(1, min(want, cap, steps))
+    every = max(1, min(want, cap, steps))
+    up = -(-every // multiple) * multiple
+    return up if up <= min(cap, steps) else max(multiple, every // multiple * multiple)
 
 
 def timeout_seconds(save_s: float) -> int:
@@ -103,7 +106,7 @@ def resume_cost(p: "Pipeline", task: str, model: str, method: str, cell: str | N
     save_s = save_seconds(size, writers)
     steps = run_steps(p, task, model, method, cell)
     step_s = max(1e-9, (c.hours * 3600 - STARTUP_SECONDS) / steps)
-    every = interval(save_s, step_s, steps, c.runtime_hours * 3600)
+    every = interval(save_s, step_s, steps, c.runtime_hours * 3600, int(s.get("updates_per_generation") or 1))
     return ResumeCost(model=model, method=method, algorithm=c.algorithm, gpus=c.gpus, nodes=res.nodes,
                       state_bytes=size, bytes_per_rank=per_rank, save_seconds=save_s, step_seconds=step_s,
                       steps=steps, interval=every, timeout_s=timeout_seconds(save_s))

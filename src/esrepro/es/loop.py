@@ -19,7 +19,7 @@ from tqdm import tqdm
 from esrepro.es.strategy import ESStrategy
 from esrepro.population.evaluators import EngineMismatch
 from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
-from esrepro.train.resume import ResumeMismatch, has_state, read_state, state_key, write_state
+from esrepro.train.resume import ResumeMismatch, announce_resume, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
 NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_parallel_size", *ENGINE_FIELDS}
@@ -102,6 +102,7 @@ def run_es(
     start, log = 0, []
     if has_state(state_dir):
         start, log = _load_state(state_dir, cfg, seed, evaluator, extra)
+        announce_resume("ES", state_dir, start, cfg.iterations, "iteration")
     bar = tqdm(total=cfg.iterations, initial=start, desc="ES", unit="it", disable=not progress)
     for it in range(start, cfg.iterations):
         t_iter = time.perf_counter()

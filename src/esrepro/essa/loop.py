@@ -26,7 +26,7 @@ from esrepro import paths as P
 from esrepro.essa.data import generation_subset
 from esrepro.essa.strategy import CMAStrategy
 from esrepro.settings.methods import ENGINE_FIELDS, ESSASettings
-from esrepro.train.resume import has_state, read_state, state_key, write_state
+from esrepro.train.resume import announce_resume, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
 NOT_IN_STATE = {"keep_every", "resume_every", "max_loras", *ENGINE_FIELDS}
@@ -83,6 +83,7 @@ def run_essa(
     key = essa_state_key(cfg, seed, key_extra)
     if has_state(state_dir):
         strategy, log, meta = load_state(state_dir, key)
+        announce_resume("ESSA", state_dir, strategy.generation, cfg.iterations, "generation")
         meta = {"val_reward_sft": meta.get("val_reward_sft")}
     else:
         strategy = CMAStrategy(x0, cfg.sigma0, cfg.population, seed, covariance=cfg.covariance)

@@ -48,6 +48,11 @@ def engine_env(spec: Any, k: int, cache_root: str | Path | None = None) -> dict:
     return {"env_vars": {**job_env(), **env}}
 
 
+def own_gpu(per_engine: dict[str, float]) -> bool:
+    """Whether engines with these Ray resources each hold a GPU of their own (``num_gpus`` of 1 or more)."""
+    return float(per_engine.get("num_gpus", 0) or 0) >= 1
+
+
 class SerialEvaluator:
     """One engine, in this process: every member in turn."""
 
@@ -110,10 +115,15 @@ class RayEvaluator:
 
     ``per_engine`` holds the Ray resources of one actor (``num_gpus``, ``num_cpus``).
     ``retries`` bounds how often one call is retried after its actor died or timed out.
+    ``side_by_side``: start the engines at once rather than one after another; by default where each has a GPU of
+    its own (``num_gpus`` of 1 or more), so K engines take about one engine's start (load, compile, CUDA-graph
+    capture) instead of K; engines sharing a GPU start one after another, each sizing its memory after the one
+    before has taken its share.
     """
 
     def __init__(self, engine: EngineRecipe, scoring: Scoring, engines: int, per_engine: dict[str, float] | None = None,
-                 retries: int = 3, start_timeout: float = 1800.0, call_timeout: float = 3600.0) -> None:
+                 retries: int = 3, start_timeout: float = 1800.0, call_timeout: float = 3600.0,
+                 side_by_side: bool | None = None) -> None:
         import ray
 
         if engines < 1:
@@ -129,9 +139,15 @@ class RayEvaluator:
         self.respawned = 0
         # the vLLM engines' compile caches: one folder for this evaluator, removed by close()
         self.cache_root = Path(tempfile.mkdtemp(prefix="esrepro-vllm-")) if getattr(engine, "backend", None) == "vllm" else None
+        if side_by_side is None:
+            side_by_side = own_gpu(self._resources)
+        self.side_by_side = side_by_side
         try:
-            for k in range(engines):  # one after another: engines sharing a GPU must not start side by side
-                self.actors.append(self._start(k))
+            if side_by_side:
+                self.actors = self._start_all(range(engines))
+            else:
+                for k in range(engines):  # one after another: engines sharing a GPU must not start side by side
+                    self.actors.append(self._start(k))
         except BaseException:
             self.close()
             raise
@@ -142,25 +158,56 @@ class RayEvaluator:
                                  "them other noise; give the run one GPU model")
         self._noise_device = devices[0]
 
+    def _launch(self, k: int) -> Any:
+        """Actor ``k``, asked for (not yet answering)."""
+        options = dict(self._resources)
+        env = engine_env(self._spec, k, self.cache_root)
+        if env:
+            options["runtime_env"] = env
+        return self._actor_class.options(**options).remote(self._spec, self._scoring)
+
+    def _start_failed(self, ks: Sequence[int]) -> TimeoutError:
+        import ray
+
+        return TimeoutError(
+            f"engine{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))} did not start within "
+            f"{self.start_timeout:g} s: Ray may have no room for an actor with {self._resources} (cluster: "
+            f"{ray.cluster_resources()}), or the model is still loading; lower the method's engines setting or give "
+            "the job more")
+
     def _start(self, k: int) -> Any:
         """Actor ``k``, built and answering (within ``start_timeout`` seconds)."""
         import ray
         from ray.exceptions import GetTimeoutError
 
-        options = dict(self._resources)
-        env = engine_env(self._spec, k, self.cache_root)
-        if env:
-            options["runtime_env"] = env
-        actor = self._actor_class.options(**options).remote(self._spec, self._scoring)
+        actor = self._launch(k)
         try:
             ray.get(actor.pid.remote(), timeout=self.start_timeout)
         except GetTimeoutError:
             ray.kill(actor)
-            raise TimeoutError(
-                f"engine {k} did not start within {self.start_timeout:g} s: Ray may have no room for an actor "
-                f"with {self._resources} (cluster: {ray.cluster_resources()}), or the model is still loading; "
-                "lower the method's engines setting or give the job more") from None
+            raise self._start_failed([k]) from None
         return actor
+
+    def _start_all(self, ks: Sequence[int]) -> list[Any]:
+        """Actors ``ks``, started side by side and all answering within ``start_timeout`` seconds of the first
+        request; on a timeout every one is killed and the error names those that had not answered."""
+        import ray
+
+        actors = [self._launch(k) for k in ks]
+        pending = {a.pid.remote(): k for k, a in zip(ks, actors)}
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise self._start_failed(sorted(pending.values()))
+                ray.get(ready[0])  # an engine that failed to build raises here
+                del pending[ready[0]]
+        except BaseException:
+            for a in actors:
+                ray.kill(a)
+            raise
+        return actors
 
     def _respawn(self, k: int) -> None:
         import ray

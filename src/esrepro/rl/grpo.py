@@ -52,6 +52,7 @@ from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adap
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
+from esrepro.train.resume import announce_resume
 
 #: GRPOSettings fields of our own that shape TRL's batches rather than being GRPOConfig keys (grpo_config_kwargs,
 #: training_dataset).
@@ -123,6 +124,13 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         if every == "auto":
             raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
                              "(esrepro.resume_cost); a run given it directly needs a number of steps")
+        per_rollout = int(settings.get("updates_per_generation", 1) or 1)
+        if int(every) % per_rollout:
+            raise ValueError(
+                f"resume_every: {every} steps is not a multiple of updates_per_generation ({per_rollout}): TRL keeps "
+                "neither the rollout nor its place in it in a checkpoint, so a run resumed inside a rollout would "
+                "generate a new one there and shift every later rollout's mini-batches; resume on rollout "
+                f"boundaries (a multiple of {per_rollout})")
         kw.update(save_strategy="steps", save_steps=int(every), save_total_limit=None, save_only_model=False)
     else:
         kw.update(save_strategy="no")
@@ -193,14 +201,27 @@ def save_policy(model: torch.nn.Module, tokenizer: Any, path: str | Path) -> Non
         save_checkpoint(model, tokenizer, path)
 
 
+def collective_timeout(settings: dict) -> int:
+    """Seconds a collective of the run waits for every process: the settings' ``collective_timeout``, else the
+    Trainer's own default (TrainingArguments' ``ddp_timeout``), as accelerate would set it."""
+    from transformers import TrainingArguments
+
+    return int(settings.get("collective_timeout") or TrainingArguments.__dataclass_fields__["ddp_timeout"].default)
+
+
 def process_device(on_cpu: bool, local_rank: int = 0) -> str:
     """The one device a training process loads its models on: ``cpu``, or its own GPU ``cuda:LOCAL_RANK`` (with the
     index, which transformers' Trainer compares with its own device to tell a placed model from a split one)."""
     return "cpu" if on_cpu else f"cuda:{local_rank}"
 
 
+def policy_init_kwargs(device: str) -> dict:
+    """How a full policy is loaded: float32 master weights, whole on the process's own ``device`` (:func:`_policy`)."""
+    return {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
+
+
 def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
-            device: str = "cpu") -> tuple[Any, dict | None]:
+            device: str = "cpu", meta_reference: bool = False) -> tuple[Any, dict | None]:
     """What GRPOTrainer gets as ``model`` and ``model_init_kwargs``: the checkpoint's path (TRL loads it in
     float32 master weights, every weight trainable), or the base in the registry dtype with the adapter loaded
     trainable by peft (peft keeps adapter weights in float32; no kwargs then).
@@ -209,13 +230,58 @@ def _policy(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str,
     to None itself only under DDP (MULTI_GPU) and DeepSpeed, so under FSDP both would load with transformers'
     ``device_map="auto"``, spread over every GPU the process sees (all of the node's under torchrun). The kwargs
     therefore place them whole on the process's own ``device`` (:func:`process_device`), from where FSDP2 shards
-    them (TRL's DDP path still replaces this with None and accelerate moves the model)."""
+    them (TRL's DDP path still replaces this with None and accelerate moves the model).
+
+    ``meta_reference`` (a full policy): the policy is loaded here, whole on ``device`` as TRL would load it, and the
+    kwargs, which then make only the reference, build it on the meta device, for
+    :func:`esrepro.rl.meta_load.sharded_reference_trainer` to shard and fill."""
     if adapter_dir is None:
-        return str(model_dir), {"dtype": DTYPES[MASTER_DTYPE], "device_map": {"": device}}
+        kwargs = policy_init_kwargs(device)
+        if not meta_reference:
+            return str(model_dir), kwargs
+        from transformers import AutoModelForCausalLM
+
+        from esrepro.rl.meta_load import META_DEVICE_MAP
+
+        return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs), {**kwargs, "device_map": META_DEVICE_MAP}
+    if meta_reference:
+        raise ValueError("a peft policy's reference is its frozen adapter copy, not a model to shard")
     from peft import PeftModel
 
     base = load_model(model_dir, dtype=dtype)
     return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True), None
+
+
+def shards_reference(settings: dict, fsdp: bool, adapter: bool) -> bool:
+    """Whether the run's reference model is built on the meta device and loaded sharded (a full policy under FSDP
+    with ``beta > 0``) rather than loaded whole by TRL: TRL starts the colocated vLLM engine before it shards the
+    reference, so a whole float32 reference beside the whole policy (about 57-60 GiB on 7-8B models) would leave
+    the engine too little of the GPU."""
+    return fsdp and not adapter and float(settings.get("beta", 0) or 0) > 0
+
+
+def make_trainer(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str, config_kwargs: dict, *,
+                 device: str, fsdp: bool, sharded_reference: bool, resumable: bool, **trainer_kwargs: Any) -> Any:
+    """TRL's GRPOTrainer for one run: the policy (:func:`_policy`), the config from ``config_kwargs``
+    (:func:`grpo_config_kwargs`), FSDP2's mixed precision under ``fsdp``, the resumable sampler with ``resumable``
+    (esrepro.rl.trl_resume) and, with ``sharded_reference`` (:func:`shards_reference`), the reference built on the
+    meta device and sharded before the colocated vLLM engine starts (esrepro.rl.meta_load)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from esrepro.rl import trl_resume
+
+    policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, device, meta_reference=sharded_reference)
+    cfg = GRPOConfig(**config_kwargs, model_init_kwargs=init_kwargs)
+    if fsdp:
+        from esrepro.rl.grpo_parallel import set_mixed_precision
+
+        set_mixed_precision(cfg, bool(cfg.bf16))
+    trainer_class = trl_resume.resumable_trainer_class() if resumable else GRPOTrainer
+    if sharded_reference:
+        from esrepro.rl.meta_load import sharded_reference_trainer
+
+        trainer_class = sharded_reference_trainer(trainer_class, model_dir, device, bool(cfg.bf16))
+    return trainer_class(model=policy, args=cfg, **trainer_kwargs)
 
 
 def train_grpo(
@@ -251,9 +317,8 @@ def train_grpo(
     ``completion_length``, ``learning_rate``, ``seconds`` and, only when ``beta > 0``, ``kl``.
     """
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from esrepro.distributed import barrier, world
+    from esrepro.distributed import barrier, init_process_group, world
     from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count
 
@@ -275,8 +340,13 @@ def train_grpo(
     checkpoint = None
     key = trl_resume.resume_key(settings, seed=seed, steps=steps, world_size=here.world_size)
     if resume_dir is not None:
+        # the group accelerate would create with the Trainer, created now (accelerate keeps a group that exists) so
+        # that the barrier below has processes to wait for
+        init_process_group(process_device(on_cpu, here.local_rank), collective_timeout(settings))
         checkpoint, restored = trl_resume.open_state(resume_dir, key, periodic_rows, clean=here.is_main)
         rows.extend(restored)
+        if checkpoint is not None and here.is_main:
+            announce_resume("GRPO", checkpoint, len(restored), steps)
         barrier()  # the main process has removed an interrupted save before any process looks for checkpoints
 
     class _Log(TrainerCallback):
@@ -362,27 +432,18 @@ def train_grpo(
         fsdp_layers = decoder_layer_classes(model_dir)
     with tempfile.TemporaryDirectory(prefix="grpo-") as tmp:
         out_dir = str(resume_dir) if resume_dir is not None else tmp
-        policy, init_kwargs = _policy(model_dir, adapter_dir, dtype, process_device(on_cpu, here.local_rank))
         prompt_tokens = None
         if settings.get("use_vllm") and not on_cpu:
             prompt_tokens = longest_prompt_tokens(tokenizer, sorted({task.prompt(e) for e in examples}), chat)
-        cfg = GRPOConfig(**grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
-                                              world_size=here.world_size, fsdp_layers=fsdp_layers,
-                                              resume=resume_dir is not None, prompt_tokens=prompt_tokens),
-                         model_init_kwargs=init_kwargs)
-        if fsdp:
-            from esrepro.rl.grpo_parallel import set_mixed_precision
-
-            set_mixed_precision(cfg, bool(cfg.bf16))
-        trainer_class = trl_resume.resumable_trainer_class() if resume_dir is not None else GRPOTrainer
-        trainer = trainer_class(
-            model=policy,
-            reward_funcs=[trl_reward_func(task)],
-            args=cfg,
-            train_dataset=_dataset(task, training_examples(examples, settings), chat),
-            processing_class=tokenizer,
-            callbacks=callbacks,
-        )
+        config_kwargs = grpo_config_kwargs(settings, steps=steps, seed=seed, output_dir=out_dir, on_cpu=on_cpu,
+                                           world_size=here.world_size, fsdp_layers=fsdp_layers,
+                                           resume=resume_dir is not None, prompt_tokens=prompt_tokens)
+        trainer = make_trainer(model_dir, adapter_dir, dtype, config_kwargs,
+                               device=process_device(on_cpu, here.local_rank), fsdp=fsdp,
+                               sharded_reference=shards_reference(settings, fsdp, adapter_dir is not None),
+                               resumable=resume_dir is not None, reward_funcs=[trl_reward_func(task)],
+                               train_dataset=_dataset(task, training_examples(examples, settings), chat),
+                               processing_class=tokenizer, callbacks=callbacks)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         model = _whole_policy(trainer, model_dir) if fsdp else trainer.model
     if len(rows) != steps:

@@ -38,11 +38,13 @@ from esrepro import numerics
 from esrepro.distributed import barrier, init_process_group, world
 from esrepro.rl import ppo_parallel as par
 from esrepro.rl import ppo_state
+from esrepro.rl.meta_load import rebuild_buffers
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.settings.methods import PPOSettings
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
 from esrepro.tasks.base import Task
+from esrepro.train.resume import announce_resume
 
 
 # --- the algorithm's pieces (pure, tested) ----------------------------------------------------
@@ -162,16 +164,6 @@ def _generation_config(model_dir: str | Path, model: nn.Module) -> None:
         pass
 
 
-def _rebuild_buffers(model: nn.Module, device: str) -> None:
-    """Recompute the non-persistent buffers (rotary ``inv_freq``) that ``to_empty`` left uninitialised: they are not
-    in any state dict."""
-    for mod in model.modules():
-        if hasattr(mod, "inv_freq") and hasattr(mod, "config"):
-            fresh = type(mod)(config=mod.config)
-            for name, buf in fresh.named_buffers(recurse=False):
-                mod._buffers[name] = buf.to(device)
-
-
 def _no_dropout(model: nn.Module) -> None:
     """Dropout off: old and new log-probs must agree before an update."""
     for mod in model.modules():
@@ -226,7 +218,7 @@ def _load_sharded(model_dir: str | Path, cfg: PPOSettings, here, device: str, dt
             _trainable(model, model if name == "actor" else model.lm, effective(cfg, device)["gradient_checkpointing"])
         model = par.wrap(model, "fsdp", here, device, bf16 and name != "ref")
         model.to_empty(device=device)
-        _rebuild_buffers(model, device)
+        rebuild_buffers(model, device)
         set_model_state_dict(model, states[name], options=opts)
         states[name] = {}
         out.append(model)
@@ -349,7 +341,7 @@ def train_ppo(
     if resumed is not None:
         start, order, rows = resumed.step, resumed.order, resumed.rows
         periodic_rows[:] = resumed.periodic_rows
-        print(f"PPO: resuming from {resume_dir} after step {start} of {steps}", flush=True)
+        announce_resume("PPO", resume_dir, start, steps)
     from tqdm import tqdm
 
     def evaluate_now(done: int) -> None:

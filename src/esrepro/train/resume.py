@@ -70,6 +70,13 @@ def read_state(state_dir: str | Path, key: dict, extra: dict[str, list[dict]] | 
     return meta, read_jsonl(state_dir / LOG)
 
 
+def announce_resume(method: str, state: str | Path, done: int, total: int, unit: str = "step") -> None:
+    """Say in the run's log (stdout) that it continues from a resume state: which state, and the ``unit``s of the
+    run's ``total`` it holds done."""
+    print(f"{method}: resuming from the state in {state}: {done} of {total} {unit}s done, continuing with {unit} "
+          f"{done}", flush=True)
+
+
 def clear_state(state_dir: str | Path) -> None:
     """Remove a finished run's resume state."""
     shutil.rmtree(state_dir, ignore_errors=True)
