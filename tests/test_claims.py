@@ -491,3 +491,17 @@ def test_the_rule_reads_what_its_rows_declare(config, scale):
     if scale == "paper":
         assert spec["essa_grpo_target"] == 0.80 and spec["essa_target"] == 0.76
         assert any("essa_resample100" in f for f in claims.files("essa_faster_than_grpo"))
+
+
+def test_the_docs_hold_the_claims_wording_rules_and_costs():
+    """docs/claims.md sets each claim's wording beside its rule and the paper config's costs, cheapest first; the
+    README shows the cheapest claims."""
+    from esrepro.claim_cost import claim_costs, markdown
+    from esrepro.report.claims.catalogue import markdown as catalogue
+
+    docs = (ROOT / "docs" / "claims.md").read_text()
+    costs = claim_costs(_pipeline())
+    assert catalogue() in docs, "docs/claims.md's claims table is stale: paste catalogue.markdown() into it"
+    assert markdown(costs) in docs, "docs/claims.md's cost table is stale: paste `esrepro claim-costs config/paper.yaml`"
+    assert markdown(costs, limit=6) in (ROOT / "README.md").read_text(), \
+        "README's cheapest claims are stale: paste the first 6 rows of `esrepro claim-costs config/paper.yaml`"

@@ -90,10 +90,10 @@ def claim_costs(p: Pipeline) -> list[ClaimCost]:
     return out
 
 
-def markdown(costs: list[ClaimCost]) -> str:
-    """The rows' costs as a Markdown table, cheapest first."""
+def markdown(costs: list[ClaimCost], limit: int | None = None) -> str:
+    """The rows' costs as a Markdown table, cheapest first (the ``limit`` cheapest, when given)."""
     lines = ["| claim | where | jobs | GPU jobs | GPU-h requested | target |", "|---|---|---:|---:|---:|---|"]
-    for c in sorted(costs, key=lambda c: (c.gpu_hours, c.jobs, c.row)):
+    for c in sorted(costs, key=lambda c: (c.gpu_hours, c.jobs, c.row))[:limit]:
         claim = claim_of(c.row)
         title = claim.title + (f": {c.row.split('.', 1)[1]}" if claim.per_model else "")
         lines.append(f"| {title} | {claim.where} | {c.jobs} | {c.gpu_jobs} | {c.gpu_hours:,.0f} | `{c.target}` |")

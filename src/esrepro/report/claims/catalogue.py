@@ -137,3 +137,12 @@ def claim_of(row: str) -> Claim:
     if key in BY_KEY and BY_KEY[key].per_model:
         return BY_KEY[key]
     raise KeyError(f"{row!r} is not a claim of the table (known: {', '.join(BY_KEY)})")
+
+
+def markdown() -> str:
+    """Every claim with its wording beside its rule, as a Markdown table (docs/claims.md holds it)."""
+    lines = ["| claim | where | the paper's wording, in short | the rule |", "|---|---|---|---|"]
+    for c in CLAIMS:
+        title = c.title + (" (one row per model)" if c.per_model else "")
+        lines.append(f"| {title} | {c.where} | {c.wording} | {c.rule} |")
+    return "\n".join(lines) + "\n"
