@@ -502,6 +502,7 @@ def test_the_docs_hold_the_claims_wording_rules_and_costs():
     docs = (ROOT / "docs" / "claims.md").read_text()
     costs = claim_costs(_pipeline())
     assert catalogue() in docs, "docs/claims.md's claims table is stale: paste catalogue.markdown() into it"
-    assert markdown(costs) in docs, "docs/claims.md's cost table is stale: paste `esrepro claim-costs config/paper.yaml`"
+    assert markdown(costs) in docs, \
+        "docs/claims.md's cost table is stale: paste `esrepro claim-costs config/paper.yaml`"
     assert markdown(costs, limit=6) in (ROOT / "README.md").read_text(), \
         "README's cheapest claims are stale: paste the first 6 rows of `esrepro claim-costs config/paper.yaml`"
