@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SMALL_ARCH, make_model_dir
-from esrepro.config import load_pipeline, load_yaml
+from esrepro.config import load_yaml
+from esrepro.pipeline.load import load_pipeline
 from esrepro.rl.grpo import shards_reference
 
 #: Head size 32: the smallest vLLM's CPU attention supports.
