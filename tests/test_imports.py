@@ -186,3 +186,194 @@ def test_a_circle_put_back_fails(monkeypatch):
     found = circles(graph)
     assert found and {"esrepro.pipeline", "esrepro.pipeline.method_settings", "esrepro.resume_cost",
                       "esrepro.scaling", "esrepro.cluster"} <= set(found[0])
+
+
+#: Libraries whose import costs a job or the CLI noticeably (each at least about 0.4 s on the project's CPU, or the
+#: stack of a GPU framework): a function-level import of an esrepro module is there to defer one of them. numpy,
+#: pydantic, PyYAML, jsonschema, huggingface_hub (lazy itself) and safetensors (its torch half is torch's) are not.
+HEAVY = ("torch", "transformers", "vllm", "ray", "trl", "peft", "accelerate", "bitsandbytes", "deepspeed",
+         "datasets", "pyarrow", "pandas", "scipy", "matplotlib", "sympy", "math_verify", "papermill", "nbformat",
+         "nbconvert", "snakemake")
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> list[str]:
+    """The modules one import statement names: esrepro modules by their longest existing name, other libraries by
+    their top-level package (a relative import resolved against ``name``'s package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join(parts + ([base] if base else []))
+        targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    out = []
+    for target in targets:
+        if target.split(".")[0] != "esrepro":
+            out.append(target.split(".")[0])
+            continue
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            out.append(target)
+    return list(dict.fromkeys(out))
+
+
+def _scoped_imports(tree: ast.AST, in_function: bool = False):
+    """(import statement, whether it runs inside a function) of every import of ``tree`` outside ``if
+    TYPE_CHECKING:`` blocks (a class body runs at import, as the module does)."""
+    for child in ast.iter_child_nodes(tree):
+        children = child.orelse if _type_checking(child) else [child]
+        for node in children:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node, in_function
+            yield from _scoped_imports(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                               ast.Lambda)))
+
+
+def heavy_libraries(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """The :data:`HEAVY` libraries importing each module loads: its module-level imports', those of the esrepro
+    modules it imports at module level, and its packages' ``__init__``s', transitively."""
+    direct: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        direct[name] = set()
+        for node, in_function in _scoped_imports(ast.parse(path.read_text())):
+            if not in_function:
+                direct[name].update(_imported(name, path, node, modules))
+        parent = name
+        while "." in parent:
+            parent = parent.rpartition(".")[0]
+            direct[name].add(parent)
+    heavy: dict[str, set[str]] = {}
+
+    def visit(name: str, seen: set[str]) -> set[str]:
+        if name in heavy:
+            return heavy[name]
+        seen.add(name)
+        found = {lib for lib in direct[name] if lib in HEAVY}
+        for dep in direct[name]:
+            if dep in modules and dep not in seen:
+                found |= visit(dep, seen)
+        return found
+
+    for name in modules:
+        heavy[name] = visit(name, set())
+    return heavy
+
+
+def light_function_imports(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """"module:line -> imported module" of every function-level import of an esrepro module that defers no heavy
+    library (:func:`heavy_libraries` of the imported module is empty) and carries no comment giving a reason (on
+    its lines or on the comment line just above)."""
+    heavy = heavy_libraries(modules)
+    out: dict[str, list[str]] = {}
+    for name, path in modules.items():
+        lines = path.read_text().splitlines()
+        for node, in_function in _scoped_imports(ast.parse("\n".join(lines))):
+            if not in_function:
+                continue
+            light = [t for t in _imported(name, path, node, modules) if t in modules and not heavy[t]]
+            said = any("#" in line for line in lines[node.lineno - 1:node.end_lineno]) or \
+                lines[node.lineno - 2].strip().startswith("#")
+            if light and not said:
+                out.setdefault(name, []).extend(f"{name}:{node.lineno} -> {t}" for t in light)
+    return out
+
+
+#: Function-level imports of light esrepro modules (by importing module) that were there when the check came: each
+#: is to move to module level, or to say its reason, with its module's next change. The list only shrinks: an entry
+#: no longer found fails too, so that it is taken off.
+KNOWN_LIGHT: dict[str, set[str]] = {
+    'esrepro.backends.hf': {'esrepro.io'},
+    'esrepro.backends.vllm_engine': {'esrepro.devices', 'esrepro.lifeline'},
+    'esrepro.cli': {'esrepro.forkserver', 'esrepro.lifeline', 'esrepro.numerics', 'esrepro.settings.layers'},
+    'esrepro.es.train': {'esrepro.io', 'esrepro.population.spec', 'esrepro.rl.budget', 'esrepro.train.periodic',
+        'esrepro.train.resume'},
+    'esrepro.essa.data': {'esrepro.tasks.countdown'},
+    'esrepro.essa.lora': {'esrepro.distributed', 'esrepro.provenance.manifest'},
+    'esrepro.essa.sft_launch': {'esrepro.distributed'},
+    'esrepro.essa.spec': {'esrepro.essa.vllm_engine'},
+    'esrepro.essa.svd': {'esrepro.io'},
+    'esrepro.essa.train': {'esrepro.essa.data', 'esrepro.essa.loop', 'esrepro.essa.sft_launch', 'esrepro.essa.spec',
+        'esrepro.memory', 'esrepro.population.placement', 'esrepro.population.spec', 'esrepro.provenance.manifest'},
+    'esrepro.essa.vllm_engine': {'esrepro.devices', 'esrepro.models.decoding'},
+    'esrepro.forkserver': {'esrepro.lifeline'},
+    'esrepro.memory': {'esrepro.rehearsal.families'},
+    'esrepro.models.tiny': {'esrepro.models.warm_start', 'esrepro.tasks.countdown'},
+    'esrepro.models.warm_start': {'esrepro.tasks.arc', 'esrepro.tasks.countdown', 'esrepro.tasks.gsm8k_data',
+        'esrepro.tasks.math', 'esrepro.tasks.math_train', 'esrepro.tasks.sudoku'},
+    'esrepro.plan_check': {'esrepro.cluster', 'esrepro.config', 'esrepro.essa.vllm_engine', 'esrepro.io',
+        'esrepro.jobs', 'esrepro.pipeline.load', 'esrepro.population.placement', 'esrepro.rl.budget',
+        'esrepro.rl.grpo_parallel', 'esrepro.rl.shares'},
+    'esrepro.population.placement': {'esrepro.population.ray_session'},
+    'esrepro.population.spec': {'esrepro.tasks'},
+    'esrepro.preflight': {'esrepro.plan_check', 'esrepro.tasks', 'esrepro.tasks.sandbox', 'esrepro.tasks.sources'},
+    'esrepro.provenance.golden': {'esrepro.io'},
+    'esrepro.provenance.manifest': {'esrepro.numerics', 'esrepro.provenance'},
+    'esrepro.provenance.rocrate': {'esrepro.provenance.manifest'},
+    'esrepro.rl.grpo': {'esrepro.distributed', 'esrepro.io', 'esrepro.paths', 'esrepro.rl.budget',
+        'esrepro.rl.grpo_parallel', 'esrepro.rl.trl_resume', 'esrepro.train.periodic'},
+    'esrepro.rl.ppo': {'esrepro.train.periodic'},
+    'esrepro.rl.run': {'esrepro.distributed', 'esrepro.rl.grpo_parallel', 'esrepro.rl.trl_resume',
+        'esrepro.train.periodic', 'esrepro.train.resume'},
+    'esrepro.rl.shares': {'esrepro.rl.grpo_parallel', 'esrepro.settings.methods'},
+    'esrepro.rl.trl_resume': {'esrepro.distributed'},
+    'esrepro.steps': {'esrepro.config', 'esrepro.distributed', 'esrepro.provenance.manifest'},
+    'esrepro.steps.config': {'esrepro.config', 'esrepro.pipeline.load', 'esrepro.settings.docs'},
+    'esrepro.steps.data': {'esrepro.provenance.manifest', 'esrepro.tasks'},
+    'esrepro.steps.essa': {'esrepro.devices', 'esrepro.distributed', 'esrepro.essa.data', 'esrepro.essa.train',
+        'esrepro.io', 'esrepro.population.spec', 'esrepro.provenance.manifest', 'esrepro.rl.run',
+        'esrepro.settings.methods', 'esrepro.steps', 'esrepro.steps.train', 'esrepro.tasks', 'esrepro.train.context'},
+    'esrepro.steps.evaluate': {'esrepro.devices', 'esrepro.memory', 'esrepro.provenance.manifest',
+        'esrepro.settings.pipeline', 'esrepro.tasks'},
+    'esrepro.steps.kl': {'esrepro.devices', 'esrepro.provenance.manifest', 'esrepro.settings.pipeline',
+        'esrepro.steps.train', 'esrepro.tasks'},
+    'esrepro.steps.models': {'esrepro.models.fetch', 'esrepro.provenance.manifest'},
+    'esrepro.steps.provenance': {'esrepro.io', 'esrepro.provenance.audit', 'esrepro.provenance.dvc',
+        'esrepro.provenance.golden', 'esrepro.provenance.manifest', 'esrepro.provenance.rocrate'},
+    'esrepro.steps.report': {'esrepro.config', 'esrepro.devices', 'esrepro.io', 'esrepro.paths',
+        'esrepro.provenance.manifest'},
+    'esrepro.steps.train': {'esrepro.devices', 'esrepro.distributed', 'esrepro.provenance.manifest',
+        'esrepro.rl.select', 'esrepro.settings.methods', 'esrepro.tasks', 'esrepro.train.context',
+        'esrepro.train.periodic'},
+    'esrepro.tasks.math': {'esrepro.tasks.math_data'},
+}
+
+
+def _light_pairs(modules: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: {hit.split(" -> ")[1] for hit in hits} for name, hits in light_function_imports(modules).items()}
+
+
+def test_function_level_imports_defer_a_heavy_library_or_say_why():
+    found = _light_pairs(_modules())
+    new = [f"{name} -> {t}" for name, targets in sorted(found.items())
+           for t in sorted(targets - KNOWN_LIGHT.get(name, set()))]
+    assert not new, ("function-level imports of esrepro modules that load no heavy library (tests/test_imports.py "
+                     "HEAVY): import them at module level, or give the reason in a comment on the line\n" +
+                     "\n".join(new))
+    gone = [f"{name} -> {t}" for name, targets in sorted(KNOWN_LIGHT.items())
+            for t in sorted(targets - found.get(name, set()))]
+    assert not gone, "no longer function-level (or now heavy): take them off KNOWN_LIGHT\n" + "\n".join(gone)
+
+
+def test_a_function_level_import_is_judged_by_what_its_module_loads(tmp_path):
+    pkg = tmp_path / "src" / "esrepro"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text("import torch\n")  # heavy itself
+    (pkg / "loop.py").write_text("from typing import TYPE_CHECKING\nfrom esrepro.engine import x\n"
+                                 "if TYPE_CHECKING:\n    import pandas\n")  # heavy through engine
+    (pkg / "names.py").write_text("import json\nif False:\n    import os\ndef f():\n    import scipy\n")  # light
+    (pkg / "steps.py").write_text(
+        "def a():\n    from esrepro.loop import run\n"  # defers torch: allowed
+        "def b():\n    from esrepro.names import N\n"  # defers nothing: flagged
+        "def c():\n    from esrepro import names  # read only by c's callers\n"  # a reason given: allowed
+        "def d():\n    # forks first\n    import esrepro.names\n"
+        "class K:\n    from esrepro.names import M\n"  # a class body runs at import: module level
+        "    def e(self):\n        from esrepro.names import (\n            N,\n        )\n")  # flagged
+    modules = {".".join(f.relative_to(tmp_path / "src").with_suffix("").parts).removesuffix(".__init__"): f
+               for f in pkg.rglob("*.py")}
+    assert heavy_libraries(modules)["esrepro.loop"] == {"torch"} and not heavy_libraries(modules)["esrepro.names"]
+    assert light_function_imports(modules) == {"esrepro.steps": ["esrepro.steps:4 -> esrepro.names",
+                                                                  "esrepro.steps:13 -> esrepro.names"]}

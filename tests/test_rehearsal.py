@@ -15,7 +15,7 @@ from esrepro.config import workflow_config
 from esrepro.pipeline.load import load_pipeline
 from esrepro.rehearsal.report import (dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
                                       write_report)
-from esrepro.rehearsal.run import slice_targets
+from esrepro.rehearsal.run import SLICE_METHODS, SLICE_MODELS, slice_targets
 from esrepro.plan import Plan
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -66,10 +66,25 @@ def test_rehearsal_dag_has_every_rule_of_the_papers():
     assert {m for _, m in families} >= {"es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"}
 
 
-def test_slice_targets_lie_in_the_rehearsal_workspace_and_in_its_dag():
-    stats = dag_jobs(["config/rehearsal.yaml"], SNAKEMAKE, REPO, targets=slice_targets())
-    assert {"fetch_model", "download_data", "train", "train_cell", "select_rl", "evaluate", "kl"} <= set(stats)
-    assert stats["fetch_model"] == 2 and sum(stats.values()) < 30
+def test_the_slice_reaches_every_task_of_the_dag_with_one_cheap_target_each():
+    p = _pipeline("config/rehearsal.yaml")
+    targets = slice_targets(p)
+    assert all(t.startswith("work/rehearsal/") for t in targets)
+    whole = dag_jobs(["config/rehearsal.yaml"], SNAKEMAKE, REPO)
+    stats = dag_jobs(["config/rehearsal.yaml"], SNAKEMAKE, REPO, targets=targets)
+    # every task of the DAG: each of its downloads and preparations, and an evaluation of each evaluated task
+    data = ("download_data", "prepare_data")
+    assert sum(stats.get(r, 0) for r in data) == sum(whole[r] for r in data) == len(Plan(p).datasets())
+    for task in p.evaluated_tasks():
+        assert any(t.startswith(f"work/rehearsal/results/eval/{task}/") for t in targets), task
+    # cheaply: training only in the Countdown core (ES and one GRPO cell per model), one evaluation of every other
+    # task, on a slice model where the task evaluates one
+    core = len(SLICE_MODELS) * len(SLICE_METHODS)
+    assert stats["train"] == stats["train_cell"] == len(SLICE_MODELS) and stats["kl"] == core
+    assert stats["evaluate"] == core + len(p.evaluated_tasks()) - 1
+    assert "work/rehearsal/results/eval/gsm8k/qwen2.5-0.5b-instruct/base/seed0/test/metrics.json" in targets
+    assert {"fetch_model", "download_data", "prepare_data", "select_rl"} <= set(stats)
+    assert stats["fetch_model"] == 5 and sum(stats.values()) < 45  # the slice models, the math, Sudoku, ARC ones
 
 
 def test_job_stats_reads_the_first_table():

@@ -1,5 +1,7 @@
 """The rehearsal's slice through a real SLURM cluster: one Qwen2 and one Llama replica fetched from the local
-mirror, ES on vLLM engines (the CPU build) and GRPO under torchrun, their evaluation and KL.
+mirror, ES on vLLM engines (the CPU build) and GRPO under torchrun on Countdown, their evaluation and KL; then a
+base-model evaluation of every other task of the paper DAG (conciseness, GSM8K, PRM800K, the five math sets, Sudoku,
+ARC-AGI) and MATH training's prepared data.
 
 Runs in the vLLM environment (`pytest -m vllm`) as root (scripts/slurm-local), as `make test` does."""
 
@@ -15,7 +17,7 @@ import time
 import pytest
 
 from conftest import REPO, copy_repo
-from esrepro.rehearsal.run import SLICE_MODELS, WORKSPACE
+from esrepro.rehearsal.run import SLICE_MODELS, WORKSPACE, rehearsal_slice
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -46,8 +48,15 @@ def test_rehearsal_slice_runs_through_slurm(tmp_path):
     assert out.returncode == 0, (out.stdout + out.stderr)[-8000:]
     work = repo / WORKSPACE
     rows = {r["rule"]: r for r in csv.DictReader((work / "results" / "rehearsal_slice.csv").open())}
-    for rule in ("fetch_model", "download_data", "train", "train_cell", "select_rl", "evaluate", "kl"):
+    for rule in ("fetch_model", "download_data", "prepare_data", "train", "train_cell", "select_rl", "evaluate",
+                 "kl"):
         assert rows[rule]["ran"] == "yes", rows
+    for target in rehearsal_slice(repo):  # every task's evaluation (or prepared data), each graded problem counted
+        assert (repo / target).exists(), target
+        if target.endswith("metrics.json"):
+            assert json.loads((repo / target).read_text())["n"] > 0, target
+    # about 6 min on this project's two shared cores (41 jobs, the rehearsal's own wall clock 5.0 min): twice that
+    # leaves room for a busier machine, not for a slice grown by a job it should not run
     assert minutes < 12, f"the slice took {minutes:.1f} min"
 
     for model in SLICE_MODELS:

@@ -59,7 +59,10 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "models": ("--models", dict(nargs="+", required=True, help="registry keys, in table order")),
     "split": ("--split", dict(default="test", help="split the table reports")),
     "slice_only": ("--slice", dict(action="store_true", help="only the slice CI runs: one Qwen2 and one Llama "
-                                   "replica, ES and GRPO, their evaluation and KL")),
+                                   "replica, ES and GRPO on Countdown, their evaluation and KL, and one base-model "
+                                   "evaluation of every other task")),
+    "targets": ("--targets", dict(nargs="+", default=[], metavar="TARGET", help="only these Snakemake targets of "
+                            "config/rehearsal.yaml and the jobs they need (e.g. a run's manifest.json)")),
     "jobs": ("--jobs", dict(type=int, default=4, help="jobs submitted at once (the cluster runs as many as its "
                             "CPUs hold)")),
     "local": ("--local", dict(action="store_true", help="run the jobs with Snakemake's local executor instead of "

@@ -12,10 +12,14 @@ from typing import Any, Callable
 
 import yaml
 
+from esrepro.config import read_config
 from esrepro.io import atomic_path, sha256_file
+from esrepro.pipeline.load import load_pipeline
 from esrepro.rehearsal import stand_ins
 from esrepro.rehearsal.mirror_layout import PINS, SOURCES, repo_dir, repo_key, repo_record, url_path, write_index
 from esrepro.rehearsal.replicas import build_replica
+from esrepro.tasks.sources import hub_defaults
+from esrepro.tasks.url_sources import url_files
 
 #: Hub organisations whose repositories are gated (a token is required to download their files).
 GATED_ORGS = ("meta-llama",)
@@ -26,9 +30,6 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
     """Build the mirror of ``config_path`` (paths in it relative to ``workdir``) at ``root`` (replaced
     atomically); ``shared_data`` is the folder holding the authors' files (``countdown.json``, ``datasets/``).
     Returns the index."""
-    from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
-
     config = read_config(config_path, workdir)
     pipeline = load_pipeline(config, config_path, workdir)
     shared = Path(shared_data) if shared_data else None
@@ -70,8 +71,6 @@ def _authors(root: Path, task: str, source: dict, shared: Path | None, seed: int
 
 
 def _url(root: Path, task: str, source: dict, shared: Path | None, seed: int, index: dict, pins: dict) -> None:
-    from esrepro.tasks.url_sources import url_files
-
     if task != "prm800k":
         raise ValueError(f"data.{task}: the mirror has no stand-in for a url source of this task")
     files = {}
@@ -82,8 +81,6 @@ def _url(root: Path, task: str, source: dict, shared: Path | None, seed: int, in
 
 
 def _hub(root: Path, task: str, source: dict, shared: Path | None, seed: int, index: dict, pins: dict) -> None:
-    from esrepro.tasks.sources import hub_defaults
-
     spec = {**hub_defaults(task), **source}
     repo_id, fields = spec["repo_id"], spec.get("fields") or {}
     base = repo_dir(root, "dataset", repo_id)

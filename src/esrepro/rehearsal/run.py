@@ -16,6 +16,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from esrepro import paths as P
+from esrepro.config import read_config
+from esrepro.pipeline import BASE, Pipeline
+from esrepro.pipeline.load import load_pipeline
+from esrepro.plan import Plan
 from esrepro.rehearsal.mirror_layout import PINS
 from esrepro.rehearsal.report import (Job, dag_jobs, local_jobs, local_rules, outputs_work, report_rows,
                                       slurm_jobs, write_report)
@@ -30,19 +35,41 @@ LOCAL_CLUSTER_ARGS = ["--slurm-status-command", "squeue", "--slurm-init-seconds-
                       "--default-resources", "slurm_partition='local'"]
 #: A rehearsal shows each defect once: no resubmission of a failed job (the profile's retries: 2).
 NO_RETRIES = ["--retries", "0"]
-#: The slice CI runs: one Qwen2 and one Llama replica, ES on vLLM engines and GRPO, their evaluation and KL.
+#: The slice CI runs, at its core: one Qwen2 and one Llama replica, ES on vLLM engines and GRPO on Countdown, their
+#: evaluation and KL (:data:`SLICE_TASK`, :data:`SLICE_MODELS`, :data:`SLICE_METHODS`); then one base-model
+#: evaluation of every other evaluated task, and the prepared data of a task only trained on (:func:`slice_targets`).
+SLICE_TASK = "countdown"
 SLICE_MODELS = ("qwen2.5-0.5b-instruct", "llama-3.2-1b-instruct")
 SLICE_METHODS = ("es", "grpo8")
 
 
-def slice_targets(workspace: str = WORKSPACE) -> list[str]:
-    """Snakemake targets of the slice (their runs, fetches and data come with them)."""
+def slice_targets(p: Pipeline) -> list[str]:
+    """Snakemake targets of the slice of ``p`` (the rehearsal's pipeline), each reaching its fetches and data.
+
+    Every task of the DAG is reached once, as cheaply as it can be: the Countdown core, then for each other
+    evaluated task its base-model evaluation (a slice model where the task evaluates one, else the task's first:
+    no training, at most one more replica fetched), then the prepared data of each task that is only trained on
+    (MATH training: it grades as the math sets do, which the evaluations reach)."""
+    plan = Plan(p)
     out = []
     for model in SLICE_MODELS:
         for method in SLICE_METHODS:
-            out.append(f"{workspace}/results/eval/countdown/{model}/{method}/seed0/test/metrics.json")
-            out.append(f"{workspace}/results/kl/countdown/{model}/{method}/seed0/kl.json")
+            out.append(f"{plan.eval_dir(SLICE_TASK, model, method, 0)}/metrics.json")
+            out.append(f"{P.fill(plan.paths.KL, task=SLICE_TASK, model=model, method=method, seed=0)}/kl.json")
+    for task in p.evaluated_tasks():
+        if task == SLICE_TASK:
+            continue
+        bases = [model for model, method, _ in plan.runs(task) if method == BASE]
+        model = next((m for m in bases if m in SLICE_MODELS), bases[0])
+        out.append(f"{plan.eval_dir(task, model, BASE, 0)}/metrics.json")
+    evaluated = {P.fill(plan.paths.PREPARED, task=t) for t in p.evaluated_tasks()}
+    out += [d for d in plan.datasets() if d not in evaluated]
     return out
+
+
+def rehearsal_slice(repo: Path) -> list[str]:
+    """The slice's targets of config/rehearsal.yaml in ``repo`` (:func:`slice_targets`)."""
+    return slice_targets(load_pipeline(read_config(CONFIG, repo), CONFIG, repo))
 
 
 def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float, what: str) -> str:
@@ -84,9 +111,12 @@ def slurm_cluster(repo: Path) -> Iterator[dict[str, str]]:
         subprocess.run([str(script), "stop", str(state), "--purge"], check=False, capture_output=True)
 
 
-def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = None, jobs: int = 4,
-             slurm: bool = True, snakemake: str = "snakemake") -> int:
-    """Run the rehearsal from ``repo``; returns Snakemake's exit status (the report is written either way)."""
+def rehearse(repo: Path, *, slice_only: bool = False, only: list[str] | tuple[str, ...] = (),
+             shared_data: str | None = None, jobs: int = 4, slurm: bool = True, snakemake: str = "snakemake") -> int:
+    """Run the rehearsal from ``repo``: the whole DAG, its slice (:func:`slice_targets`) or ``only`` these targets
+    (and the jobs they need); returns Snakemake's exit status (the report is written either way)."""
+    if slice_only and only:
+        raise ValueError("rehearse: the slice or some targets, not both")
     work = repo / WORKSPACE
     mirror, logs = work / "mirror", work / "results" / "logs" / "rehearsal"
     logs.mkdir(parents=True, exist_ok=True)
@@ -100,6 +130,7 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
            "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("HF_HUB_OFFLINE", None)
     submitted: list[Job] = []
+    targets = rehearsal_slice(repo) if slice_only else list(only)
     with ExitStack() as stack:
         url = stack.enter_context(serving(mirror, logs / "mirror.log"))
         env.update({"HF_ENDPOINT": url, "ESREPRO_URL_MIRROR": url})
@@ -108,8 +139,8 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
             env.update(stack.enter_context(slurm_cluster(repo)))
             cmd = [snakemake, "--profile", "workflow/profiles/slurm", *LOCAL_CLUSTER_ARGS, "--jobs", str(jobs),
                    *NO_RETRIES, "--configfile", *configs]
-        if slice_only:
-            cmd += ["--", *slice_targets()]
+        if targets:
+            cmd += ["--", *targets]
         print("+ " + " ".join(cmd), flush=True)
         began = time.time()
         status = subprocess.run(cmd, cwd=repo, env=env).returncode
@@ -117,16 +148,17 @@ def rehearse(repo: Path, *, slice_only: bool = False, shared_data: str | None = 
             shown = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True)
             submitted = slurm_jobs(shown.stdout, repo)
     wall = time.monotonic() - started
-    planned = dag_jobs(configs, snakemake, repo, env, slice_targets() if slice_only else ())
+    planned = dag_jobs(configs, snakemake, repo, env, targets)
     paper = dag_jobs([PAPER], snakemake, repo, env)
-    if slice_only:
+    if targets:
         paper = {r: n for r, n in paper.items() if r in planned}
     on_host = local_rules(_latest_log(repo)) if slurm else set(planned)
     ran = submitted + local_jobs(repo / ".snakemake" / "metadata", WORKSPACE, on_host, since=began)
     rows = report_rows(paper, planned, ran, outputs_work(work), finished=status == 0)
-    stem = work / "results" / ("rehearsal_slice" if slice_only else "rehearsal")
+    part = "slice " if slice_only else "part " if targets else ""
+    stem = work / "results" / ("rehearsal_slice" if slice_only else "rehearsal_part" if targets else "rehearsal")
     print(write_report(rows, stem, wall))
-    print(f"rehearsal: {'slice ' if slice_only else ''}finished in {wall / 60:.1f} min (Snakemake exit status "
+    print(f"rehearsal: {part}finished in {wall / 60:.1f} min (Snakemake exit status "
           f"{status}); report: {stem}.csv, {stem}.md", flush=True)
     return status
 

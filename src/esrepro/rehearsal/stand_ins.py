@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from esrepro.io import sha256_file
+from esrepro.tasks import gsm8k_data, math_train
+from esrepro.tasks.countdown import authors_prompt, generate_problems
+from esrepro.tasks.math_data import EMBEDDED_MATH
 
 #: The shared Arrow member of each math set (the authors' evaluation_suite/math).
 MATH_MEMBERS = {"math500": "math500", "aime24": "aime", "amc23": "amc", "minerva": "minerva",
@@ -27,8 +30,6 @@ COUNTDOWN_SIZE = 2200
 def countdown_file(dest: Path, pinned_sha256: str, shared: Path | None, seed: int = 0) -> tuple[str, str]:
     """The authors' countdown.json at ``dest``: the shared copy when it matches the pin, else a stand-in in
     their JSON format from esrepro's generator; (origin, built_from)."""
-    from esrepro.tasks.countdown import authors_prompt, generate_problems
-
     dest.parent.mkdir(parents=True, exist_ok=True)
     copy = shared / "countdown.json" if shared else None
     if copy is not None and copy.is_file() and sha256_file(copy) == pinned_sha256.lower():
@@ -44,14 +45,12 @@ def countdown_file(dest: Path, pinned_sha256: str, shared: Path | None, seed: in
 def prm800k_file(split: str, dest: Path, seed: int = 0) -> tuple[str, str]:
     """A PRM800K ``math_splits/<split>.jsonl`` stand-in: its row count and columns, generated MATH-style
     arithmetic (esrepro.tasks.math_train's generator); (origin, built_from)."""
-    from esrepro.tasks.math_train import generated_problem
-
     rng = random.Random(f"prm800k-stand-in-{split}-{seed}")
     subjects = ["Prealgebra", "Algebra", "Number Theory", "Counting & Probability"]
     seen: set[str] = set()
     lines = []
     while len(lines) < PRM800K_SIZES[split]:
-        problem, solution, answer = generated_problem(rng, 999)
+        problem, solution, answer = math_train.generated_problem(rng, 999)
         if problem in seen:
             continue
         seen.add(problem)
@@ -68,9 +67,7 @@ def prm800k_file(split: str, dest: Path, seed: int = 0) -> tuple[str, str]:
 def gsm8k_file(split: str, dest: Path, fields: dict[str, str], seed: int = 0) -> tuple[str, str]:
     """openai/gsm8k's ``main/<split>-00000-of-00001.parquet`` stand-in: its row count and columns (question, answer
     ending in ``#### n``), esrepro's GSM8K-format generator; (origin, built_from)."""
-    from esrepro.tasks.gsm8k_data import generated_rows
-
-    train, test = generated_rows(GSM8K_SIZES["train"], GSM8K_SIZES["test"], seed)
+    train, test = gsm8k_data.generated_rows(GSM8K_SIZES["train"], GSM8K_SIZES["test"], seed)
     rows = train if split == "train" else test
     _write_table(dest, [{fields.get("problem", "question"): r["problem"], fields.get("answer", "answer"): r["solution"]}
                         for r in rows])
@@ -88,8 +85,6 @@ def math_set_file(task: str, dest: Path, fields: dict[str, str], shared: Path | 
         raw = load_from_disk(str(folder)).to_list()
         source = f"the shared Arrow folder {folder}"
     else:
-        from esrepro.tasks.math_data import EMBEDDED_MATH
-
         raw = EMBEDDED_MATH[task]
         source = f"esrepro's hand-written items (esrepro.tasks.math_data.EMBEDDED_MATH[{task!r}])"
     rows = [{fields.get("problem", "problem"): r["problem"], fields.get("answer", "answer"): r["answer"]} for r in raw]
@@ -102,9 +97,7 @@ def math_train_folder(dest: Path, seed: int = 0) -> tuple[str, str]:
     its row count and columns (problem, answer), esrepro's MATH-style generator; (origin, built_from)."""
     from datasets import Dataset, DatasetDict
 
-    from esrepro.tasks.math_train import generated_rows
-
-    rows, _ = generated_rows(MATH_TRAIN_SIZE, 0, seed, max_number=999)
+    rows, _ = math_train.generated_rows(MATH_TRAIN_SIZE, 0, seed, max_number=999)
     DatasetDict({"train": Dataset.from_list([{"problem": r["problem"], "answer": r["answer"]} for r in rows])}
                 ).save_to_disk(str(dest))
     return "stand-in", f"esrepro.tasks.math_train.generated_rows({MATH_TRAIN_SIZE}, max_number=999, seed={seed})"

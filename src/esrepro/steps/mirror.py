@@ -6,10 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+from esrepro.io import write_text
+from esrepro.rehearsal.hub_mirror import MirrorServer
+
 
 def mirror_build(mirror_root: str, mirror_config: str = "config/paper.yaml", shared_data: str | None = None) -> None:
     """Build the mirror of ``mirror_config`` at ``mirror_root`` (replicas, data copies and stand-ins, sources.yaml)."""
-    from esrepro.rehearsal.build import build_mirror
+    from esrepro.rehearsal.build import build_mirror  # replicas: transformers and torch
 
     index = build_mirror(mirror_root, mirror_config, shared_data)
     for key, repo in index["repos"].items():
@@ -21,9 +24,6 @@ def mirror_build(mirror_root: str, mirror_config: str = "config/paper.yaml", sha
 
 def mirror_serve(mirror_root: str, port: int = 0, url_file: str | None = None, request_log: str | None = None) -> None:
     """Serve the mirror at ``mirror_root`` until killed; print its URL (and write it to ``url_file``)."""
-    from esrepro.io import write_text
-    from esrepro.rehearsal.hub_mirror import MirrorServer
-
     log = open(request_log, "a", encoding="utf-8") if request_log else None  # noqa: SIM115 (open while serving)
     server = MirrorServer(mirror_root, port=port, log_file=log)
     if url_file:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from esrepro.rehearsal.run import rehearse as run
 
-def rehearse(slice_only: bool, shared_data: str | None, jobs: int, local: bool) -> int:
-    """Rehearse config/paper.yaml on this machine (config/rehearsal.yaml) and write its report."""
-    from esrepro.rehearsal.run import rehearse as run
 
-    return run(Path.cwd(), slice_only=slice_only, shared_data=shared_data, jobs=jobs, slurm=not local)
+def rehearse(slice_only: bool, targets: list[str], shared_data: str | None, jobs: int, local: bool) -> int:
+    """Rehearse config/paper.yaml on this machine (config/rehearsal.yaml), all of it, its slice or only some
+    ``targets``, and write its report."""
+    return run(Path.cwd(), slice_only=slice_only, only=targets, shared_data=shared_data, jobs=jobs, slurm=not local)
