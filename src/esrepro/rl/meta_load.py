@@ -15,6 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from esrepro.distributed import world
+from esrepro.rl.grpo_parallel import BF16_POLICY
+
 #: ``model_init_kwargs`` placement that makes transformers build a model on the meta device without reading weights.
 META_DEVICE_MAP: dict[str, str] = {"": "meta"}
 
@@ -45,8 +48,6 @@ def shard_reference(ref: nn.Module, model_dir: str | Path, device: str, bf16: bo
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoModelForCausalLM
 
-    from esrepro.distributed import world
-    from esrepro.rl.grpo_parallel import BF16_POLICY
     from esrepro.rl.ppo_parallel import _layers
 
     if not is_meta(ref):
