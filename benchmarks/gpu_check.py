@@ -13,12 +13,14 @@ device given (``--device cuda``):
     through the trainers' own mixed-precision path (``--sharding ddp`` or ``fsdp``, the latter under torchrun):
     seconds per step, peak GPU memory, the returned policy's dtype, and from the resume state written after
     step 1 the master weights' dtype and the share of them that moved from the base.
-[6] memory against the model (esrepro.memory, as the plan check counts it): GRPO with beta > 0 under FSDP with one
-    process (the reference built and sharded as on 8 GPUs, its load arguments placing it on this GPU), and a PPO
-    step loading and sharding as the 8-GPU job does (meta device, rank 0's CPU copy, the reference sharded), each
-    with torch.cuda.max_memory_allocated against the predicted peak for the same shapes and the ratio (the
-    prediction counts the CUDA context, which the allocator does not: it is left out of the comparison). Run under
-    torchrun: torchrun --standalone --nproc-per-node 1 benchmarks/gpu_check.py --only memory
+[6] memory against the model, phase by phase (esrepro.rl_memory, as the plan check counts it; the phases as
+    esrepro.rl.phase_trace observes them in the run): GRPO with beta > 0 under FSDP with one process (the reference
+    built and sharded as on 8 GPUs, a rollout serving two optimiser steps, periodic evaluation, a resume state), and
+    PPO loading and sharding as the 8-GPU job does, each phase's torch.cuda.max_memory_allocated against its
+    prediction for the same shapes and the ratio (the CUDA context, which the allocator does not count, left out).
+    Without vLLM's GPU build GRPO rolls out with transformers generate: the colocated engine's start and rollout
+    (and its share beside every later phase) stay unmeasured, as the output says. Run under torchrun:
+    torchrun --standalone --nproc-per-node 1 benchmarks/gpu_check.py --only memory
 [5] ES on the transformers engine: seconds per iteration, ES against pure inference on the same engine, the
     perturb + restore + update share (benchmarks/es_engine.py, the device synchronised around each section),
     then two short runs from one seed compared bit for bit.
@@ -26,7 +28,8 @@ device given (``--device cuda``):
     python benchmarks/gpu_check.py --device cuda --json gpu_check.json
     python benchmarks/gpu_check.py --device cpu --shape tiny      # the same code paths, CPU-sized
 
-Needs torch, transformers, peft, TRL (and datasets) and esrepro's own dependencies; no vLLM.
+Needs torch, transformers, peft, TRL (and datasets) and esrepro's own dependencies; vLLM's GPU build only for [6]'s
+colocated-engine phases.
 """
 
 from __future__ import annotations
@@ -249,61 +252,113 @@ def ppo_check(device: str, model_dir: Path, new_tokens: int, sharding: str) -> d
     return out
 
 
-# --- [6] memory against the model ------------------------------------------------------------------------------
-#: The measured peak must be within this share of the predicted one.
+# --- [6] memory against the model, phase by phase ------------------------------------------------------------
+#: The measured peak of each phase must be within this share of the predicted one.
 MEMORY_BAR = 0.20
+#: A rollout serving two optimiser steps (TRL's old log-probabilities), beta > 0 (a reference), FSDP.
 MEMORY_GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", num_generations=4,
-                   per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=1e-6, beta=0.04,
-                   sample_budget=32, sharding="fsdp")
+                   per_device_train_batch_size=8, gradient_accumulation_steps=2, updates_per_generation=2,
+                   learning_rate=1e-6, beta=0.04, sample_budget=32, sharding="fsdp", resume_every=2)
 MEMORY_PPO = dict(algorithm="ppo", prompts_per_step=16, mini_batch_size=16, micro_batch_size=8,
-                  actor_learning_rate=1e-6, critic_learning_rate=1e-5, beta=0.001, sharding="fsdp")
+                  actor_learning_rate=1e-6, critic_learning_rate=1e-5, beta=0.001, sharding="fsdp", resume_every=1)
+#: Steps of [6]'s runs: GRPO two rollouts (a resume state after the first: none is written after the last step).
+MEMORY_STEPS = {"grpo": 4, "ppo": 1}
+#: Periodic evaluation in [6]: every step, these many problems, batch 8.
+MEMORY_EVAL = {"every": 1, "problems": 16, "batch": 8}
+#: Phases of a GRPO job that need vLLM's GPU build (TRL's colocated engine): unmeasured without it.
+VLLM_PHASES = ("start vLLM",)
 
 
-def memory_settings(new_tokens: int) -> dict[str, dict]:
-    """The settings of [6]'s two runs, as their trainers and the memory model read them."""
+def has_vllm_gpu() -> bool:
+    """Whether vLLM's GPU build is importable here (the colocated engine's phases can then be measured)."""
+    if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
+        return False
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001 - a broken install counts as none
+        return False
+    return bool(current_platform.is_cuda())
+
+
+def memory_settings(new_tokens: int, use_vllm: bool = False) -> dict[str, dict]:
+    """The settings of [6]'s two runs, as their trainers and the memory model read them (``use_vllm``: GRPO's
+    rollouts on TRL's colocated engine, when vLLM's GPU build is installed)."""
     from esrepro.settings.methods import GRPOSettings, PPOSettings
 
-    return {"grpo": GRPOSettings(**MEMORY_GRPO, max_new_tokens=new_tokens).as_dict(),
-            "ppo": PPOSettings(**MEMORY_PPO, max_new_tokens=new_tokens).as_dict()}
+    engine = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3) if use_vllm else {}
+    return {"grpo": GRPOSettings(**MEMORY_GRPO, **engine, max_new_tokens=new_tokens,
+                                 eval_batch_size=MEMORY_EVAL["batch"]).as_dict(),
+            "ppo": PPOSettings(**MEMORY_PPO, max_new_tokens=new_tokens, eval_batch_size=MEMORY_EVAL["batch"]).as_dict()}
 
 
 def memory_prediction(model_dir: Path, settings: dict) -> dict:
-    """The memory model's peak for one process of ``settings`` on ``model_dir`` (the longest of [6]'s prompts), GiB,
-    without the CUDA context (the allocator does not count it)."""
+    """The memory model's phases for one process of ``settings`` on ``model_dir`` (the longest of [6]'s prompts,
+    its periodic evaluation and resume states), GiB, without the CUDA context (the allocator does not count it);
+    ``phase`` and ``predicted_gib``: the peak."""
     from esrepro import memory as M
     from esrepro.models.loading import load_tokenizer
-    from esrepro.plan_check import predict
+    from esrepro.plan_check import predict_phases
     from esrepro.rl.grpo import longest_prompt_tokens
+    from esrepro.rl_memory import Evaluation
 
     task = _length_task()
     prompt = longest_prompt_tokens(load_tokenizer(model_dir), [task.prompt(e) for e in _problems(16)], chat=False)
-    phase = predict(model_dir, settings, 1, prompt)
-    allocated = phase.total - phase.parts.get("CUDA context", 0)
-    return {"phase": phase.name, "predicted_gib": allocated / M.GiB, "prompt_tokens": prompt,
-            "parts_gib": {k: v / M.GiB for k, v in phase.parts.items()}}
+    evaluation = Evaluation(MEMORY_EVAL["batch"], prompt, settings["max_new_tokens"])
+    phases = predict_phases(model_dir, settings, 1, prompt, evaluation=evaluation, resume=True)
+    allocated = {ph.name: (ph.total - ph.parts.get("CUDA context", 0)) / M.GiB for ph in phases}
+    peak = M.peak(phases)
+    return {"phase": peak.name, "predicted_gib": allocated[peak.name], "prompt_tokens": prompt,
+            "phases_gib": allocated, "parts_gib": {k: v / M.GiB for k, v in peak.parts.items()}}
+
+
+def compare_phases(predicted: dict[str, float], measured: dict[str, float], bar: float = MEMORY_BAR) -> dict:
+    """Each phase's measured peak (GiB) against its prediction: the ratio and whether it is within ``bar``; the
+    predicted phases never entered are listed as unmeasured."""
+    rows = {}
+    for name, want in predicted.items():
+        got = measured.get(name)
+        ratio = got / want if got is not None and want > 0 else None
+        rows[name] = {"predicted_gib": want, "measured_gib": got, "ratio": ratio,
+                      "within_bar": ratio is not None and abs(ratio - 1) <= bar}
+    return {"phases": rows, "unmeasured": [n for n in predicted if n not in measured],
+            "unpredicted": [n for n in measured if n not in predicted]}
 
 
 def memory_check(device: str, model_dir: Path, new_tokens: int) -> dict:
-    """[6]: GRPO (beta > 0) and PPO under FSDP on this one GPU: measured peak against the memory model's."""
+    """[6]: GRPO (beta > 0) and PPO under FSDP on this one GPU, phase by phase (esrepro.rl.phase_trace): each phase's
+    measured peak against the memory model's. Without vLLM's GPU build GRPO rolls out with transformers
+    ``generate`` and the colocated engine's phases (VLLM_PHASES, and the engine's share beside every later phase)
+    stay unmeasured."""
     from esrepro.rl.grpo import train_grpo
+    from esrepro.rl.phase_trace import PhaseTrace
     from esrepro.rl.ppo import train_ppo
+    from esrepro.train.periodic import PeriodicEval
 
-    out = {}
-    for name, settings in memory_settings(new_tokens).items():
+    vllm = has_vllm_gpu()
+    out: dict = {"vllm_gpu_build": vllm,
+                 "unmeasured_without_vllm": [] if vllm else list(VLLM_PHASES) + ["rollout on the colocated engine"]}
+    for name, settings in memory_settings(new_tokens, use_vllm=vllm).items():
         predicted = memory_prediction(model_dir, settings)
+        periodic = (PeriodicEval(_length_task(), _problems(MEMORY_EVAL["problems"]), MEMORY_EVAL["every"],
+                                 new_tokens), 16)
+        trace = PhaseTrace(memory=torch.cuda.max_memory_allocated if device.startswith("cuda") else None,
+                           reset=torch.cuda.reset_peak_memory_stats if device.startswith("cuda") else None)
         reset_peak(device)
-        if name == "grpo":
-            model, _, _ = train_grpo(model_dir, _length_task(), _problems(16), settings, steps=2, seed=0,
-                                     dtype="bfloat16")
-        else:
-            model, _, _ = train_ppo(model_dir, _length_task(), _problems(16), settings, steps=1, seed=0,
-                                    dtype="bfloat16", progress=False)
-        measured = peak_gib(device)
-        ratio = measured / predicted["predicted_gib"] if measured else None
-        out[name] = {**predicted, "measured_gib": measured, "ratio": ratio,
-                     "within_bar": ratio is not None and abs(ratio - 1) <= MEMORY_BAR}
-        print(f"[6] {name} memory: measured {measured} GiB, predicted {predicted['predicted_gib']:.2f} GiB "
-              f"({predicted['phase']}), ratio {ratio}", flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"{name}-memory-") as state, trace.installed():
+            if name == "grpo":
+                model, _, _ = train_grpo(model_dir, _length_task(), _problems(16), settings,
+                                         steps=MEMORY_STEPS[name], seed=0, dtype="bfloat16", periodic=periodic,
+                                         resume_dir=Path(state))
+            else:
+                model, _, _ = train_ppo(model_dir, _length_task(), _problems(16), settings, steps=MEMORY_STEPS[name],
+                                        seed=0, dtype="bfloat16", progress=False, periodic=periodic,
+                                        resume_dir=Path(state) / "resume")
+        measured = {k: v / 2**30 for k, v in trace.peaks.items()}
+        out[name] = {**predicted, "order": trace.order,
+                     **compare_phases(predicted["phases_gib"], measured)}
+        for phase, row in out[name]["phases"].items():
+            print(f"[6] {name} {phase}: measured {row['measured_gib']} GiB, predicted {row['predicted_gib']:.2f} GiB, "
+                  f"ratio {row['ratio']}", flush=True)
         del model
         reset_peak(device)
     return out

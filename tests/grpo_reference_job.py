@@ -6,7 +6,8 @@ Every process builds the GRPO trainer through :func:`esrepro.rl.grpo.make_traine
 colocated vLLM engine (a real in-process ``LLM`` per process, TRL's ``external_launcher`` over the gloo group), and
 records, at the moment TRL constructs its ``VLLMGeneration``, each reference parameter's device, whether it is a
 DTensor shard, and the elements this process holds against the whole model's. Then one optimiser step runs (the
-sharded reference's forward gives the step's KL). Each process writes ``OUT_DIR/rank<RANK>.json``.
+sharded reference's forward gives the step's KL). The phases the process enters are traced (esrepro.rl.phase_trace).
+Each process writes ``OUT_DIR/rank<RANK>.json``.
 
 vLLM's CPU build packs linear weights after loading, which TRL's weight sync cannot reach; the packing is turned
 off as in tests/trl_colocate_job.py. The CPU path of esrepro.rl.grpo turns vLLM and FSDP off (accelerate runs CPU
@@ -42,11 +43,16 @@ def main() -> None:
     from esrepro.rl.reward import trl_reward_func
     from esrepro.tasks.countdown import CountdownTask, generate_problems
 
+    from esrepro.rl.phase_trace import PhaseTrace
+
     model_dir, out, order = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     here = world()
     init_process_group("cpu", 120)
     torch.set_num_threads(1)
     record: dict = {}
+    trace = PhaseTrace()
+    tracing = trace.installed()  # before the probe below subclasses TRL's engine class
+    tracing.__enter__()
 
     class Probe(grpo_trainer.VLLMGeneration):
         def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - TRL's signature
@@ -88,6 +94,10 @@ def main() -> None:
                            train_dataset=_dataset(task, generate_problems(4, seed=0), False),
                            processing_class=tok, callbacks=[KL()])
     trainer.train()
+    tracing.__exit__(None, None, None)
+    record["phases"] = trace.order
+    record["config"] = {k: kw.get(k) for k in ("gradient_accumulation_steps", "steps_per_generation", "use_vllm",
+                                               "num_iterations")}
     (out / f"rank{here.rank}.json").write_text(json.dumps(record))
 
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, SMALL_ARCH, make_model_dir
 from esrepro.config import load_yaml
 from esrepro.pipeline.load import load_pipeline
+from esrepro.rl import phases as PH
 from esrepro.rl.grpo import shards_reference
 
 #: Head size 32: the smallest vLLM's CPU attention supports.
@@ -66,8 +67,18 @@ def test_the_reference_is_a_shard_when_the_colocated_engine_starts(tmp_path):
         assert at["devices"] == ["cpu"] and all(at["dtensor"])  # loaded, and every parameter a shard
         assert at["held"] < 0.6 * at["whole"]  # half of the reference (2 processes), not the whole
         assert r["kl"] == r["kl"] and r["kl"] >= 0  # the sharded reference's forward gave the step's KL
+        # the phases the process ran are the ones the memory model counts, in its order (accelerate runs CPU
+        # processes without FSDP: no policy sharding here)
+        assert r["phases"] == _order(r, "sharded")
+        assert r["phases"].index(PH.SHARD_REFERENCE) < r["phases"].index(PH.START_VLLM)
     assert sum(r["at_engine_start"]["held"] for r in sharded) == sharded[0]["at_engine_start"]["whole"]
     # TRL's own order, for contrast: the reference whole on every process when the engine starts
     for r in _run(tmp_path, model_dir, "trl"):
         at = r["at_engine_start"]
         assert not any(at["dtensor"]) and at["held"] == at["whole"]
+        assert r["phases"] == _order(r, "whole") and PH.SHARD_REFERENCE not in r["phases"]
+
+
+def _order(record: dict, reference: str) -> list[str]:
+    return PH.grpo_order(use_vllm=True, fsdp=False, reference=reference, old_logps=PH.trl_old_logps(record["config"]),
+                         periodic=False, resume=False)

@@ -151,7 +151,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rehearse", ("esrepro.rehearsal.transform",)),
     ("load", ("esrepro.pipeline.load",)),
     ("price and check", ("esrepro.scaling", "esrepro.job_time", "esrepro.cost", "esrepro.resume_cost",
-                         "esrepro.plan_check", "esrepro.claim_cost")),
+                         "esrepro.plan_check", "esrepro.rl_memory", "esrepro.claim_cost")),
     ("specs", ("esrepro.specs", "esrepro.pipeline.notes")),
     ("steps", ("esrepro.preflight", "esrepro.rehearsal", "esrepro.steps", "esrepro.cli", "esrepro.forkserver")),
 ]

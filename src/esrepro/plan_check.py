@@ -29,6 +29,9 @@ from esrepro import memory as M
 from esrepro.memory import GiB, Phase
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.resume_cost import job_settings
+from esrepro.rl import phases as PH
+from esrepro.rl_memory import Evaluation, grpo_phases, ppo_phases
+from esrepro.train.periodic import RL_EVAL_BATCH, generation_length
 
 #: The rules whose jobs hold GPUs and are checked.
 RULES = ("train", "train_cell", "essa_grpo", "evaluate", "kl")
@@ -119,6 +122,19 @@ def fsdp_plugin(kw: dict, decoder_layer: str) -> str | None:
     return None
 
 
+def rl_evaluation(settings: dict, task: str) -> Evaluation | None:
+    """An RL job's periodic evaluation as its trainer runs it (esrepro.train.periodic: ``eval_batch_size`` prompts
+    per call, the task's prompts, ``generation_length`` new tokens); None without ``eval_every``."""
+    from types import SimpleNamespace
+
+
+    if settings.get("eval_every") is None:
+        return None
+    return Evaluation(int(settings.get("eval_batch_size") or RL_EVAL_BATCH), M.prompt_tokens(task),
+                      generation_length(SimpleNamespace(eval_max_new_tokens=settings.get("eval_max_new_tokens"),
+                                                        max_new_tokens=settings["max_new_tokens"])))
+
+
 def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None = None,
                init_kwargs: dict | None = None, vllm_max_model_length: Any = "built",
                fsdp_layers: list[str] | None = None, sharded_reference: bool | None = None) -> None:
@@ -160,8 +176,9 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
             job.problems.append(problem)
     if vllm_max_model_length != "built":
         kw["vllm_max_model_length"] = vllm_max_model_length
-    if sharded_reference is None:
-        sharded_reference = grpo.shards_reference(settings, fsdp, adapter)
+    reference = grpo.reference_state(settings, fsdp, adapter)
+    if sharded_reference is not None and reference != "none":
+        reference = "sharded" if sharded_reference else "whole"
     if init_kwargs is None and not adapter:
         init_kwargs = grpo.policy_init_kwargs(grpo.process_device(False, 0))
     beta = float(settings.get("beta", 0))
@@ -174,7 +191,8 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
                 f"and DeepSpeed, so the policy{' and the beta ' + format(beta, 'g') + ' reference' if beta else ''} "
                 f"would spread over the node's {job.gpus} GPUs with accelerate's hooks, which FSDP's move breaks; "
                 "place the model on the process's own GPU ({'': 'cuda:LOCAL_RANK'})")
-    phases, vllm = grpo_phases(m, kw, settings, world, adapter, M.prompt_tokens(w["task"]), sharded_reference)
+    phases, vllm = grpo_phases(m, kw, settings, world, adapter, M.prompt_tokens(w["task"]), reference,
+                               rl_evaluation(settings, w["task"]), resume=True)
     if vllm is not None:
         problem = vllm.problem()
         if problem:
@@ -183,59 +201,6 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
         job.notes.append(f"vLLM KV cache {M.gib(vllm.kv)} GiB: {vllm.sequences} sequences of {vllm.max_model_len:,}")
     job.phases = phases
     _check_fit(job)
-
-
-def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: bool, prompt: int,
-                sharded_reference: bool = False) -> tuple[list[Phase], M.VLLMFit | None]:
-    """One GRPO process's memory from its built ``GRPOConfig`` arguments ``kw`` (and the colocated engine's fit), in
-    the order the code holds it: with ``sharded_reference`` (esrepro.rl.grpo.shards_reference) the reference is
-    built on the meta device and loaded as its shard before the engine starts; without it TRL loads it whole, starts
-    the engine, and shards it only then (its shards allocated while the whole copy is alive)."""
-    fsdp = settings.get("sharding", "ddp") == "fsdp"
-    beta = float(settings.get("beta", 0))
-    n = world if fsdp else 1
-    P = m.params
-    micro = int(kw["per_device_train_batch_size"])
-    seq = prompt + int(kw["max_completion_length"])
-    ctx = int(M.CUDA_CONTEXT)
-    if adapter:  # a LoRA adapter on the frozen registry-dtype base
-        persistent = {"frozen base (bf16)": 2 * P}
-        load = {"frozen base (bf16)": 2 * P}
-    else:
-        persistent = {"float32 master, gradients, AdamW (1/%d)" % n: 16 * P // n}
-        load = {"policy loaded whole (float32)": 4 * P}
-        if beta > 0:
-            persistent["reference, float32 (1/%d)" % n] = 4 * P // n
-            if sharded_reference:
-                load["reference, float32 (1/%d)" % n] = 4 * P // n
-            else:
-                load["reference loaded whole (float32)"] = 4 * P
-    vllm = None
-    if kw.get("use_vllm"):
-        tp = int(kw.get("vllm_tensor_parallel_size") or 1)
-        vllm = M.vllm_fit(m, utilization=float(kw["vllm_gpu_memory_utilization"]), tp=tp,
-                          max_model_len=kw.get("vllm_max_model_length"),
-                          max_num_seqs=micro * tp * int(kw["steps_per_generation"]),
-                          max_num_batched_tokens=M.TRL_VLLM_BATCHED_TOKENS)
-    colocated = {"colocated vLLM": vllm.budget} if vllm else {}
-    train = {**persistent, **colocated, "CUDA context": ctx,
-             "activations and logits": M.training_activations(m, micro, seq, int(kw["max_completion_length"]),
-                                                              bool(settings.get("gradient_checkpointing")))}
-    if fsdp:
-        train["FSDP gathered units"] = M.fsdp_transient(m, n)
-    if not vllm:  # rollouts through transformers' generate, the policy gathered whole in bf16 under FSDP
-        train["generation (transformers)"] = M.generate_kv(m, micro, seq) + (2 * P if fsdp else 0)
-    reserved = vllm.budget if vllm else 0
-    phases = [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("train", _gib(train), reserved=reserved)]
-    if vllm:  # TRL starts its engine before accelerate shards the policy
-        reference = {k: v for k, v in load.items() if k.startswith("ref")}  # as loaded: a shard, or whole
-        at_start = {"policy loaded whole (float32)": 0 if adapter else 4 * P, **reference, **colocated,
-                    "CUDA context": ctx}
-        phases.insert(1, Phase("start vLLM", _gib(at_start), reserved=reserved))
-        if any(k.endswith("whole (float32)") for k in reference):  # TRL's prepare_fsdp, beside the engine
-            phases.insert(2, Phase("shard reference", _gib({**at_start, "reference shards (float32, 1/%d)" % n:
-                                                            4 * P // n}), reserved=reserved))
-    return phases, vllm
 
 
 def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None = None,
@@ -258,7 +223,8 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
     fsdp = cfg.sharding == "fsdp"
     if sharded_load is None:
         sharded_load = ppo.sharded_load(cfg.sharding)
-    job.phases = ppo_phases(m, cfg, share, world, sharded_load, M.prompt_tokens(w["task"]))
+    job.phases = ppo_phases(m, cfg, share, world, sharded_load, M.prompt_tokens(w["task"]),
+                            rl_evaluation(settings, w["task"]), resume=True)
     P = m.params
     if not sharded_load:
         host = world * 8 * P
@@ -269,41 +235,9 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
     _check_fit(job)
 
 
-def ppo_phases(m: M.ModelFacts, cfg, share: dict, world: int, sharded_load: bool, prompt: int) -> list[Phase]:
-    """One PPO process's memory: loading, a rollout, a training pass (``share``: its per-process batch)."""
-    fsdp = cfg.sharding == "fsdp"
-    n = world if fsdp else 1
-    P = m.params
-    ctx = int(M.CUDA_CONTEXT)
-    beta = cfg.beta > 0
-    ref_sharded = fsdp and sharded_load
-    persistent = {f"actor and critic: float32 master, gradients, AdamW (1/{n})": 2 * 16 * P // n}
-    if beta:
-        persistent["reference, bf16" + (f" (1/{n})" if ref_sharded else " (whole)")] = 2 * P // (n if ref_sharded
-                                                                                                   else 1)
-    if sharded_load:
-        load = {f"actor, critic shards, float32 (1/{n})": 2 * 4 * P // n,
-                **({f"reference shard, bf16 (1/{n})": 2 * P // n} if beta else {}),
-                "one unit gathered": M.fsdp_transient(m, n)}
-    else:
-        load = {"actor loaded whole (float32)": 4 * P, "critic loaded whole (float32)": 4 * P,
-                **({"reference loaded whole (bf16)": 2 * P} if beta else {})}
-    seq = prompt + cfg.max_new_tokens
-    rollout = {**persistent, "CUDA context": ctx,
-               **({"policy gathered for the rollout (bf16)": 2 * P} if fsdp else {}),
-               "generate KV cache": M.generate_kv(m, share["rollout_batch_size"], seq),
-               "prefill": M.prefill(m, share["rollout_batch_size"], prompt)}
-    train = {**persistent, "CUDA context": ctx,
-             "activations and logits": M.training_activations(m, share["micro_batch_size"], seq, cfg.max_new_tokens,
-                                                              cfg.gradient_checkpointing, "ppo")}
-    if fsdp:
-        train["FSDP gathered units"] = M.fsdp_transient(m, n)
-    return [Phase("load", _gib({**load, "CUDA context": ctx})), Phase("rollout", _gib(rollout)),
-            Phase("train", _gib(train))]
-
-
-def predict(model_dir: str | Path, settings: dict, world: int, prompt_tokens: int) -> Phase:
-    """The predicted peak phase of one GRPO or PPO process training the model in ``model_dir`` with ``settings`` (a
+def predict_phases(model_dir: str | Path, settings: dict, world: int, prompt_tokens: int, *,
+                   evaluation: Evaluation | None = None, resume: bool = False) -> list[Phase]:
+    """The predicted phases of one GRPO or PPO process training the model in ``model_dir`` with ``settings`` (a
     method settings dict) under ``world`` processes on GPUs: what benchmarks/gpu_check.py measures against."""
     from transformers import AutoConfig
 
@@ -314,13 +248,19 @@ def predict(model_dir: str | Path, settings: dict, world: int, prompt_tokens: in
     m = M.facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
     if settings["algorithm"] == "ppo":
         cfg = ppo._settings(settings)
-        return M.peak(ppo_phases(m, cfg, per_process(settings, world), world, ppo.sharded_load(cfg.sharding),
-                                 prompt_tokens))
+        return ppo_phases(m, cfg, per_process(settings, world), world, ppo.sharded_load(cfg.sharding),
+                          prompt_tokens, evaluation, resume)
     fsdp = settings.get("sharding", "ddp") == "fsdp"
     kw = grpo.grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(model_dir), on_cpu=False,
                                  world_size=world, fsdp_layers=decoder_layer_classes(model_dir) if fsdp else None,
                                  resume=False, prompt_tokens=prompt_tokens)
-    return M.peak(grpo_phases(m, kw, settings, world, False, prompt_tokens)[0])
+    return grpo_phases(m, kw, settings, world, False, prompt_tokens, grpo.reference_state(settings, fsdp, False),
+                       evaluation, resume)[0]
+
+
+def predict(model_dir: str | Path, settings: dict, world: int, prompt_tokens: int) -> Phase:
+    """The peak of :func:`predict_phases`."""
+    return M.peak(predict_phases(model_dir, settings, world, prompt_tokens))
 
 
 # --- population engines ---------------------------------------------------------------------------------------------
@@ -553,11 +493,47 @@ def summary(checked: list[JobCheck]) -> list[tuple[str, str, str, int, int, str,
 
 
 def markdown(checked: list[JobCheck]) -> str:
-    """docs/scaling.md's table: the predicted peak per GPU of each job class."""
+    """docs/scaling.md's tables: the predicted peak per GPU of each job class, then each RL job class's phases."""
     head = (f"| rule | model | job | GPUs | processes | peak phase | predicted peak per GPU, GiB | with the "
             f"{M.MARGIN:.0%} margin, GiB |\n|---|---|---|---:|---:|---|---:|---:|\n")
     return head + "".join(f"| {r} | {m} | {k} | {g} | {n} | {ph} | {gb:.1f} | {gm:.1f} |\n"
-                          for r, m, k, g, n, ph, gb, gm in summary(checked))
+                          for r, m, k, g, n, ph, gb, gm in summary(checked)) + "\n" + phase_markdown(checked)
+
+
+#: The job classes whose phases are printed: RL training, one process per GPU (esrepro.rl.phases).
+RL_KINDS = ("ppo", "grpo", "dr_grpo", "grpo_zero", "verl_grpo", "verl_dr_grpo")
+
+
+def rl_jobs(checked: list[JobCheck]) -> list[JobCheck]:
+    return [j for j in checked if j.kind in RL_KINDS and j.phases]
+
+
+def phase_markdown(checked: list[JobCheck]) -> str:
+    """Each RL job class's phases in the code's order (esrepro.rl.phases), GiB per GPU with the margin (the class's
+    largest job; a dash where the job has no such phase); the peak in bold."""
+
+    names = [PH.LOAD, PH.SHARD_REFERENCE, PH.START_VLLM, PH.SHARD_POLICY, PH.EVALUATE, PH.ROLLOUT, PH.OLD_LOGPS,
+             PH.REFERENCE_FORWARD, PH.POLICY_PASS, PH.SAVE]
+    rows: dict[tuple[str, str, str], JobCheck] = {}
+    for j in rl_jobs(checked):
+        key = (j.rule if j.rule != "train_cell" else "train", j.wildcards["model"], j.kind)
+        if key not in rows or j.peak.with_margin > rows[key].peak.with_margin:
+            rows[key] = j
+    out = ("| rule | model | job | " + " | ".join(names) + " |\n|---|---|---|" + "---:|" * len(names) + "\n")
+    for key in sorted(rows):
+        j = rows[key]
+        have = {ph.name: ph for ph in j.phases}
+        cells = [("**%.1f**" if have[n] is j.peak else "%.1f") % (have[n].with_margin / GiB) if n in have else "-"
+                 for n in names]
+        out += f"| {' | '.join(key)} | " + " | ".join(cells) + " |\n"
+    return out
+
+
+def phase_lines(checked: list[JobCheck]) -> list[str]:
+    """One line per RL job: its phases in the code's order, predicted GiB per GPU (with the margin)."""
+    return [f"{j.label} ({j.gpus} GPUs, {j.processes} processes): " +
+            " | ".join(f"{ph.name} {ph.total / GiB:.1f} ({ph.with_margin / GiB:.1f})" for ph in j.phases)
+            for j in rl_jobs(checked)]
 
 
 def check_config(config: str) -> tuple[Pipeline, list[JobCheck]]:
@@ -579,6 +555,8 @@ def plan_check(config: str, markdown_out: str | None = None) -> int:
     text = markdown(checked)
     print(f"GPU jobs checked: {len(checked)} (an H100: {M.gib(M.GPU_BYTES)} GiB, margin {M.MARGIN:.0%})")
     print(text, end="")
+    print(f"\nRL jobs, phase by phase in the code's order: GiB per GPU (with the {M.MARGIN:.0%} margin)")
+    print("\n".join(phase_lines(checked)))
     if markdown_out:
         write_text(markdown_out, text)
     bad = failures(checked)

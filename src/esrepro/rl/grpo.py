@@ -49,6 +49,7 @@ import torch
 
 from esrepro import numerics
 from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adapter, save_checkpoint
+from esrepro.rl import phases
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
@@ -260,6 +261,14 @@ def shards_reference(settings: dict, fsdp: bool, adapter: bool) -> bool:
     return fsdp and not adapter and float(settings.get("beta", 0) or 0) > 0
 
 
+def reference_state(settings: dict, fsdp: bool, adapter: bool) -> str:
+    """The reference model as the run's trainer is built (esrepro.rl.phases.REFERENCE_STATES): ``none`` (beta 0, or
+    a peft policy's frozen adapter copy inside the policy), ``sharded`` (:func:`shards_reference`) or ``whole``."""
+    if adapter or not float(settings.get("beta", 0) or 0) > 0:
+        return "none"
+    return "sharded" if shards_reference(settings, fsdp, adapter) else "whole"
+
+
 def make_trainer(model_dir: str | Path, adapter_dir: str | Path | None, dtype: str, config_kwargs: dict, *,
                  device: str, fsdp: bool, sharded_reference: bool, resumable: bool, **trainer_kwargs: Any) -> Any:
     """TRL's GRPOTrainer for one run: the policy (:func:`_policy`), the config from ``config_kwargs``
@@ -403,6 +412,7 @@ def train_grpo(
         def _point(self, step: int, model) -> None:  # noqa: ANN001
             from esrepro.train.periodic import policy_point
 
+            phases.enter(phases.EVALUATE)
             if fsdp:
                 model = _whole_policy(trainer, model_dir, dtype=dtype, device=str(trainer.args.device))
             if not here.is_main:

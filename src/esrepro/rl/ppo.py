@@ -37,7 +37,7 @@ from torch import nn
 from esrepro import numerics
 from esrepro.distributed import barrier, init_process_group, world
 from esrepro.rl import ppo_parallel as par
-from esrepro.rl import ppo_state
+from esrepro.rl import phases, ppo_state
 from esrepro.rl.meta_load import rebuild_buffers
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.settings.methods import PPOSettings
@@ -347,6 +347,7 @@ def train_ppo(
     def evaluate_now(done: int) -> None:
         from esrepro.train.periodic import policy_point
 
+        phases.enter(phases.EVALUATE)
         evaluation, per_step = periodic
         with par.gathered(actor):  # FSDP2: every process holds the whole weights; the main process evaluates alone
             if here.is_main:
