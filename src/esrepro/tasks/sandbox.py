@@ -17,9 +17,14 @@ bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``), which gives the pr
 * a wall-clock timeout: the whole process group is killed, and with it the sandbox's PID namespace (bwrap
   runs ``--die-with-parent``; when a PID namespace's first process dies the kernel kills every other one), so
   no process survives a call;
-* a cap on what comes back: the launcher sends the result as one JSON document on the inherited stdout
-  (the program's own stdout and stderr go to ``/dev/null``); reading stops, and the sandbox is killed,
-  past ``output_bytes``.
+* a cap on what comes back: the launcher writes :data:`READY` and then the result as one JSON document on
+  the inherited stdout (the program's own stdout and stderr go to ``/dev/null``); reading stops, and the
+  sandbox is killed, past ``output_bytes``.
+
+Whatever arrives after :data:`READY` is untrusted: the program can write to that pipe itself (it is one of its
+file descriptors) any bytes, in any amount or shape. :func:`parse_result` reads them without recursion past
+``output_depth`` levels and turns anything that is not one result document into ``bad_output``, so no output
+of a program raises in the grader.
 
 The input (program and arguments) travels in a sealed memory file (``memfd``) given as stdin, so writing it
 never blocks. When bwrap is missing or cannot create namespaces here, :class:`SandboxUnavailable` says so and
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -68,6 +74,7 @@ class Limits:
     file_bytes: int = 1 << 20  #: RLIMIT_FSIZE: largest file the program may write
     tmpfs_bytes: int = 8 << 20  #: size of the working directory's and /tmp's tmpfs
     output_bytes: int = 1 << 20  #: most bytes of result read back
+    output_depth: int = 100  #: deepest nesting of lists and objects accepted in the result
     input_bytes: int = 4 << 20  #: largest program + arguments accepted
 
 
@@ -78,7 +85,9 @@ class Result:
     ``status``: ``ok`` (the function returned ``value``), ``error`` (the program raised, had no such function,
     or returned something JSON cannot carry: ``error`` names the exception type), ``timeout`` (wall clock),
     ``output_limit`` (more than ``output_bytes`` came back), ``crashed`` (the sandbox exited without a result,
-    e.g. killed by a CPU or memory limit), ``rejected`` (the input was too big to send).
+    e.g. killed by a CPU or memory limit), ``bad_output`` (what came back is not one result document: truncated,
+    not JSON, nested deeper than ``output_depth``, or of another shape), ``rejected`` (the input was too big to
+    send).
     """
 
     status: str
@@ -93,10 +102,14 @@ class Result:
         return self.status == "ok"
 
 
+#: What the launcher writes on the result pipe once the sandbox is up, before the program runs: output that starts
+#: with it came from inside (a program's doing), output without it means the sandbox never started.
+READY = b"esrepro-sandbox-ready\n"
+
 # The launcher runs inside the sandbox as ``python -I -c LAUNCHER <config json>``: it sets the limits, reads the
-# program and arguments from stdin, silences the program's stdout/stderr and writes one JSON result on the
-# original stdout. It is the only code of ours in the sandbox; it imports nothing the program can shadow (the
-# working directory is not on sys.path under -I).
+# program and arguments from stdin, writes READY, silences the program's stdout/stderr and writes one JSON result
+# on the original stdout. It is the only code of ours in the sandbox; it imports nothing the program can shadow
+# (the working directory is not on sys.path under -I).
 LAUNCHER = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
@@ -104,6 +117,8 @@ for name, value in cfg["rlimits"]:
     resource.setrlimit(getattr(resource, name), (value, value))
 data = json.loads(sys.stdin.buffer.read())
 out = os.fdopen(os.dup(1), "w")
+out.write(cfg["ready"])
+out.flush()
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
     os.dup2(null, fd)
@@ -200,7 +215,7 @@ def command(limits: Limits, run_id: str, python: str | None = None, info_fd: int
     rlimits = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_AS", int(limits.memory_bytes)),
                ("RLIMIT_NPROC", int(limits.processes)), ("RLIMIT_NOFILE", int(limits.open_files)),
                ("RLIMIT_FSIZE", int(limits.file_bytes)), ("RLIMIT_CORE", 0)]
-    config = json.dumps({"rlimits": rlimits, "run_id": run_id})
+    config = json.dumps({"rlimits": rlimits, "run_id": run_id, "ready": READY.decode()})
     return [*args, "--", python, "-I", "-c", LAUNCHER, config]
 
 
@@ -311,12 +326,67 @@ def _drain(fd: int) -> bytes:
 
 
 def _child_pid(info: bytes) -> int | None:
-    """The host PID of the sandbox's first process, from bwrap's --info-fd JSON."""
-    try:
-        pid = json.loads(info.decode()).get("child-pid")
-    except (ValueError, AttributeError):
+    """The host PID of the sandbox's first process, from bwrap's --info-fd JSON (a flat object)."""
+    if json_depth(info) > 1:
         return None
-    return pid if isinstance(pid, int) and pid > 1 else None
+    try:
+        doc = json.loads(info.decode())
+    except Exception:  # noqa: BLE001 - anything unreadable is no PID
+        return None
+    pid = doc.get("child-pid") if isinstance(doc, dict) else None
+    return pid if type(pid) is int and pid > 1 else None
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
+_STRING = re.compile(rb'"[^"]*"')  # a string, once escapes are gone
+_OTHER_BYTES = bytes(b for b in range(256) if b not in b"[]{}")
+_OPENING = frozenset(b"[{")
+
+
+def json_depth(text: bytes, stop: int | None = None) -> int:
+    """How deeply ``text`` (JSON, or any bytes) nests lists and objects, counted without recursion (and no further
+    than ``stop``, when given): brackets inside strings do not count; an unclosed string's brackets do, and a stray
+    closing bracket never takes the count below 0 (the text is not JSON then anyway; the count stays at least the
+    deepest nesting that any part of it opens)."""
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", text)).translate(None, _OTHER_BYTES)
+    depth = deepest = 0
+    for b in brackets:
+        if b in _OPENING:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop is not None and deepest >= stop:
+                    break
+        elif depth:
+            depth -= 1
+    return deepest
+
+
+def _safe_text(value: Any, limit: int = 100) -> str:
+    """A short printable ASCII rendering of a string the program controls (an exception's name)."""
+    if not isinstance(value, str):
+        return type(value).__name__
+    return value[:limit].encode("ascii", "backslashreplace").decode("ascii")
+
+
+def parse_result(data: bytes, limits: Limits = Limits()) -> tuple[str, Any, str]:
+    """(status, value, error) of what the launcher's pipe carried after :data:`READY`: any bytes a program wrote
+    there, of any size or shape. Never raises: the status is ``bad_output`` for anything that is not one result
+    document (``{"ok": true, "value": ...}`` or ``{"ok": false, "error": "..."}``) within ``output_depth``
+    levels; ``output_limit`` past ``output_bytes``."""
+    if len(data) > limits.output_bytes:
+        return "output_limit", None, ""
+    try:
+        if json_depth(data, stop=limits.output_depth + 1) > limits.output_depth:
+            return "bad_output", None, f"nested deeper than {limits.output_depth}"
+        doc = json.loads(data)
+    except Exception as exc:  # noqa: BLE001 - whatever parsing raises is the program's fault, never the grader's
+        return "bad_output", None, _safe_text(type(exc).__name__)
+    if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
+        return "bad_output", None, "not a result document"
+    if doc["ok"]:
+        return ("ok", doc["value"], "") if "value" in doc else ("bad_output", None, "no value")
+    return "error", None, _safe_text(doc.get("error", ""))
 
 
 def run_function(code: str, function: str, args: Sequence[Any], limits: Limits = Limits(),
@@ -397,22 +467,21 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     seconds = time.monotonic() - start
-    err = b"".join(errs).decode(errors="replace").strip()
-    if err.startswith("bwrap:") and not chunks:
-        raise SandboxUnavailable(f"'{BWRAP}' could not create the sandbox here ({err.splitlines()[0]}): "
-                                 f"{INSTALL_HINT}")
+    out = b"".join(chunks)
     details = {"returncode": proc.returncode}
+    if not out.startswith(READY):  # the program never ran: the sandbox did not start, or died before it
+        err = b"".join(errs).decode(errors="replace").strip()
+        if err.startswith("bwrap:") and status != "timeout":
+            raise SandboxUnavailable(f"'{cmd[0]}' could not create the sandbox here ({err.splitlines()[0]}): "
+                                     f"{INSTALL_HINT}")
+        return Result(status or "crashed", error=_safe_text(err[-200:], 200), run_id=run_id, seconds=seconds,
+                      details=details)
     if status:
         return Result(status, run_id=run_id, seconds=seconds, details=details)
-    try:
-        doc = json.loads(b"".join(chunks))
-    except ValueError:
-        return Result("crashed", error=err[-200:], run_id=run_id, seconds=seconds, details=details)
-    if not isinstance(doc, dict) or "ok" not in doc:
-        return Result("crashed", run_id=run_id, seconds=seconds, details=details)
-    if doc["ok"]:
-        return Result("ok", value=doc.get("value"), run_id=run_id, seconds=seconds, details=details)
-    return Result("error", error=str(doc.get("error", ""))[:100], run_id=run_id, seconds=seconds, details=details)
+    if len(out) == len(READY):
+        return Result("crashed", run_id=run_id, seconds=seconds, details=details)  # exited with no result
+    status, value, error = parse_result(out[len(READY):], limits)
+    return Result(status, value=value, error=error, run_id=run_id, seconds=seconds, details=details)
 
 
 @lru_cache(maxsize=1)
