@@ -253,6 +253,7 @@ def train_grpo(
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    numerics.portable_trl()  # the advantages' standard deviation with a correctly rounded square root
     from esrepro.distributed import barrier, world
     from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count
