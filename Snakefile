@@ -3,7 +3,9 @@
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 # Logic lives in src/esrepro (the `esrepro` command); these files only wire paths.
 
-from esrepro import cluster, job_time, specs
+import sys
+
+from esrepro import cluster, job_time, preflight, specs
 from esrepro import paths as P
 from esrepro.claim_plan import ClaimPlan
 from esrepro.config import config_files, workflow_config
@@ -22,6 +24,15 @@ config.update(RAW_CONFIG)
 # here, before any job starts.
 PIPELINE = load_pipeline(config, CONFIG_SOURCE)
 PLAN = Plan(PIPELINE)
+# Tiny scale on a machine where a task's grader cannot run (ARC's program sandbox): that task's training and
+# evaluations are left out, every other table is written, its cells say "not run" and the run starts and ends
+# with a warning naming the fix. A paper-scale run leaves nothing out: its pre-flight stops it instead.
+NOT_RUN = preflight.unrunnable_tasks(PIPELINE, PLAN)
+if NOT_RUN:
+    PIPELINE = preflight.without_tasks(PIPELINE, NOT_RUN)
+    PLAN = Plan(PIPELINE)
+    if workflow.is_main_process and workflow.output_settings.dryrun:
+        print(preflight.not_run_warning(NOT_RUN), file=sys.stderr)
 CLAIMS = ClaimPlan(PLAN)  # each claim's rows, the files they read and their targets
 CFG = PIPELINE.cfg
 R = PLAN.paths  # this config's data and results templates (under its workspace, if it has one)
@@ -40,6 +51,8 @@ from snakemake.logging import logger
 onstart:
     # what the jobs will need that the machines lack stops the run here, before any job (workflow/rules/common.smk)
     preflight_check()
+    if NOT_RUN:
+        logger.warning(preflight.not_run_warning(NOT_RUN))
     if workflow.local_exec and CFG.scale == "tiny":
         forkserver.start(f"{R.LOGS}/forkserver.log")
 
@@ -47,6 +60,8 @@ onstart:
 # the server's counts end its log; Snakemake's log names them when more than a few jobs were declined
 onsuccess:
     forkserver.stop(warn=logger.warning)
+    if NOT_RUN:
+        logger.warning(preflight.not_run_warning(NOT_RUN))
 
 
 onerror:

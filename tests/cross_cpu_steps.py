@@ -91,6 +91,22 @@ def rl_steps(model_dir: Path) -> dict[str, str]:
     return {"grpo_weights": _state(grpo), "ppo_weights": _state(ppo)}
 
 
+def grpo_advantages() -> dict[str, str]:
+    """GRPO's std-scaled advantages as TRL computes them once esrepro's GRPO has set up TRL, at the tiny runs' shape
+    (16 groups of 8 Countdown-like rewards, and over the whole batch): the step above has only 2 groups of 2, whose
+    square roots agree on every CPU even through oneMKL's vector math."""
+    from trl.trainer import grpo_trainer
+
+    from esrepro import numerics
+
+    numerics.portable_trl()  # what esrepro.rl.grpo.train_grpo does before it builds the trainer
+    rewards = torch.from_numpy(np.random.default_rng(0).choice([0.0, 0.1, 1.0], size=128).astype(np.float32))
+    groups = rewards.view(-1, 8)
+    group = (groups - groups.mean(dim=1, keepdim=True)) / (grpo_trainer.nanstd(groups, dim=1).unsqueeze(1) + 1e-4)
+    batch = (rewards - rewards.mean()) / (grpo_trainer.nanstd(rewards) + 1e-4)
+    return {"grpo_advantages": _digest([group, batch])}
+
+
 def essa_steps(model_dir: Path, work: Path) -> dict[str, str]:
     """ESSA's LoRA SFT (TRL), the SVD of its adapters, three CMA-ES generations and the candidate's factors."""
     from esrepro.essa.lora import load_lora, sft_lora
@@ -141,6 +157,7 @@ def main(out: str) -> None:
         results.update(es_update(model_dir))
         results.update(kl_estimate(model_dir))
         results.update(rl_steps(model_dir))
+        results.update(grpo_advantages())
         results.update(essa_steps(model_dir, work))
     Path(out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 

@@ -64,8 +64,8 @@ def test_training_steps_give_the_same_bits_natively_and_under_amd_and_intel_cpu_
         assert proc.wait(timeout=1200) == 0, f"{cpu} run failed:\n{(tmp_path / f'{cpu}.log').read_text()[-3000:]}"
     digests = {cpu: json.loads((tmp_path / f"{cpu}.json").read_text()) for cpu in runs}
     native = digests["native"]
-    assert len(native) >= 10 and {"warm_start_weights", "es_weights", "grpo_weights", "ppo_weights",
-                                  "essa_adapter", "essa_cma", "kl_per_token"} <= set(native)
+    assert len(native) >= 10 and {"warm_start_weights", "es_weights", "grpo_weights", "grpo_advantages",
+                                  "ppo_weights", "essa_adapter", "essa_cma", "kl_per_token"} <= set(native)
     differ = {cpu: sorted(k for k in native if d.get(k) != native[k]) for cpu, d in digests.items() if cpu != "native"}
     assert not any(differ.values()), f"steps whose bits differ from the native run's: {differ}"
 
@@ -95,6 +95,26 @@ def test_portable_square_root_and_adamw():
     assert torch.equal(numerics.sqrt(half), torch.from_numpy(np.sqrt(half.double().numpy())).to(torch.bfloat16))
     opt = numerics.adamw([torch.nn.Parameter(torch.zeros(3))], lr=1e-3, weight_decay=0.0)
     assert opt.defaults["fused"] is True
+
+
+def test_grpo_scales_advantages_by_a_correctly_rounded_std():
+    """TRL's GRPO takes its rewards' standard deviation with torch.sqrt (oneMKL's vector math on CPU, whose bits
+    follow the CPU); esrepro's GRPO gives it numerics.nanstd instead: the same function, correctly rounded."""
+    from trl.trainer import grpo_trainer
+    from trl.trainer.utils import nanstd as trl_nanstd
+
+    numerics.portable_trl()
+    assert grpo_trainer.nanstd is numerics.nanstd
+    rewards = torch.from_numpy(np.random.default_rng(0).choice([0.0, 0.1, 1.0], size=128).astype(np.float32))
+    for x, dim in ((rewards.view(-1, 8), 1), (rewards, None), (rewards.view(-1, 8), (1,))):
+        ours, theirs = numerics.nanstd(x, dim=dim), trl_nanstd(x, dim=dim)
+        mean = torch.nanmean(x, dim=dim, keepdim=True)
+        var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True) * (x.numel() / (x.numel() - 1) if dim is None
+                                                                       else 8 / 7)
+        assert ours.shape == theirs.shape and torch.allclose(ours, theirs, rtol=1e-6, atol=0)
+        assert torch.equal(ours.reshape(-1), torch.from_numpy(np.sqrt(var.numpy())).reshape(-1))
+    assert torch.isnan(numerics.nanstd(torch.tensor([1.0])))  # one value: NaN, as TRL's
+    assert torch.isnan(numerics.nanstd(torch.tensor([[1.0, float("nan")], [2.0, 4.0]]), dim=1)[0])
 
 
 def test_portable_mode_pins_numpy_and_openblas():

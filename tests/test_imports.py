@@ -308,7 +308,7 @@ KNOWN_LIGHT: dict[str, set[str]] = {
         'esrepro.rl.grpo_parallel', 'esrepro.rl.shares'},
     'esrepro.population.placement': {'esrepro.population.ray_session'},
     'esrepro.population.spec': {'esrepro.tasks'},
-    'esrepro.preflight': {'esrepro.plan_check', 'esrepro.tasks', 'esrepro.tasks.sandbox', 'esrepro.tasks.sources'},
+    'esrepro.preflight': {'esrepro.plan_check', 'esrepro.tasks', 'esrepro.tasks.sources'},
     'esrepro.provenance.golden': {'esrepro.io'},
     'esrepro.provenance.manifest': {'esrepro.numerics', 'esrepro.provenance'},
     'esrepro.provenance.rocrate': {'esrepro.provenance.manifest'},

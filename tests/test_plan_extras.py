@@ -359,3 +359,33 @@ def test_select_keeps_the_winning_cells_periodic_evaluation(tmp_path):
     out = tmp_path / "run"
     select("countdown", "m", "grpo8", {"learning_rate": [1.0, 2.0]}, cells, str(out))
     assert json.loads((out / "periodic_eval.jsonl").read_text()) == {"cell": "b"}
+
+
+def test_runs_left_out_say_not_run_in_the_puzzle_and_per_task_tables(tmp_path):
+    """A tiny run without a sandbox leaves ARC out: its rows stay in the puzzle and per-task tables, each cell of ours
+    saying why, the paper's numbers beside them; the manifest records what was left out."""
+    from esrepro.steps.report import puzzle_table, train_tasks_table
+
+    registry, published = str(REPO / "config/models.yaml"), str(REPO / "config/published.yaml")
+    rows = [("sudoku", "tiny-v2", m, 0, 0.25) for m in ("base", "es")]
+    metrics = [str(p) for p in _metrics(tmp_path, rows)]
+    cells = [f"arc:tiny-v2:{m}=not run: no sandbox on this machine" for m in ("base", "es")]
+    note = "arc: not run: no sandbox on this machine: ... pip install -e ."
+    out = tmp_path / "t"
+    puzzle_table(metrics, published, registry, str(out / "puzzles"), note=[note], not_run=cells)
+    train_tasks_table(metrics, published, registry, ["sudoku=sudoku", "arc=arc"], str(out / "train_tasks"),
+                      note=[note], not_run=cells)
+    md = (out / "puzzles.md").read_text()
+    [arc] = [line for line in md.splitlines() if line.startswith("| ARC-AGI | tiny-qwen2 math and puzzles")]
+    assert arc.count("not run: no sandbox on this machine") == 2 and note in md
+    assert "| ARC-AGI | Qwen2.5-14B-Instruct" in md and "29.5" in md  # the paper's row as ever
+    assert "| Sudoku  | tiny-qwen2 math and puzzles" in md and "25.0" in md
+    [arc] = [line for line in (out / "train_tasks.md").read_text().splitlines() if "| ARC-AGI " in line]
+    assert arc.count("not run: no sandbox on this machine") == 2
+    csv = (out / "puzzles.csv").read_text()
+    assert "not run: no sandbox on this machine" in csv
+    manifest = json.loads((out / "puzzles.manifest.json").read_text())
+    assert manifest["settings"]["not_run"] == {"arc:tiny-v2:base": "not run: no sandbox on this machine",
+                                               "arc:tiny-v2:es": "not run: no sandbox on this machine"}
+    with pytest.raises(ValueError, match="--not-run expects TEST_SET:MODEL:METHOD=TEXT"):
+        puzzle_table(metrics, published, registry, str(out / "bad"), not_run=["arc:tiny-v2=not run"])

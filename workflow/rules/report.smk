@@ -2,7 +2,7 @@
 # the extras a config asks for in `report.extras` (Figures 3, 5-9 and the math, puzzle, per-task and stability
 # tables; the runs they read are listed by esrepro.plan.ExtrasPlan).
 
-from esrepro.plan import ExtrasPlan, keys_regex
+from esrepro.plan import PUZZLES, ExtrasPlan, keys_regex
 from esrepro.pipeline.notes import table1_notes, table2_notes, task_table_notes
 
 T1 = CFG.report.table1
@@ -380,8 +380,10 @@ rule train_tasks_table:
         f"{R.TRAIN_TASKS}.tex",
         f"{R.TRAIN_TASKS}.manifest.json",
     params:
-        sets=flag_args("--set", [f"{s}={t}" for t in CFG.train for s in PIPELINE.eval_sets_of(t)]),
-        notes=note_args([table1_notes(PIPELINE)[0]]),
+        sets=flag_args("--set", [f"{s}={t}" for t in CFG.train for s in PIPELINE.eval_sets_of(t)]
+                       + preflight.not_run_sets(NOT_RUN)),
+        notes=note_args([table1_notes(PIPELINE)[0], *preflight.not_run_notes(NOT_RUN)]),
+        not_run=flag_args("--not-run", preflight.not_run_cells(NOT_RUN)),
         out=stem_of,
     conda:
         ENV
@@ -389,7 +391,7 @@ rule train_tasks_table:
         f"{R.LOGS}/report/train_tasks_table.log",
     shell:
         "esrepro train-tasks-table --metrics {input.metrics:q} --published {input.published} "
-        "--registry {input.registry} {params.sets} {params.notes} --out {params.out} > {log} 2>&1"
+        "--registry {input.registry} {params.sets} {params.notes} {params.not_run} --out {params.out} > {log} 2>&1"
 
 
 rule math_table:
@@ -465,7 +467,9 @@ rule puzzle_table:
         f"{R.PUZZLE_TABLE}.tex",
         f"{R.PUZZLE_TABLE}.manifest.json",
     params:
-        notes=lambda w: note_args(task_table_notes(PIPELINE, EXTRAS.puzzle_tasks())),
+        notes=lambda w: note_args([*task_table_notes(PIPELINE, EXTRAS.puzzle_tasks()),
+                                   *preflight.not_run_notes(NOT_RUN, PUZZLES)]),
+        not_run=flag_args("--not-run", preflight.not_run_cells(NOT_RUN, PUZZLES)),
         out=stem_of,
     conda:
         ENV
@@ -473,7 +477,7 @@ rule puzzle_table:
         f"{R.LOGS}/report/puzzle_table.log",
     shell:
         "esrepro puzzle-table --metrics {input.metrics:q} --published {input.published} --registry {input.registry} "
-        "{params.notes} --out {params.out} > {log} 2>&1"
+        "{params.notes} {params.not_run} --out {params.out} > {log} 2>&1"
 
 
 rule stability_table:

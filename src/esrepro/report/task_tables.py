@@ -66,27 +66,41 @@ def _display(models: Mapping[str, Mapping[str, Any]], key: str) -> str:
     return (models.get(key) or {}).get("display", key)
 
 
+#: (test set, model, method) -> what the cell of ours says instead of a number (a run this machine could not do).
+NotRunCells = Mapping[tuple[str, str, str], str]
+
+
+def _ours(stats: pd.DataFrame, not_run: NotRunCells, task: str, model: str, method: str) -> tuple[Any, float]:
+    """The cell of ours (mean accuracy %, a not-run text, or NaN) and its std."""
+    if (task, model, method) in stats.index:
+        row = stats.loc[(task, model, method)]
+        return float(row["mean"]), float(row["std"])
+    return not_run.get((task, model, method), math.nan), math.nan
+
+
 # --- accuracy per training task ---------------------------------------------------------------------------------
 def train_tasks_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
-                      sets: Mapping[str, str]) -> pd.DataFrame:
+                      sets: Mapping[str, str], not_run: NotRunCells | None = None) -> pd.DataFrame:
     """One row per (training task, test set, model): each method's accuracy (ours, std, paper).
 
-    ``sets`` maps each test set to the training task whose runs it evaluates; rows follow its order.
+    ``sets`` maps each test set to the training task whose runs it evaluates; rows follow its order. ``not_run``:
+    the text of the cells of runs left out (e.g. ``not run: no sandbox on this machine``), which get rows too.
     """
+    not_run = not_run or {}
     stats = _stats(metrics)
-    methods = method_order(metrics["method"]) if len(metrics) else []
+    methods = method_order([*(metrics["method"] if len(metrics) else []), *(m for _, _, m in not_run)])
+    runs = {(t, mm) for t, mm, _ in [*stats.index, *not_run]}
     records = []
     for test_set, train_task in sets.items():
-        present = [m for m in models if (test_set, m) in {(t, mm) for t, mm, _ in stats.index}]
-        present += sorted({mm for t, mm, _ in stats.index if t == test_set} - set(present))
+        present = [m for m in models if (test_set, m) in runs]
+        present += sorted({mm for t, mm in runs if t == test_set} - set(present))
         for model in present:
             rec: dict[str, Any] = {"Training task": TASK_LABELS.get(train_task, train_task),
                                    "Test set": TASK_LABELS.get(test_set, test_set), "Model": _display(models, model)}
             for method in methods:
                 label = method_label(method)
-                row = stats.loc[(test_set, model, method)] if (test_set, model, method) in stats.index else None
-                rec[f"{label} (ours)"] = math.nan if row is None else float(row["mean"])
-                rec[f"{label} (ours){STD_SUFFIX}"] = math.nan if row is None else float(row["std"])
+                rec[f"{label} (ours)"], rec[f"{label} (ours){STD_SUFFIX}"] = _ours(stats, not_run, test_set, model,
+                                                                                  method)
                 rec[f"{label} (paper)"] = paper_value(published, test_set, model, method)
             records.append(rec)
     df = pd.DataFrame(records)
@@ -98,9 +112,9 @@ def train_tasks_table(metrics: pd.DataFrame, published: Mapping[str, Any], model
 
 def build_train_tasks_table(metric_paths: Iterable[PathLike], published_path: PathLike,
                             models: Mapping[str, Mapping[str, Any]], sets: Mapping[str, str], out_stem: PathLike,
-                            notes: Sequence[str] = ()) -> pd.DataFrame:
+                            notes: Sequence[str] = (), not_run: NotRunCells | None = None) -> pd.DataFrame:
     """Load metrics, build :func:`train_tasks_table` and write it (csv, md, tex)."""
-    df = train_tasks_table(load_metrics(metric_paths), load_published(published_path), models, sets)
+    df = train_tasks_table(load_metrics(metric_paths), load_published(published_path), models, sets, not_run)
     caption = "Test accuracy (%) of every training task's runs on its test sets: ours, and the paper's where published"
     write_table(df, out_stem, caption, ["Ours: mean over seeds (± sample std with more than one seed); paper columns "
                                         "appear where config/published.yaml has a number.", *notes])
@@ -184,29 +198,30 @@ def build_math_table(metric_paths: Iterable[PathLike], published_path: PathLike,
 
 # --- the puzzle table ------------------------------------------------------------------------------------------------
 def puzzle_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]],
-                 tasks: Sequence[str] = ("sudoku", "arc")) -> pd.DataFrame:
+                 tasks: Sequence[str] = ("sudoku", "arc"), not_run: NotRunCells | None = None) -> pd.DataFrame:
     """v2 Table 3's layout: one row per (puzzle, base model), each method's accuracy (%) ours (± std) and the
     paper's in columns (Original = the base model).
 
     Each puzzle has its own models (v2: ARC-AGI on Qwen2.5-14B-Instruct, Sudoku on a 3B model): a row for every
     model of ours on that puzzle and every model the paper reports it for (ours blank without a run), so the
-    published numbers are always in the table."""
+    published numbers are always in the table. ``not_run``: the text of the cells of runs left out (e.g. ``not run:
+    no sandbox on this machine``), whose puzzles and models get rows too."""
+    not_run = not_run or {}
     stats = _stats(metrics)
-    present = [t for t in tasks if any(t == tt for tt, _, _ in stats.index)]
-    methods = method_order({m for t, _, m in stats.index if t in present}
+    ours = [*stats.index, *not_run]
+    present = [t for t in tasks if any(t == tt for tt, _, _ in ours)]
+    methods = method_order({m for t, _, m in ours if t in present}
                            | {m for t in present for b in published_blocks(published, t)
                               for v in (b.get("models") or {}).values() for m in (v or {})})
     records = []
     for task in present:
-        keys = list(dict.fromkeys(m for t, m, _ in stats.index if t == task))
+        keys = list(dict.fromkeys(m for t, m, _ in ours if t == task))
         keys += [m for b in published_blocks(published, task) for m in (b.get("models") or {}) if m not in keys]
         for model in [k for k in models if k in keys] + sorted(set(keys) - set(models)):
             rec: dict[str, Any] = {"Task": TASK_LABELS.get(task, task), "Model": _display(models, model)}
             for method in methods:
                 label = "Original" if method == "base" else method_label(method)
-                row = stats.loc[(task, model, method)] if (task, model, method) in stats.index else None
-                rec[f"{label} (ours)"] = math.nan if row is None else float(row["mean"])
-                rec[f"{label} (ours){STD_SUFFIX}"] = math.nan if row is None else float(row["std"])
+                rec[f"{label} (ours)"], rec[f"{label} (ours){STD_SUFFIX}"] = _ours(stats, not_run, task, model, method)
                 rec[f"{label} (paper)"] = paper_value(published, task, model, method)
             records.append(rec)
     return pd.DataFrame(records)
@@ -229,11 +244,11 @@ def also_reported_notes(published: Mapping[str, Any], models: Mapping[str, Mappi
 
 
 def build_puzzle_table(metric_paths: Iterable[PathLike], published_path: PathLike,
-                       models: Mapping[str, Mapping[str, Any]], out_stem: PathLike, notes: Sequence[str] = ()
-                       ) -> pd.DataFrame:
+                       models: Mapping[str, Mapping[str, Any]], out_stem: PathLike, notes: Sequence[str] = (),
+                       not_run: NotRunCells | None = None) -> pd.DataFrame:
     """Load metrics, build :func:`puzzle_table` and write it (csv, md, tex)."""
     published = load_published(published_path)
-    df = puzzle_table(load_metrics(metric_paths), published, models)
+    df = puzzle_table(load_metrics(metric_paths), published, models, not_run=not_run)
     write_table(df, out_stem, "Puzzles: test accuracy (%) before (Original) and after fine-tuning, ours beside the "
                 "paper's", ["Sudoku: solved puzzles (Reasoning Gym's score 1.0); ARC-AGI: the model's transform "
                             "program, run in a sandbox, returns the exact output grid (pass@1, greedy, one score per "

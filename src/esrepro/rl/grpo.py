@@ -327,6 +327,7 @@ def train_grpo(
     """
     from transformers import TrainerCallback
 
+    numerics.portable_trl()  # the advantages' standard deviation with a correctly rounded square root
     from esrepro.distributed import barrier, init_process_group, world
     from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count

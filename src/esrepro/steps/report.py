@@ -296,15 +296,35 @@ def _table(kind: str, build, metrics: list[str], registry: str, out: str, note: 
     report_manifest(kind, out, TABLE, started, inputs=inputs, settings={**settings, "notes": notes})
 
 
+def not_run_cells(items: list[str] | None) -> dict[tuple[str, str, str], str]:
+    """``{(test set, model, method): text}`` from repeated ``--not-run TEST_SET:MODEL:METHOD=TEXT`` arguments (runs
+    a machine could not do, whose table cells say so); a malformed one names the flag."""
+    out = {}
+    for item in items or []:
+        key, _, text = item.partition("=")
+        parts = tuple(key.split(":"))
+        if len(parts) != 3 or not all(parts) or not text:
+            raise ValueError(f"--not-run expects TEST_SET:MODEL:METHOD=TEXT, got {item!r}")
+        out[parts] = text
+    return out
+
+
+def _not_run_setting(cells: dict[tuple[str, str, str], str]) -> dict[str, dict[str, str]]:
+    """The manifest's record of the runs left out (none: nothing, so a full run's manifest is unchanged)."""
+    return {"not_run": {":".join(k): v for k, v in cells.items()}} if cells else {}
+
+
 def train_tasks_table(metrics: list[str], published: str, registry: str, sets: list[str], out: str,
-                      note: list[str] | None = None) -> None:
+                      note: list[str] | None = None, not_run: list[str] | None = None) -> None:
     """Accuracy of every training task's runs on each of its test sets, beside the paper's where published."""
     from esrepro.report.task_tables import build_train_tasks_table
 
     mapping = named_paths(sets, "--set", "TEST_SET=TRAIN_TASK")
+    cells = not_run_cells(not_run)
     _table("train_tasks_table",
-           lambda entries, notes: build_train_tasks_table(metrics, published, entries, mapping, out, notes=notes),
-           metrics, registry, out, note, published, sets=mapping)
+           lambda entries, notes: build_train_tasks_table(metrics, published, entries, mapping, out, notes=notes,
+                                                          not_run=cells),
+           metrics, registry, out, note, published, sets=mapping, **_not_run_setting(cells))
 
 
 def math_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:
@@ -329,12 +349,15 @@ def math_figure(metrics: list[str], published: str, registry: str, model: str, o
                     settings={"model": model, "title": title})
 
 
-def puzzle_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None) -> None:
+def puzzle_table(metrics: list[str], published: str, registry: str, out: str, note: list[str] | None = None,
+                 not_run: list[str] | None = None) -> None:
     """The puzzle table: Sudoku and ARC-AGI accuracy before and after fine-tuning, beside the paper's."""
     from esrepro.report.task_tables import build_puzzle_table
 
-    _table("puzzle_table", lambda entries, notes: build_puzzle_table(metrics, published, entries, out, notes=notes),
-           metrics, registry, out, note, published)
+    cells = not_run_cells(not_run)
+    _table("puzzle_table",
+           lambda entries, notes: build_puzzle_table(metrics, published, entries, out, notes=notes, not_run=cells),
+           metrics, registry, out, note, published, **_not_run_setting(cells))
 
 
 def stability_table(metrics: list[str], registry: str, out: str, note: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ Grading (:func:`grade`): the response's last ```python block is run in a sandbox
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -135,7 +136,9 @@ class ProgramRunner:
     """Runs ``transform`` programs in the sandbox, remembering outcomes by (program, input) digest.
 
     ES scores many identical greedy responses (members that did not change the answer), so repeated programs
-    are run once. Wall-clock timeouts are not remembered (they depend on the machine's load)."""
+    are run once. Wall-clock timeouts are not remembered (they depend on the machine's load), and a remembered
+    outcome keeps its value only when that is a grid (all grading reads): a program's other return values, up to
+    the sandbox's ``output_bytes`` each, would otherwise pile up in the cache."""
 
     def __init__(self, limits: Limits = Limits(), cache_size: int = 4096) -> None:
         self.limits = limits
@@ -151,8 +154,10 @@ class ProgramRunner:
                 return self._cache[key]
         result = run_function(code, FUNCTION, [grid], self.limits)
         if result.status != "timeout":
+            kept = result if result.value is None or as_grid(result.value) is not None else \
+                dataclasses.replace(result, value=None, details={**result.details, "value": "not a grid"})
             with self._lock:
-                self._cache[key] = result
+                self._cache[key] = kept
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
         return result

