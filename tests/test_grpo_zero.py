@@ -10,7 +10,7 @@ import torch
 from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.settings.methods import GRPOSettings
 
-from test_verl_grpo import _logps, _tiny, _trainer
+from test_verl_grpo import _logps, _tiny, _trainer, unequal_micro_batch
 
 
 def test_grpo_z_maps_to_trls_dapo_loss_with_std_scaled_advantages():
@@ -30,12 +30,7 @@ def test_trl_loss_is_grpo_zeros_aggregation(tiny_model_dir, tmp_path):
     s = _tiny("grpo_zero", beta=0.0)
     trainer = _trainer(tiny_model_dir, s, tmp_path, lambda completions, **kw: [0.0] * len(completions))
     model = trainer.model.eval()  # eval: the normaliser is the batch's tokens as given (no accumulation rescale)
-    vocab = model.config.vocab_size
-    prompt_ids = torch.randint(5, vocab, (4, 5))
-    prompt_mask = torch.ones_like(prompt_ids)
-    completion_ids = torch.randint(5, vocab, (4, 6))
-    completion_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]])
-    advantages = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    prompt_ids, prompt_mask, completion_ids, completion_mask, advantages = unequal_micro_batch(model.config.vocab_size)
     step_tokens = 2 * completion_mask.sum()  # the other half of the step's tokens are in another micro-batch
     with torch.no_grad():
         logp = _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask)

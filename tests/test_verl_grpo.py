@@ -97,6 +97,15 @@ def _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> t
     return torch.log_softmax(logits, -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
+def unequal_micro_batch(vocab: int) -> tuple[torch.Tensor, ...]:
+    """One micro-batch of 4 random completions of unequal lengths (6, 3, 4 and 1 tokens) after 5-token prompts, with
+    advantages of both signs: prompt ids and mask, completion ids and mask, advantages."""
+    prompt_ids = torch.randint(5, vocab, (4, 5))
+    completion_ids = torch.randint(5, vocab, (4, 6))
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]])
+    return prompt_ids, torch.ones_like(prompt_ids), completion_ids, completion_mask, torch.tensor([1.0, -0.5, 0.25, -0.75])
+
+
 @pytest.mark.parametrize("algorithm", ["verl_grpo", "verl_dr_grpo"])
 def test_trl_loss_is_verls_aggregation(tiny_model_dir, tmp_path, algorithm):
     """One micro-batch of 4 completions of unequal lengths: TRL's loss equals VERL's policy loss (ratio 1 on
@@ -106,12 +115,7 @@ def test_trl_loss_is_verls_aggregation(tiny_model_dir, tmp_path, algorithm):
     s = _tiny(algorithm, beta=0.05, max_new_tokens=1024)
     trainer = _trainer(tiny_model_dir, s, tmp_path, lambda completions, **kw: [0.0] * len(completions))
     model = trainer.model.eval()  # eval: no accumulation divisor (one micro-batch is the whole step here)
-    vocab = model.config.vocab_size
-    prompt_ids = torch.randint(5, vocab, (4, 5))
-    prompt_mask = torch.ones_like(prompt_ids)
-    completion_ids = torch.randint(5, vocab, (4, 6))
-    completion_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]])
-    advantages = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    prompt_ids, prompt_mask, completion_ids, completion_mask, advantages = unequal_micro_batch(model.config.vocab_size)
     with torch.no_grad():
         logp = _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     ref = logp + 0.3 * torch.randn_like(logp)  # a reference model that differs from the policy
