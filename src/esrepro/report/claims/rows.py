@@ -64,8 +64,9 @@ def why_of(cases: Sequence[tuple[str, Outcome]], unit: str) -> str:
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
             parts.append(f"{word}: {', '.join(names[:3])}{more}")
     held = sum(o.verdict == HOLDS for _, o in cases)
-    lead = f"holds for {held} of {len(cases)} {unit}"
-    return "; ".join([lead, *parts]) if held or parts else lead
+    tested = sum(o.verdict != UNTESTABLE for _, o in cases)
+    lead = [f"holds for {held} of {len(cases)} {unit}"] if tested else []
+    return "; ".join([*lead, *parts])
 
 
 def compare(evals: Evals, strata: Sequence[tuple[str, str]], a: tuple[str, str], b: tuple[str, str],
