@@ -99,37 +99,6 @@ def test_the_sandbox_tool_is_checked_for_arc(monkeypatch, capsys):
     assert not problem.applies_to([("prepare_data", "arc")])  # preparing ARC's data grades nothing
 
 
-def test_a_tiny_run_without_a_sandbox_leaves_arc_out_and_a_paper_run_does_not(monkeypatch):
-    """Tiny scale: ARC's training and evaluations are left out (its data still prepared for the warm start), the
-    cells and the warning name the fix; paper scale: nothing is left out (its pre-flight stops the run)."""
-    from esrepro.tasks import sandbox
-    from esrepro.tasks.sandbox import SANDBOX_ENV, SandboxUnavailable
-
-    monkeypatch.setenv(SANDBOX_ENV, "none")
-    tiny, _ = _pipeline("config/config.yaml")
-    [left] = preflight.unrunnable_tasks(tiny, Plan(tiny))
-    assert (left.task, left.sets, left.runs) == ("arc", (("arc", "arc"),),
-                                                 (("arc", "tiny-v2", "base"), ("arc", "tiny-v2", "es")))
-    assert preflight.not_run_cells([left]) == ["arc:tiny-v2:base=not run: no sandbox on this machine",
-                                               "arc:tiny-v2:es=not run: no sandbox on this machine"]
-    assert "ESREPRO_SANDBOX=none" in preflight.not_run_warning([left])
-    rest = preflight.without_tasks(tiny, [left])
-    plan = Plan(rest)
-    assert "arc" not in rest.cfg.train and "arc" not in rest.evaluated_tasks()
-    assert "data/prepared/arc" in plan.datasets() and not any("/arc/" in m for m in plan.eval_metrics())
-    assert preflight.problems(rest, plan, env={}, esrepro="/nonexistent/esrepro") == []
-    [problem] = preflight.problems(tiny, Plan(tiny), env={}, esrepro="/nonexistent/esrepro")
-    assert "system tool bwrap cannot run here" in problem.text and "ESREPRO_SANDBOX=none" in problem.text
-    paper, plan = _pipeline()
-    assert preflight.unrunnable_tasks(paper, plan) == []
-    monkeypatch.delenv(SANDBOX_ENV)
-    try:
-        sandbox.probe()
-    except SandboxUnavailable:
-        return
-    assert preflight.unrunnable_tasks(tiny, Plan(tiny)) == []  # a working sandbox leaves nothing out
-
-
 # ------------------------------------------------------------------------------ the jobs' environment
 
 

