@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from esrepro.report import verdicts as V
-from esrepro.report.claims import claim_rows, claims_table
+from esrepro.report.claims.table import claim_rows, claims_table
 from esrepro.steps import registry_entries
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,6 +29,7 @@ from esrepro import cluster
 from esrepro import paths as P
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.plan import Plan
+from esrepro.specs import data_spec
 
 #: Environment variables that say the hub and the internet are out of reach (any of 1, true, yes, on).
 OFFLINE_ENV = ("ESREPRO_OFFLINE", "HF_HUB_OFFLINE")
@@ -125,7 +126,6 @@ def gated_problems(p: Pipeline, plan: Plan, root: Path, token: str | None,
 def offline_problems(p: Pipeline, plan: Plan, root: Path, switch: str, jobs: set[Job] | None = None) -> list[Problem]:
     """Hub models and downloaded data sets a run offline (``switch``: the variable set) would have to fetch (for
     one of ``jobs``; None: any)."""
-    from esrepro.specs import data_spec
     from esrepro.tasks.sources import download_files
 
     out = []

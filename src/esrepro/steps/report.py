@@ -376,7 +376,7 @@ def claims(results: str, published: str, registry: str, spec: dict, out: str, in
     the ``inputs`` its selectors in ``spec`` pick (``spec``: :func:`esrepro.specs.claims_spec`). ``only``: the rows
     to build (a claim's own table); ``figure``: the stem of the margins figure (png, pdf, csv), when wanted."""
     from esrepro.provenance.manifest import now
-    from esrepro.report.claims import build_claims
+    from esrepro.report.claims.table import build_claims
     from esrepro.report.tables import load_published
 
     started = now()

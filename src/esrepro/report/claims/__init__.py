@@ -6,8 +6,7 @@ reproduces the paper's numbers, an interval and a verdict computed by a stated r
 - :mod:`.countdown`, :mod:`.conciseness`, :mod:`.math_puzzles`, :mod:`.essa`: each paper section's rules;
 - :mod:`.rows`: what the rules share (the margin comparison, the reproduced check, short cells);
 - :mod:`.table`: the scale gate, the table in CSV, Markdown and LaTeX, the margins figure.
+
+The package itself imports nothing: the planning rooms read the catalogue without loading pandas (whose pyarrow
+starts a thread, which the preloaded interpreter of esrepro.forkserver must not have).
 """
-
-from esrepro.report.claims.table import WALL, build_claims, claim_rows, claims_table
-
-__all__ = ["WALL", "build_claims", "claim_rows", "claims_table"]
