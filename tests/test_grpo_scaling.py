@@ -414,7 +414,7 @@ def test_paper_grpo_jobs_give_vllm_a_context_sized_from_their_prompts():
             assert kw["vllm_max_model_length"] == 400 + settings["max_new_tokens"] <= 8192, (task, model, method)
             seen[settings["algorithm"]] = seen.get(settings["algorithm"], 0) + 1
     # Table 1's Countdown cells roll out with vLLM: GRPO-z (8) and (30) 28 cells each, GRPO-v and Dr.GRPO-v 7 each
-    assert seen == {"grpo": 56, "verl_grpo": 7, "verl_dr_grpo": 7}, seen
+    assert seen == {"grpo_zero": 56, "verl_grpo": 7, "verl_dr_grpo": 7}, seen
 
 
 def test_longest_prompt_tokens_counts_as_trl_encodes(tiny_model_dir):
