@@ -339,13 +339,14 @@ def test_score_many_grades_a_batch_of_hostile_programs() -> None:
     right one as 1), side by side."""
     from esrepro.tasks.arc import ArcTask
 
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' long-lived services
     task = ArcTask(workers=2, cpu_seconds=1, wall_seconds=3.0, memory_mb=512)
     codes = [FIND_PIPE + f"def transform(grid):\n    os.write(_pipe(), {p!r})\n    os._exit(0)\n"
              for p in PIPE_PAYLOADS.values()]
     codes += [f"def transform(grid):\n    {r}\n" for r in RETURNS.values()] + [CORRECT]
     scores = task.score_many([respond(c) for c in codes], [EXAMPLE] * len(codes))
     assert [s.reward for s in scores] == [0.0] * (len(codes) - 1) + [1.0]
-    assert not {p.pid for p in psutil.Process().children(recursive=True)} - {os.getpid()}
+    assert not {p.pid for p in psutil.Process().children(recursive=True)} - before - {os.getpid()}
 
 
 def test_the_cache_keeps_only_grids() -> None:
