@@ -14,26 +14,13 @@ from esrepro.rl import phases as PH
 from esrepro.rl.grpo import grpo_config_kwargs, reference_state, train_grpo
 from esrepro.rl.phase_trace import PhaseTrace
 from esrepro.rl.ppo import train_ppo
-from esrepro.tasks.base import Score, Task
 from esrepro.train.periodic import PeriodicEval
+
+from test_rl_trainers import SHORT, LengthTask  # a reward that varies on an untrained model
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-class LengthTask(Task):
-    """Reward = response length in characters / 40 (capped at 1): varies even for an untrained model."""
-
-    name = "length"
-
-    def prompt(self, example: dict) -> str:
-        return example["prompt"]
-
-    def score(self, response: str, example: dict) -> Score:
-        return Score(min(len(response), 40) / 40, False)
-
-
-PROBLEMS = [{"id": i, "prompt": f"Using the numbers [{a} {b}], make {a + b}."} for i, (a, b) in
-            enumerate([(3, 4), (5, 9), (12, 2), (7, 7)])]
 #: beta > 0 (a reference), a rollout serving two optimiser steps (TRL computes old log-probabilities), periodic
 #: evaluation and resume states every two steps.
 GRPO = dict(algorithm="grpo", loss_type="grpo", scale_rewards="group", beta=0.1, num_generations=2,
@@ -49,14 +36,14 @@ PPO = dict(algorithm="ppo", actor_learning_rate=1e-3, critic_learning_rate=1e-3,
 
 
 def _periodic(every: int) -> tuple[PeriodicEval, int]:
-    return PeriodicEval(LengthTask(), PROBLEMS[:2], every, 4), 8
+    return PeriodicEval(LengthTask(), SHORT[:2], every, 4), 8
 
 
 def test_grpo_enters_the_declared_phases_in_order(tiny_model_dir, tmp_path):
     kw = grpo_config_kwargs(GRPO, steps=2, seed=0, output_dir=str(tmp_path), on_cpu=True, resume=True)
     assert PH.trl_old_logps(kw)  # a rollout for two optimiser steps: TRL keeps the old log-probabilities
     with PhaseTrace().installed() as trace:  # two rollouts; a resume state after the first (none after the last)
-        train_grpo(tiny_model_dir, LengthTask(), PROBLEMS, GRPO, steps=4, seed=0, periodic=_periodic(2),
+        train_grpo(tiny_model_dir, LengthTask(), SHORT, GRPO, steps=4, seed=0, periodic=_periodic(2),
                    resume_dir=tmp_path / "resume")
     want = PH.grpo_order(use_vllm=False, fsdp=False, reference=reference_state(GRPO, False, False),
                          old_logps=True, periodic=True, resume=True)
@@ -67,7 +54,7 @@ def test_grpo_enters_the_declared_phases_in_order(tiny_model_dir, tmp_path):
 
 def test_ppo_enters_the_declared_phases_in_order(tiny_model_dir, tmp_path):
     with PhaseTrace().installed() as trace:
-        train_ppo(tiny_model_dir, LengthTask(), PROBLEMS, PPO, steps=1, seed=0, progress=False,
+        train_ppo(tiny_model_dir, LengthTask(), SHORT, PPO, steps=1, seed=0, progress=False,
                   periodic=_periodic(1), resume_dir=tmp_path / "resume")
     assert trace.order == PH.ppo_order(reference=True, periodic=True, resume=True)
 
@@ -75,7 +62,7 @@ def test_ppo_enters_the_declared_phases_in_order(tiny_model_dir, tmp_path):
 def test_a_trace_without_evaluation_or_resume_has_neither_phase(tiny_model_dir, tmp_path):
     settings = {**GRPO, "beta": 0.0, "updates_per_generation": 1}
     with PhaseTrace().installed() as trace:
-        train_grpo(tiny_model_dir, LengthTask(), PROBLEMS, settings, steps=1, seed=0)
+        train_grpo(tiny_model_dir, LengthTask(), SHORT, settings, steps=1, seed=0)
     kw = grpo_config_kwargs(settings, steps=1, seed=0, output_dir=str(tmp_path), on_cpu=True)
     assert trace.order == PH.grpo_order(use_vllm=False, fsdp=False, reference="none",
                                         old_logps=PH.trl_old_logps(kw), periodic=False, resume=False)

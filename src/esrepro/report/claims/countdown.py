@@ -14,8 +14,8 @@ import pandas as pd
 from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
 from esrepro.report.claims.evidence import Evals
-from esrepro.report.claims.rows import (Z95, ClaimRow, accuracy_gap, compare, fmt, label, reproduced_of,
-                                        why_of)
+from esrepro.report.claims.rows import (Z95, ClaimRow, accuracy_gap, binomial_diff_se, compare, fmt, label,
+                                        reproduced_of, why_of)
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, Outcome
 
 #: The RL methods of v2 Table 1, in its column order.
@@ -101,8 +101,7 @@ def _se(acc_a: float, acc_b: float, n: float) -> float:
     """The standard error (points) of the difference of two accuracies on ``n`` problems each."""
     if not n or math.isnan(n):
         return math.nan
-    pa, pb = acc_a / 100, acc_b / 100
-    return 100 * math.sqrt((pa * (1 - pa) + pb * (1 - pb)) / n)
+    return 100 * binomial_diff_se(acc_a / 100, acc_b / 100, n)
 
 
 def ahead_throughout(curves: pd.DataFrame, display: Mapping[str, str]) -> ClaimRow:

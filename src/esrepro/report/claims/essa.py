@@ -5,7 +5,6 @@ time and in training problems (Sec. 5.4, Fig. 8; abstract and Sec. 1), its time 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pandas as pd
 from esrepro.io import read_json, read_jsonl
 from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
-from esrepro.report.claims.rows import NO, YES, Z95, ClaimRow, why_of
+from esrepro.report.claims.rows import NO, YES, Z95, ClaimRow, binomial_diff_se, why_of
 from esrepro.report.verdicts import FAILS, HOLDS, Interval, Outcome
 
 ESSA_GRPO = "essa_grpo"
@@ -247,7 +246,7 @@ def improves_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping[str,
             continue
         first, last = float(c["val_reward"].iloc[0]), float(c["val_reward"].iloc[-1])
         n = int(read_json(Path(run.run_dir) / "manifest.json")["settings"].get("val_examples") or 0)
-        se = math.sqrt((first * (1 - first) + last * (1 - last)) / n) if n else 0.0
+        se = binomial_diff_se(first, last, n) if n else 0.0
         diff = 100 * (last - first)
         iv = Interval(diff, diff - 100 * Z95 * se, diff + 100 * Z95 * se,
                       f"normal interval of two proportions on {n} held-out problems")

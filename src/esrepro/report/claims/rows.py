@@ -97,13 +97,19 @@ def _paired(a: Mapping[str, float], b: Mapping[str, float]) -> list[float]:
     return [a[i] - b[i] for i in sorted(set(a) & set(b))]
 
 
+def binomial_diff_se(p: float, q: float, n: int) -> float:
+    """The standard error of the difference of two independent binomial proportions ``p`` and ``q`` (fractions), each
+    estimated on ``n`` problems."""
+    return math.sqrt((p * (1 - p) + q * (1 - q)) / n)
+
+
 def accuracy_gap(ours: float, paper: float, n: int | None) -> float | None:
     """How far this run's accuracy (%) lies from the paper's, in standard errors of the difference of two independent
     binomial estimates on ``n`` problems (None: ``n`` unknown)."""
     if not n or math.isnan(ours):
         return None
     p, q = ours / 100.0, paper / 100.0
-    se = math.sqrt((p * (1 - p) + q * (1 - q)) / n)
+    se = binomial_diff_se(p, q, n)
     return abs(p - q) / se if se > 0 else (0.0 if abs(p - q) < 1e-9 else math.inf)
 
 

@@ -25,7 +25,7 @@ from esrepro.report.claims import essa as E
 from esrepro.report.claims import math_puzzles as MP
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
 from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa, load_periodic, pick
-from esrepro.report.claims.rows import NOT_RUN, ClaimRow, fmt
+from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, UNTESTABLE, Outcome
 
 PathLike = str | os.PathLike
@@ -165,7 +165,7 @@ def claims_table(rows: Sequence[tuple[ClaimRow, Mapping[str, Any]]], scale: str)
                 final, measured = V.gate(outcome, scale)
         else:
             final, measured = outcome, outcome.verdict
-        if scale != "paper" and reproduced not in (NOT_RUN, "no paper number", "not run"):
+        if scale != "paper" and reproduced not in (NOT_RUN, NO_NUMBER):
             reproduced, rep_detail = f"not compared ({scale} scale)", ""
         records.append({"Claim": r.title, "Where": r.claim.where, "Paper": r.paper, "This run": r.ours,
                         "Reproduced": reproduced, "Verdict": final.verdict, "Why": why,
