@@ -329,7 +329,7 @@ KNOWN_LIGHT: dict[str, set[str]] = {
         'esrepro.settings.pipeline', 'esrepro.tasks'},
     'esrepro.steps.kl': {'esrepro.devices', 'esrepro.provenance.manifest', 'esrepro.settings.pipeline',
         'esrepro.steps.train', 'esrepro.tasks'},
-    'esrepro.steps.models': {'esrepro.models.fetch', 'esrepro.provenance.manifest'},
+    'esrepro.steps.models': {'esrepro.models.fetch'},
     'esrepro.steps.provenance': {'esrepro.io', 'esrepro.provenance.audit', 'esrepro.provenance.dvc',
         'esrepro.provenance.golden', 'esrepro.provenance.manifest', 'esrepro.provenance.rocrate'},
     'esrepro.steps.report': {'esrepro.config', 'esrepro.devices', 'esrepro.io', 'esrepro.paths',

@@ -50,6 +50,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "spec": ("--spec", dict(type=_json, required=True, help=SPEC_HELP)),
     "data_spec": ("--data-spec", dict(type=_json, default={}, help="the config's data.<sft task> block as JSON")),
     "exclude": ("--exclude", dict(nargs="*", default=[], help="prepared jsonl files whose problems SFT must not see")),
+    "pinned": ("--pinned", dict(type=_json, default=None, help="the registry entry's pinned build as JSON "
+                                "({path, sha256}); omitted: the model is built")),
     "out": ("--out", dict(required=True, help="output directory (or path stem for tables and figures)")),
     "grid": ("--grid", dict(type=_json, required=True, help="the registry grid as JSON ({} for none)")),
     "cell": ("--cell", dict(action="append", required=True, help="NAME=RUN_DIR of one grid cell's run (repeat)")),
@@ -181,6 +183,13 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("build-tiny", "spec"): dict(help="the registry entry as JSON"),
     ("fetch-model", "spec"): dict(help="the registry entry as JSON"),
     ("build-tiny", "model"): dict(help="registry key of the model to build"),
+    ("verify-build", "spec"): dict(help="the registry entry as JSON"),
+    ("verify-build", "model"): dict(help="registry key of the model to rebuild"),
+    ("verify-build", "pinned"): dict(required=True, help="the registry entry's pinned build as JSON ({path, sha256})"),
+    ("verify-build", "out"): dict(help="the comparison to write (JSON)"),
+    ("pin-model", "model"): dict(help="registry key of the model"),
+    ("pin-model", "model_dir"): dict(help="the model a build step wrote (results/models/<model>/base)"),
+    ("pin-model", "out"): dict(help="the pin folder to write (replaced), e.g. data/pinned/<model>"),
     ("fetch-model", "model"): dict(help="registry key of the model to fetch"),
 }
 
@@ -206,7 +215,11 @@ VERBS: dict[str, Verb] = {
                         "with each claim's target"),
     "plan-check": Verb("esrepro.plan_check:plan_check", "build every GPU job's arguments and count its memory per GPU"),
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
-    "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry"),
+    "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry (or copy its "
+                       "pinned build)"),
+    "verify-build": Verb("esrepro.steps.models:verify_build", "rebuild a tiny model from scratch and compare it with "
+                         "its pinned build"),
+    "pin-model": Verb("esrepro.steps.models:pin_model", "make a built tiny model the registry's pinned build"),
     "fetch-model": Verb("esrepro.steps.models:fetch_model", "download a hub model at its registry revision"),
     "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, verl_grpo, verl_dr_grpo, ppo, essa) into a run directory"),
     "select": Verb("esrepro.steps.train:select", "keep the best grid cell of an RL method as its run"),

@@ -15,6 +15,7 @@ from typing import Any
 PREPARED = "data/prepared/{task}"  # {split}.jsonl + manifest.json
 RAW = "data/raw"
 BASE_MODEL = "results/models/{model}/base"  # a built or fetched model, with its manifest.json inside
+REBUILD = "results/models/{model}/rebuild.json"  # a pinned build rebuilt from scratch and compared (verify_models)
 RUN = "results/runs/{task}/{model}/{method}/seed{seed}"  # every method's run directory (same shape)
 CELL_RUN = "results/runs/{task}/{model}/{method}/grid/{cell}/seed{seed}"  # one RL grid cell's run
 EVAL = "results/eval/{task}/{model}/{method}/seed{seed}/{split}"  # metrics.json, responses.jsonl, manifest.json

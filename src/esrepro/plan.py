@@ -167,6 +167,15 @@ class Plan:
     def built_models_regex(self) -> str:
         return keys_regex([k for k, e in self.p.registry.items() if e.build is not None])
 
+    def pinned_inputs(self, model: str) -> list[str]:
+        """The pin folder a built model is copied from (empty when its registry entry has none)."""
+        pinned = self.p.model(model).pinned
+        return [] if pinned is None else [pinned.path]
+
+    def rebuilds(self) -> list[str]:
+        """The comparison of each pinned model the run uses with its rebuild from scratch (verify_models)."""
+        return [P.fill(self.paths.REBUILD, model=m) for m in self.p.all_models() if self.p.model(m).pinned]
+
     def hub_models_regex(self) -> str:
         return keys_regex([k for k, e in self.p.registry.items() if e.hub_id is not None])
 

@@ -27,6 +27,7 @@ from typing import Iterable, Mapping
 
 from esrepro import cluster
 from esrepro import paths as P
+from esrepro.models.pinned import BUILT_FROM
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.plan import Plan
 from esrepro.specs import data_spec
@@ -102,6 +103,23 @@ def _missing_models(p: Pipeline, plan: Plan, root: Path) -> list[tuple[str, str,
         folder = P.fill(plan.paths.BASE_MODEL, model=key)
         if entry.hub_id is not None and not (root / folder).exists():
             out.append((key, f"{entry.hub_id}@{entry.revision}", folder))
+    return out
+
+
+def pinned_problems(p: Pipeline, plan: Plan, root: Path, jobs: set[Job] | None = None) -> list[Problem]:
+    """Built models still to build (by one of ``jobs``; None: any) whose registry ``pinned.path`` is not a pin
+    folder (:data:`esrepro.models.pinned.BUILT_FROM` missing)."""
+    out = []
+    for key in p.all_models():
+        pinned = p.model(key).pinned
+        folder = P.fill(plan.paths.BASE_MODEL, model=key)
+        if pinned is None or (root / folder).exists() or not _kept(("build_tiny", key), jobs):
+            continue
+        if not (root / pinned.path / BUILT_FROM).is_file():
+            out.append(Problem(
+                f"{p.registry_source}: models.{key}.pinned.path: {pinned.path} is not a pinned build (no "
+                f"{BUILT_FROM}): restore it from git, or remove pinned to build {key} from scratch",
+                frozenset({("build_tiny", key)})))
     return out
 
 
@@ -453,7 +471,8 @@ def problems(p: Pipeline, plan: Plan, root: str | Path = ".", executor: str | No
         from huggingface_hub import get_token
 
         found = gated_problems(p, plan, root, get_token(), jobs)
-    return found + package_problems(p, plan, executor, esrepro, jobs) + plan_check_problems(p, jobs)
+    return (found + pinned_problems(p, plan, root, jobs) + package_problems(p, plan, executor, esrepro, jobs)
+            + plan_check_problems(p, jobs))
 
 
 def plan_check_problems(p: Pipeline, jobs: set[Job] | None = None) -> list[Problem]:

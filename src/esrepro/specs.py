@@ -38,8 +38,14 @@ def build_data_spec(p: Pipeline, model: str) -> dict[str, Any]:
 
 
 def model_spec(p: Pipeline, model: str) -> dict[str, Any]:
-    """A registry entry without its per-method settings and resources, so tuning never rebuilds a base model."""
-    return p.model(model).model_dump(mode="json", exclude={"methods", "resources"}, exclude_none=True)
+    """A registry entry without its per-method settings, resources and pin, so tuning never rebuilds a base model."""
+    return p.model(model).model_dump(mode="json", exclude={"methods", "resources", "pinned"}, exclude_none=True)
+
+
+def pinned_spec(p: Pipeline, model: str) -> dict[str, str] | None:
+    """A built model's pinned build (``{path, sha256}``), or None when it has none."""
+    pinned = p.model(model).pinned
+    return None if pinned is None else pinned.model_dump(mode="json")
 
 
 def method_spec(p: Pipeline, model: str, task: str, method: str, cell: str | None = None) -> dict[str, Any]:

@@ -1,11 +1,18 @@
 # Base models: built locally (registry `build`) or fetched from the hub (`hub_id`, `revision`). fetch_model is a
 # local rule: downloads run on the submitting host, as compute nodes often have no internet (docs/scaling.md,
-# "Before the first job").
+# "Before the first job"). A built model with a pinned build (registry `pinned`) is copied from it, each file
+# checked, when the pin was built from the same settings and data; verify_models rebuilds it and compares.
+
+
+def _pinned_arg(model):
+    pinned = specs.pinned_spec(PIPELINE, model)
+    return "" if pinned is None else f"--pinned {shlex.quote(specs.as_json(pinned))}"
 
 
 rule build_tiny:
     input:
         data=lambda w: PLAN.build_inputs(w.model),
+        pinned=lambda w: PLAN.pinned_inputs(w.model),
     output:
         directory(R.BASE_MODEL),
     wildcard_constraints:
@@ -14,6 +21,7 @@ rule build_tiny:
         spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
         data_spec=lambda w: specs.as_json(specs.build_data_spec(PIPELINE, w.model)),
         exclude=lambda w, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
+        pinned=lambda w: _pinned_arg(w.model),
     threads: threads_of("build")
     resources:
         **resources_of("build"),
@@ -23,7 +31,38 @@ rule build_tiny:
         f"{R.LOGS}/build_tiny/{{model}}.log",
     shell:
         "esrepro build-tiny --model {wildcards.model} --spec {params.spec:q} --data-spec {params.data_spec:q} "
-        "--exclude {params.exclude:q} --out {output} --threads {threads} > {log} 2>&1"
+        "--exclude {params.exclude:q} {params.pinned} --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule verify_build:
+    input:
+        data=lambda w: PLAN.build_inputs(w.model),
+        pinned=lambda w: PLAN.pinned_inputs(w.model),
+    output:
+        R.REBUILD,
+    wildcard_constraints:
+        model=PLAN.built_models_regex(),
+    params:
+        spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
+        data_spec=lambda w: specs.as_json(specs.build_data_spec(PIPELINE, w.model)),
+        exclude=lambda w, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
+        pinned=lambda w: specs.as_json(specs.pinned_spec(PIPELINE, w.model)),
+    threads: threads_of("build")
+    resources:
+        **resources_of("build"),
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/verify_build/{{model}}.log",
+    shell:
+        "esrepro verify-build --model {wildcards.model} --spec {params.spec:q} --data-spec {params.data_spec:q} "
+        "--exclude {params.exclude:q} --pinned {params.pinned:q} --out {output} --threads {threads} > {log} 2>&1"
+
+
+# Not part of `all`: rebuilds every pinned model of the config from scratch and compares it with its pin.
+rule verify_models:
+    input:
+        PLAN.rebuilds(),
 
 
 rule fetch_model:

@@ -98,6 +98,15 @@ class Build(Settings):
     sft: WarmStart = Field(description="the warm-start SFT (sft block)")
 
 
+class Pinned(Settings):
+    """A build of this entry shipped with the repository (``esrepro pin-model``): the build step copies it, each
+    file checked, when it was built from the entry's build settings and data; else it builds."""
+
+    path: str = Field(min_length=1, description="the pin folder, relative to the repository (data/pinned/<model>)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the model folder the build writes (its "
+                        "manifest's outputs.model.sha256)")
+
+
 class ModelEntry(Settings):
     """One model: where it comes from, its dtype, per-method overrides and per-rule resources."""
 
@@ -108,6 +117,8 @@ class ModelEntry(Settings):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="dtype weights are loaded and trained in")
     chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
     build: Build | None = Field(None, description="a locally built model (the tiny default)")
+    pinned: Pinned | None = Field(None, description="with build: its output shipped with the repository, copied "
+                                  "instead of rebuilt (esrepro verify-build rebuilds and compares)")
     hub_id: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+$", description="a hub model: repository id")
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
                                  "at fetch time and recorded in the model's manifest)")
@@ -124,6 +135,8 @@ class ModelEntry(Settings):
     def _source(self) -> "ModelEntry":
         if (self.build is None) == (self.hub_id is None):
             raise ValueError("needs exactly one of build (a locally built model) or hub_id + revision (a hub model)")
+        if self.pinned is not None and self.build is None:
+            raise ValueError("pinned applies to a locally built model (build)")
         if self.gated and self.hub_id is None:
             raise ValueError("gated applies to a hub model (hub_id)")
         if self.hub_id is not None and self.revision is None:

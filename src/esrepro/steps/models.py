@@ -1,39 +1,113 @@
-"""Steps: build the tiny model of a registry entry, or fetch a hub model at its revision."""
+"""Steps: build the tiny model of a registry entry (or copy its pinned build), or fetch a hub model at its revision."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
-from esrepro.io import read_jsonl, write_json
+from esrepro.io import read_json, read_jsonl, write_json
+from esrepro.models import pinned as pins
+from esrepro.provenance.manifest import build_manifest, now, sha256_tree, verify_inputs
 from esrepro.steps import set_threads
 
 
-def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out: str, threads: int = 1) -> dict:
-    """Build the tiny model of a registry entry (tokenizer, Qwen2 LM, warm-start SFT) into ``out``."""
+def _excluded(exclude: list[str]) -> dict[str, str]:
+    """``{manifest key: path}`` of the prepared files a warm start stays disjoint from (each task's train and test)."""
+    several = len({Path(p).parent for p in exclude}) > 1
+    return {pins.excluded_name(p, several): p for p in exclude}
+
+
+def _build(spec: dict, data_spec: dict, exclude: list[str], out: str | Path) -> dict:
+    """Build the model of ``spec["build"]`` into ``out``: tokenizer, Qwen2 LM, warm-start SFT; returns its summary."""
+    # torch and transformers: loaded only by a job that builds, not by one that copies a pin
     from esrepro.models.tiny import build_tiny as build
-    from esrepro.provenance.manifest import build_manifest, now
+    from esrepro.models.tiny import build_tiny_tasks
 
-    set_threads(threads)
-    started = now()
     if spec["build"]["sft"].get("tasks"):  # v2: several warm-start formats; rows grouped by their task folder
-        from esrepro.models.tiny import build_tiny_tasks
-
         by_task: dict[str, list[dict]] = {}
         for p in exclude:
             by_task.setdefault(Path(p).parent.name, []).extend(read_jsonl(p))
         sources = {t: d.get("source", {}) for t, d in data_spec.get("tasks", {}).items()}
-        summary = build_tiny_tasks(spec["build"], by_task, out, data_sources=sources)
+        return build_tiny_tasks(spec["build"], by_task, out, data_sources=sources)
+    rows = [row for p in exclude for row in read_jsonl(p)]
+    return build(spec["build"], rows, out, data_source=data_spec.get("source", {}))
+
+
+def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out: str, threads: int = 1,
+               pinned: dict | None = None) -> dict:
+    """Build the tiny model of a registry entry into ``out``; with ``pinned`` (the entry's ``{path, sha256}``),
+    copy the pinned build instead when it was built from these settings and this data (checked file by file),
+    and build when it was not (saying what differs)."""
+    set_threads(threads)
+    started = now()
+    inputs = verify_inputs(_excluded(exclude))
+    wanted = pins.built_from(spec["build"], data_spec, {k: v["sha256"] for k, v in inputs.items()})
+    why = pins.mismatch(pinned["path"], wanted) if pinned else "no pinned build in the registry"
+    extra: dict = {}
+    if why is None:
+        pins.copy_pinned(pinned["path"], pinned["sha256"], out)
+        summary = read_json(Path(out) / "build.json")["summary"]
+        inputs.update(verify_inputs({"pinned": pinned["path"]}))
+        extra["pinned"] = pinned
+        print(f"{model}: copied the pinned build {pinned['path']} (sha256 {pinned['sha256']}, every file checked)")
     else:
-        rows = [row for p in exclude for row in read_jsonl(p)]
-        summary = build(spec["build"], rows, out, data_source=data_spec.get("source", {}))
+        if pinned:
+            print(f"{model}: the pinned build {pinned['path']} was built from other inputs ({why}); building")
+        summary = _build(spec, data_spec, exclude, out)
     write_json(Path(out) / "manifest.json", build_manifest(
-        "build_tiny", inputs={f"excluded_{Path(p).stem}": p for p in exclude},
-        settings={"model": model, **spec, "data": data_spec}, started=started, outputs={"model": out},
-        extra={"summary": summary},
+        "build_tiny", inputs=inputs, settings={"model": model, **spec, "data": data_spec}, started=started,
+        outputs={"model": out}, extra={"summary": summary, **extra},
     ))
     print(json.dumps(summary, indent=2))
     return summary
+
+
+def verify_build(model: str, spec: dict, data_spec: dict, exclude: list[str], pinned: dict, out: str,
+                 threads: int = 1) -> int:
+    """Rebuild the tiny model of a registry entry from scratch and compare it with its pinned build: writes the
+    comparison to ``out`` (JSON) and returns 1, naming the files that differ, when the rebuild is not the pin."""
+    set_threads(threads)
+    started = now()
+    inputs = verify_inputs(_excluded(exclude))
+    wanted = pins.built_from(spec["build"], data_spec, {k: v["sha256"] for k, v in inputs.items()})
+    why = pins.mismatch(pinned["path"], wanted)
+    with tempfile.TemporaryDirectory(prefix=f".{model}-rebuild.", dir=Path(out).parent) as tmp:
+        _build(spec, data_spec, exclude, Path(tmp) / "model")
+        rebuilt = sha256_tree(Path(tmp) / "model")
+        differ = pins.differences(Path(tmp) / "model", pinned["path"])
+    same = why is None and not differ and rebuilt == pinned["sha256"]
+    write_json(out, {**build_manifest("verify_build", inputs={**inputs, "pinned": pinned["path"]},
+                                      settings={"model": model, **spec, "data": data_spec, "pinned": pinned},
+                                      started=started),
+                     "same": same, "rebuilt_sha256": rebuilt, "pinned_sha256": pinned["sha256"],
+                     "settings_differ": why, "files_differ": differ})
+    if same:
+        print(f"{model}: the rebuild equals the pinned build {pinned['path']} (sha256 {rebuilt})")
+        return 0
+    print(f"{model}: the rebuild differs from the pinned build {pinned['path']}: "
+          + (f"settings: {why}; " if why else "") + f"files: {', '.join(differ) or 'none'}; "
+          f"sha256 {rebuilt} against {pinned['sha256']}. If the build changed on purpose, refresh the pin with "
+          f"esrepro pin-model and write its sha256 in the registry's pinned.sha256")
+    return 1
+
+
+def pin_model(model: str, model_dir: str, out: str) -> int:
+    """Make ``out`` the pinned build of the model a build step wrote into ``model_dir`` (its manifest says what it
+    was built from); prints the sha256 for the registry entry's ``pinned``."""
+    manifest = read_json(Path(model_dir) / "manifest.json")
+    if manifest.get("kind") != "build_tiny" or manifest.get("pinned"):
+        raise ValueError(f"{model_dir}: not a model a build step built (kind {manifest.get('kind')!r}"
+                         + (", copied from a pin" if manifest.get("pinned") else "") + ")")
+    settings = manifest["settings"]
+    if sha256_tree(model_dir) != manifest["outputs"]["model"]["sha256"]:
+        raise ValueError(f"{model_dir}: its files no longer match its manifest's sha256")
+    record = pins.built_from(settings["build"], settings.get("data", {}),
+                             {k: v["sha256"] for k, v in manifest["inputs"].items() if k.startswith("excluded_")})
+    digest = pins.write_pinned(model_dir, out, {"model": model, **record, "code": manifest.get("code"),
+                                                "numerics": manifest.get("numerics")})
+    print(f"{model}: pinned {model_dir} in {out}; registry entry: pinned: {{path: {out}, sha256: {digest}}}")
+    return 0
 
 
 def fetch_model(model: str, spec: dict, out: str) -> None:
@@ -41,7 +115,6 @@ def fetch_model(model: str, spec: dict, out: str) -> None:
     :data:`esrepro.models.fetch.MODEL_FILES`); the resolved commit, the patterns, the files and their hashes are
     recorded."""
     from esrepro.models.fetch import fetch_hub_model
-    from esrepro.provenance.manifest import build_manifest, now
 
     started = now()
     resolved = fetch_hub_model(model, spec["hub_id"], spec["revision"], out)
