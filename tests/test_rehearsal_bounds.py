@@ -13,7 +13,7 @@ from esrepro.config import read_config
 from esrepro.jobs import plan_jobs
 from esrepro.pipeline import Pipeline
 from esrepro.pipeline.load import load_pipeline
-from esrepro.rehearsal.transform import BOUNDS, NULL_IS_ALL, RL_STEPS, TRAIN_RULES
+from esrepro.rehearsal.transform import BOUNDS, NULL_IS_ALL, TRAIN_RULES, rl_steps
 from esrepro.rl.budget import samples_per_step
 from esrepro.specs import eval_spec, kl_spec, method_spec
 
@@ -41,7 +41,7 @@ def _over(spec: dict, skip: tuple[str, ...] = ()) -> dict:
 
 def unbounded_jobs(p: Pipeline) -> dict[str, dict]:
     """Every job of ``p``'s DAG whose spec is over a bound, with the fields over it (an RL run: also more than
-    RL_STEPS optimiser steps)."""
+    RL_STEPS optimiser steps, in whole rollouts)."""
     out = {}
     for job in plan_jobs(p):
         w = job.wildcards
@@ -50,7 +50,7 @@ def unbounded_jobs(p: Pipeline) -> dict[str, dict]:
             rl = p.is_rl(w["task"], w["method"])
             essa = spec["algorithm"] == "essa"  # its train_examples: the sum of its bounded parts
             over = _over(spec, RL_UNBOUNDED if rl or essa else ())
-            if rl and spec["sample_budget"] // samples_per_step(spec) > RL_STEPS:
+            if rl and spec["sample_budget"] // samples_per_step(spec) > rl_steps(spec.get("updates_per_generation") or 1):
                 over["steps"] = spec["sample_budget"] // samples_per_step(spec)
         elif job.rule == "evaluate":
             over = _over(eval_spec(p, w["task"]))

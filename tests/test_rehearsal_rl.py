@@ -20,7 +20,8 @@ from esrepro.config import workflow_config
 from esrepro.pipeline.load import load_pipeline
 from esrepro.jobs import plan_jobs
 from esrepro.rehearsal.registry import rl_batch
-from esrepro.rehearsal.transform import RL_STEPS, rl_jobs
+from esrepro.rehearsal.transform import rl_jobs, rl_steps
+from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.rl.budget import check_problem_count, rl_budget, samples_per_step
 from esrepro.rl.shares import admits, largest_world, per_process
 from esrepro.settings.methods import GRPO_ALGORITHMS
@@ -85,7 +86,11 @@ def test_every_rl_job_of_the_rehearsal_runs_at_the_paper_jobs_process_count():
         per_process(settings, n)  # GRPO's process_batch, PPO's shares: built at that world size
         assert largest_world(settings, 8) == n
         steps = rl_budget(settings["sample_budget"], samples_per_step(settings)).steps
-        assert 1 <= steps <= RL_STEPS, (task, model, method, steps)
+        per_rollout = int(settings.get("updates_per_generation") or 1)
+        assert 1 <= steps <= rl_steps(per_rollout) and steps % per_rollout == 0, (task, model, method, steps)
+        job = specs.method_spec(REHEARSAL, model, task, method, cell)
+        if algorithm in GRPO_ALGORITHMS:  # the trainer's arguments as the job builds them, resuming as it does
+            grpo_config_kwargs(job, steps=steps, seed=0, output_dir="unused", on_cpu=True, world_size=n, resume=True)
         check_problem_count(settings, settings["train_examples"])
         launcher = cluster.rl_launcher(REHEARSAL, model, specs.method_spec(REHEARSAL, model, task, method, cell))
         assert f"--nproc-per-node {n} " in launcher, launcher

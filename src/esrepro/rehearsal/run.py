@@ -99,12 +99,14 @@ def serving(mirror: Path, log: Path) -> Iterator[str]:
 
 
 @contextmanager
-def slurm_cluster(repo: Path) -> Iterator[dict[str, str]]:
+def slurm_cluster(repo: Path, cpus: int = 2) -> Iterator[dict[str, str]]:
     """A single-node SLURM cluster (scripts/slurm-local) for as long as the block runs; yields its environment.
-    Its state lives in a new temporary folder of the script's choosing, whose parents user munge can traverse
-    (a checkout's may not be)."""
+    Its node offers at least ``cpus`` CPUs, whatever the machine has. Its state lives in a new temporary folder of
+    the script's choosing, whose parents user munge can traverse (a checkout's may not be)."""
     script = repo / "scripts" / "slurm-local"
-    state = Path(subprocess.run([str(script), "start"], check=True, capture_output=True, text=True).stdout.strip())
+    env = {**os.environ, "SLURM_LOCAL_MIN_CPUS": str(max(2, cpus))}
+    state = Path(subprocess.run([str(script), "start"], check=True, capture_output=True, text=True,
+                                env=env).stdout.strip())
     try:
         yield {"SLURM_CONF": str(state / "slurm.conf"), "PATH": f"{state / 'bin'}:{os.environ['PATH']}"}
     finally:
@@ -136,7 +138,9 @@ def rehearse(repo: Path, *, slice_only: bool = False, only: list[str] | tuple[st
         env.update({"HF_ENDPOINT": url, "ESREPRO_URL_MIRROR": url})
         cmd = [snakemake, "--jobs", str(jobs), *NO_RETRIES, "--configfile", *configs]
         if slurm:
-            env.update(stack.enter_context(slurm_cluster(repo)))
+            # as many one-CPU jobs at once as are submitted, on any machine: a toy job is mostly starting Python and
+            # waiting for the next status check, so on 2 cores, 4 jobs side by side fill the time 2 would leave idle
+            env.update(stack.enter_context(slurm_cluster(repo, cpus=jobs)))
             cmd = [snakemake, "--profile", "workflow/profiles/slurm", *LOCAL_CLUSTER_ARGS, "--jobs", str(jobs),
                    *NO_RETRIES, "--configfile", *configs]
         if targets:

@@ -114,10 +114,17 @@ def run_bounds(settings: MethodSettings) -> dict[str, int]:
     return out
 
 
+def rl_steps(per_rollout: int = 1) -> int:
+    """Optimiser steps of a rehearsal RL run: :data:`RL_STEPS`, rounded up to whole rollouts of ``per_rollout``
+    steps each."""
+    return -(-RL_STEPS // per_rollout) * per_rollout
+
+
 def rl_thinned(p: Pipeline, task: str, model: str, method: str, settings: MethodSettings) -> dict[str, Any]:
     """An RL run's batch as the rehearsal runs it: the paper job's training processes (:func:`esrepro.cluster.rl_job`
-    on the paper's per-step batch), with that batch thinned by :func:`rl_batch` and the sample budget cut to
-    :data:`RL_STEPS` steps (and the training problems raised to one rollout's, without ``repeat_prompts``).
+    on the paper's per-step batch), with that batch thinned by :func:`rl_batch`, the sample budget cut to
+    :func:`rl_steps` steps, a ``resume_every`` that is not on a rollout boundary set to one rollout, and the training
+    problems raised to one rollout's (without ``repeat_prompts``).
     ``settings``: the run's bounded settings, whose batch fields are the paper's."""
     paper = settings.as_dict()
     world = rl_job(p, model, paper).training_processes()
@@ -125,9 +132,13 @@ def rl_thinned(p: Pipeline, task: str, model: str, method: str, settings: Method
     examples = paper.get("train_examples")
     if examples and not paper.get("repeat_prompts"):  # as many problems as a rollout draws (rl.budget)
         thinned["train_examples"] = max(int(examples), prompts_per_generation(thinned))
+    per_rollout = int(paper.get("updates_per_generation") or 1)  # a rollout's optimiser steps (GRPO-v's VERL shape)
     budget = paper.get("sample_budget")
-    if budget:
-        thinned["sample_budget"] = min(int(budget), RL_STEPS * samples_per_step(thinned))
+    if budget:  # whole rollouts: at least RL_STEPS steps
+        thinned["sample_budget"] = min(int(budget), rl_steps(per_rollout) * samples_per_step(thinned))
+    every = paper.get("resume_every")
+    if isinstance(every, int) and every % per_rollout:  # a run resumes on rollout boundaries (esrepro.rl.grpo)
+        thinned["resume_every"] = per_rollout
     where = f"{task}/{model}/{method}"
     try:
         out = type(settings).model_validate(thinned)
