@@ -257,9 +257,54 @@ def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown
     assert rewards == one_by_one
 
 
-def test_vllm_backend_refuses_quantised_precisions():
+def test_vllm_backend_refuses_int8_and_takes_int4():
+    """vLLM's bitsandbytes plugin quantises a base to 4 bits as it loads, to 8 bits never: int8 stays on hf."""
+    from esrepro.essa.vllm_engine import quantization_llm_kwargs
     from esrepro.settings.methods import ESSASettings
 
     with pytest.raises(ValueError, match="precision int8 runs on the hf backend only"):
         ESSASettings(backend="vllm", precision="int8")
+    with pytest.raises(ValueError, match="precision: int8 runs on the hf backend only"):
+        quantization_llm_kwargs("int8")
     assert ESSASettings(backend="vllm").backend == "vllm"
+    assert ESSASettings(backend="vllm", precision="int4").precision == "int4"
+    assert quantization_llm_kwargs("native") == {}
+    assert quantization_llm_kwargs("int4") == {"quantization": "bitsandbytes", "load_format": "bitsandbytes"}
+
+
+def test_engine_arguments_pass_vllms_own_validation(tmp_path):
+    """The arguments ESSAVLLMEngine gives vllm.LLM (essa_llm_kwargs, with the CPU build's platform arguments), built
+    into vLLM's own engine configuration (EngineArgs.create_engine_config: ModelConfig, LoadConfig, LoRAConfig).
+    Native: accepted as built. INT4: the pinned vLLM's core has no bitsandbytes and refuses it by name; with vLLM's
+    bitsandbytes plugin installed (the quant extra, GPU machines) vLLM registers it through its plugin entry point
+    and takes the same arguments. bitsandbytes' kernels run on CUDA: loading and generating is not tested here."""
+    from importlib.util import find_spec
+
+    from esrepro.backends.vllm_engine import platform_llm_kwargs
+    from esrepro.essa.engine import check_precision
+    from esrepro.essa.vllm_engine import ESSAVLLMEngine, essa_llm_kwargs
+    from vllm.engine.arg_utils import EngineArgs
+
+    base = make_model_dir(tmp_path / "base", ARCH)
+
+    def kwargs(precision: str) -> dict:
+        return essa_llm_kwargs(base, rank=8, precision=precision, dtype="bfloat16", max_loras=4,
+                               **platform_llm_kwargs("cpu", KV, {"max_model_len": 128}))
+
+    native = EngineArgs(**kwargs("native")).create_engine_config()
+    assert native.model_config.quantization is None
+    assert (native.lora_config.max_loras, native.lora_config.max_lora_rank) == (4, 8)
+    int4 = kwargs("int4")
+    assert (int4["quantization"], int4["load_format"], int4["enable_lora"]) == ("bitsandbytes", "bitsandbytes", True)
+    if find_spec("vllm_bnb_plugin") is None:
+        with pytest.raises(ValueError, match="Unknown quantization method: bitsandbytes"):
+            EngineArgs(**int4).create_engine_config()
+    else:
+        config = EngineArgs(**int4).create_engine_config()
+        assert (config.model_config.quantization, config.load_config.load_format) == ("bitsandbytes", "bitsandbytes")
+        assert (config.lora_config.max_loras, config.lora_config.max_lora_rank) == (4, 8)
+    # the engine itself refuses a quantised base off CUDA before loading anything, as the transformers one does
+    with pytest.raises(ValueError, match="precision: int4 needs a CUDA GPU"):
+        check_precision("int4", "cpu")
+    with pytest.raises(ValueError, match="precision: int4 needs a CUDA GPU"):
+        ESSAVLLMEngine(base, tmp_path / "no_adapter", tmp_path / "no_space", precision="int4", device="cpu")
