@@ -277,12 +277,11 @@ def test_engine_arguments_pass_vllms_own_validation(tmp_path):
     into vLLM's own engine configuration (EngineArgs.create_engine_config: ModelConfig, LoadConfig, LoRAConfig).
     Native: accepted as built. INT4: the pinned vLLM's core has no bitsandbytes and refuses it by name; with vLLM's
     bitsandbytes plugin installed (the quant extra, GPU machines) vLLM registers it through its plugin entry point
-    and takes the same arguments. bitsandbytes' kernels run on CUDA: loading and generating is not tested here."""
+    and takes the same arguments (make test installs it: the next test runs the engine)."""
     from importlib.util import find_spec
 
     from esrepro.backends.vllm_engine import platform_llm_kwargs
-    from esrepro.essa.engine import check_precision
-    from esrepro.essa.vllm_engine import ESSAVLLMEngine, essa_llm_kwargs
+    from esrepro.essa.vllm_engine import essa_llm_kwargs
     from vllm.engine.arg_utils import EngineArgs
 
     base = make_model_dir(tmp_path / "base", ARCH)
@@ -303,8 +302,41 @@ def test_engine_arguments_pass_vllms_own_validation(tmp_path):
         config = EngineArgs(**int4).create_engine_config()
         assert (config.model_config.quantization, config.load_config.load_format) == ("bitsandbytes", "bitsandbytes")
         assert (config.lora_config.max_loras, config.lora_config.max_lora_rank) == (4, 8)
-    # the engine itself refuses a quantised base off CUDA before loading anything, as the transformers one does
-    with pytest.raises(ValueError, match="precision: int4 needs a CUDA GPU"):
-        check_precision("int4", "cpu")
-    with pytest.raises(ValueError, match="precision: int4 needs a CUDA GPU"):
-        ESSAVLLMEngine(base, tmp_path / "no_adapter", tmp_path / "no_space", precision="int4", device="cpu")
+
+
+def test_int4_engine_scores_candidates_on_a_base_quantised_as_it_loads(essa_model):
+    """ESSA Fig. 9's INT4 engine for real: vLLM's bitsandbytes plugin quantises the tiny base to NF4 as it loads
+    (bitsandbytes' CPU backend), the SFT adapter and every candidate's adapter on top, all candidates in one call.
+    One candidate per call equals the batch; the candidates change the outputs; the quantised base is packed 4-bit
+    weights, and its greedy outputs stay close to the bf16 engine's (4-bit rounding flips some near ties)."""
+    if os.environ.get("ESREPRO_REQUIRE_VLLM"):
+        import vllm_bnb_plugin  # noqa: F401  (make test installs it)
+    else:
+        pytest.importorskip("vllm_bnb_plugin", reason="vLLM's bitsandbytes plugin (make test installs it)")
+    from esrepro.essa.vllm_engine import ESSAVLLMEngine
+
+    base, adapter, space = essa_model
+    q = ESSAVLLMEngine(base, adapter, space, precision="int4", dtype="bfloat16", device="cpu",
+                       kv_cache_memory_bytes=KV, max_loras=8)
+    n = ESSAVLLMEngine(base, adapter, space, dtype="bfloat16", device="cpu", kv_cache_memory_bytes=KV, max_loras=8)
+    try:
+        assert q.llm.llm_engine.vllm_config.model_config.quantization == "bitsandbytes"
+        packed = q.llm.apply_model(lambda m: str(m.model.layers[0].self_attn.qkv_proj.base_layer.weight.dtype))
+        assert set(packed) == {"torch.uint8"}, packed  # NF4: two weights a byte
+        xs = candidates(q.space, 8, 1.0, seed=1)
+        got = q.generate_candidates(q.prepare_candidates(xs), PROMPTS, MAX_NEW)
+        bf16 = n.generate_candidates(n.prepare_candidates(xs), PROMPTS, MAX_NEW)
+        single = []
+        for x in xs[:2]:
+            q.apply(x)
+            single.append(q.generate(PROMPTS, MAX_NEW))
+            q.restore()
+    finally:
+        q.close()
+        n.close()
+    assert single == got[:2], "one candidate per call and all in one call differ"
+    assert len(set(map(tuple, got))) > 1, "the candidates should change the outputs"
+    pairs = [(a, b) for ra, rb in zip(got, bf16) for a, b in zip(ra, rb)]
+    flips = sum(a != b for a, b in pairs)
+    print(f"\nINT4 (NF4) vs bf16 vLLM ESSA engines: {flips} of {len(pairs)} greedy responses differ", flush=True)
+    assert flips <= len(pairs) // 2, "far more flips than 4-bit rounding explains: the base is likely wrong"

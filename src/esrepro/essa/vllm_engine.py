@@ -48,9 +48,10 @@ vllm-project's out-of-tree ``vllm-bnb-plugin`` (vllm-project/vllm#43529), which 
   adapter's product (``vllm/lora/layers/base_linear.py`` lines 190-211; the adapters' device from the layer's
   ``weight``, ``vllm/lora/layers/utils.py`` lines 45-53, which bitsandbytes' packed weight is); the model needs a
   ``packed_modules_mapping`` (plugin loader lines 580-590), which Qwen2 has (``vllm/model_executor/models/qwen2.py``
-  lines 462-465). Neither vLLM's nor the plugin's tests run LoRA over a bitsandbytes base, and bitsandbytes'
-  kernels run on CUDA only here: the CPU tests check the engine's arguments against vLLM's own validation
-  (tests/test_essa_vllm.py), not its generation.
+  lines 462-465). Neither vLLM's nor the plugin's tests run LoRA over a bitsandbytes base; tests/test_essa_vllm.py
+  does, on vLLM's CPU build with bitsandbytes' CPU backend (0.50.2 quantises and multiplies NF4 on a CPU), and
+  checks the engine's arguments against vLLM's own validation. The paper's runs use bitsandbytes' CUDA kernels,
+  which no test here reaches.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class ESSAVLLMEngine:
 
     ``max_loras``: adapters vLLM holds in one batch (its LoRA slots; more candidates per call are scheduled in turn).
     ``precision``: ``native`` (the base in the registry dtype) or ``int4`` (bitsandbytes NF4 through the
-    vllm-bnb-plugin, CUDA only); ``int8`` runs on the transformers engine (module docstring).
+    vllm-bnb-plugin; on a GPU for the paper, on the CPU build for the tests); ``int8`` runs on the transformers
+    engine (module docstring).
     """
 
     def __init__(self, base_dir: str | Path, adapter_dir: str | Path, space_path: str | Path, *,
@@ -131,12 +133,9 @@ class ESSAVLLMEngine:
 
         del batch_size, call_timeout  # vLLM schedules its own batches; the engine core runs in this process
         quantization_llm_kwargs(precision)  # refuses int8 and unknown precisions before anything loads
-        if precision != "native":
+        if precision != "native":  # CUDA, or vLLM's CPU build on bitsandbytes' CPU backend (the tests)
             from importlib.util import find_spec
 
-            from esrepro.essa.engine import check_precision
-
-            check_precision(precision, device)
             if find_spec(BNB_PLUGIN) is None or find_spec("bitsandbytes") is None:
                 raise ValueError(f"ESSA setting precision: {precision} on the vllm backend needs bitsandbytes and "
                                  "vLLM's bitsandbytes plugin (pip install 'esrepro[vllm,quant]')")
