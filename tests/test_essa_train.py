@@ -258,8 +258,10 @@ def test_study_methods_and_layers():
     assert E + "data/prepared/prm800k" in plan.datasets()
 
 
-def test_quantised_precision_runs_score_on_the_transformers_backend():
-    """A study on vLLM engines keeps its INT8/INT4 runs (bitsandbytes) on the transformers backend."""
+def test_quantised_precision_runs_engines():
+    """A study on vLLM engines scores its INT4 run there (vLLM's bitsandbytes plugin quantises a base to 4 bits as
+    it loads) and keeps its INT8 run on the transformers backend (the plugin reads 8-bit weights only from a
+    checkpoint saved quantised)."""
     def vllm_study(c):
         c["studies"]["essa"].setdefault("settings", {})["backend"] = "vllm"
         c["studies"]["essa"]["precisions"] = ["int8", "int4"]
@@ -267,9 +269,9 @@ def test_quantised_precision_runs_score_on_the_transformers_backend():
     p = _pipeline(vllm_study)
     assert p.method_settings("tiny", "countdown", "essa_ref").backend == "vllm"
     assert p.method_settings("tiny", "countdown", "essa_pop16").backend == "vllm"
-    for method, precision in (("essa_int8", "int8"), ("essa_int4", "int4")):
+    for method, precision, backend in (("essa_int8", "int8", "hf"), ("essa_int4", "int4", "vllm")):
         s = p.method_settings("tiny", "countdown", method)
-        assert (s.precision, s.backend) == (precision, "hf")
+        assert (s.precision, s.backend) == (precision, backend)
 
 
 # --- the Ray evaluator ---------------------------------------------------------------------------------

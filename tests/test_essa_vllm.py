@@ -257,9 +257,86 @@ def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown
     assert rewards == one_by_one
 
 
-def test_vllm_backend_refuses_quantised_precisions():
+def test_vllm_backend_refuses_int8_and_takes_int4():
+    """vLLM's bitsandbytes plugin quantises a base to 4 bits as it loads, to 8 bits never: int8 stays on hf."""
+    from esrepro.essa.vllm_engine import quantization_llm_kwargs
     from esrepro.settings.methods import ESSASettings
 
     with pytest.raises(ValueError, match="precision int8 runs on the hf backend only"):
         ESSASettings(backend="vllm", precision="int8")
+    with pytest.raises(ValueError, match="precision: int8 runs on the hf backend only"):
+        quantization_llm_kwargs("int8")
     assert ESSASettings(backend="vllm").backend == "vllm"
+    assert ESSASettings(backend="vllm", precision="int4").precision == "int4"
+    assert quantization_llm_kwargs("native") == {}
+    assert quantization_llm_kwargs("int4") == {"quantization": "bitsandbytes", "load_format": "bitsandbytes"}
+
+
+def test_engine_arguments_pass_vllms_own_validation(tmp_path):
+    """The arguments ESSAVLLMEngine gives vllm.LLM (essa_llm_kwargs, with the CPU build's platform arguments), built
+    into vLLM's own engine configuration (EngineArgs.create_engine_config: ModelConfig, LoadConfig, LoRAConfig).
+    Native: accepted as built. INT4: the pinned vLLM's core has no bitsandbytes and refuses it by name; with vLLM's
+    bitsandbytes plugin installed (the quant extra, GPU machines) vLLM registers it through its plugin entry point
+    and takes the same arguments (make test installs it: the next test runs the engine)."""
+    from importlib.util import find_spec
+
+    from esrepro.backends.vllm_engine import platform_llm_kwargs
+    from esrepro.essa.vllm_engine import essa_llm_kwargs
+    from vllm.engine.arg_utils import EngineArgs
+
+    base = make_model_dir(tmp_path / "base", ARCH)
+
+    def kwargs(precision: str) -> dict:
+        return essa_llm_kwargs(base, rank=8, precision=precision, dtype="bfloat16", max_loras=4,
+                               **platform_llm_kwargs("cpu", KV, {"max_model_len": 128}))
+
+    native = EngineArgs(**kwargs("native")).create_engine_config()
+    assert native.model_config.quantization is None
+    assert (native.lora_config.max_loras, native.lora_config.max_lora_rank) == (4, 8)
+    int4 = kwargs("int4")
+    assert (int4["quantization"], int4["load_format"], int4["enable_lora"]) == ("bitsandbytes", "bitsandbytes", True)
+    if find_spec("vllm_bnb_plugin") is None:
+        with pytest.raises(ValueError, match="Unknown quantization method: bitsandbytes"):
+            EngineArgs(**int4).create_engine_config()
+    else:
+        config = EngineArgs(**int4).create_engine_config()
+        assert (config.model_config.quantization, config.load_config.load_format) == ("bitsandbytes", "bitsandbytes")
+        assert (config.lora_config.max_loras, config.lora_config.max_lora_rank) == (4, 8)
+
+
+def test_int4_engine_scores_candidates_on_a_base_quantised_as_it_loads(essa_model):
+    """ESSA Fig. 9's INT4 engine for real: vLLM's bitsandbytes plugin quantises the tiny base to NF4 as it loads
+    (bitsandbytes' CPU backend), the SFT adapter and every candidate's adapter on top, all candidates in one call.
+    One candidate per call equals the batch; the candidates change the outputs; the quantised base is packed 4-bit
+    weights, and its greedy outputs stay close to the bf16 engine's (4-bit rounding flips some near ties)."""
+    if os.environ.get("ESREPRO_REQUIRE_VLLM"):
+        import vllm_bnb_plugin  # noqa: F401  (make test installs it)
+    else:
+        pytest.importorskip("vllm_bnb_plugin", reason="vLLM's bitsandbytes plugin (make test installs it)")
+    from esrepro.essa.vllm_engine import ESSAVLLMEngine
+
+    base, adapter, space = essa_model
+    q = ESSAVLLMEngine(base, adapter, space, precision="int4", dtype="bfloat16", device="cpu",
+                       kv_cache_memory_bytes=KV, max_loras=8)
+    n = ESSAVLLMEngine(base, adapter, space, dtype="bfloat16", device="cpu", kv_cache_memory_bytes=KV, max_loras=8)
+    try:
+        assert q.llm.llm_engine.vllm_config.model_config.quantization == "bitsandbytes"
+        packed = q.llm.apply_model(lambda m: str(m.model.layers[0].self_attn.qkv_proj.base_layer.weight.dtype))
+        assert set(packed) == {"torch.uint8"}, packed  # NF4: two weights a byte
+        xs = candidates(q.space, 8, 1.0, seed=1)
+        got = q.generate_candidates(q.prepare_candidates(xs), PROMPTS, MAX_NEW)
+        bf16 = n.generate_candidates(n.prepare_candidates(xs), PROMPTS, MAX_NEW)
+        single = []
+        for x in xs[:2]:
+            q.apply(x)
+            single.append(q.generate(PROMPTS, MAX_NEW))
+            q.restore()
+    finally:
+        q.close()
+        n.close()
+    assert single == got[:2], "one candidate per call and all in one call differ"
+    assert len(set(map(tuple, got))) > 1, "the candidates should change the outputs"
+    pairs = [(a, b) for ra, rb in zip(got, bf16) for a, b in zip(ra, rb)]
+    flips = sum(a != b for a, b in pairs)
+    print(f"\nINT4 (NF4) vs bf16 vLLM ESSA engines: {flips} of {len(pairs)} greedy responses differ", flush=True)
+    assert flips <= len(pairs) // 2, "far more flips than 4-bit rounding explains: the base is likely wrong"

@@ -40,7 +40,7 @@ def test_every_gpu_job_of_the_paper_config_is_built_and_fits(paper):
     rules = {j.rule for j in checked}
     assert {"train", "train_cell", "essa_grpo", "evaluate", "kl"} <= rules
     kinds = {j.kind for j in checked if j.rule != "evaluate"}
-    assert {"ppo", "grpo", "verl_grpo", "verl_dr_grpo", "es vllm", "essa vllm", "essa hf int8", "essa hf int4"} <= kinds
+    assert {"ppo", "grpo", "verl_grpo", "verl_dr_grpo", "es vllm", "essa vllm", "essa hf int8", "essa vllm int4"} <= kinds
     assert all(j.peak is not None and M.fits(j.peak) for j in checked)
     ppo = next(j for j in checked if j.kind == "ppo" and j.wildcards["model"] == "llama-3.1-8b-instruct")
     assert ppo.processes == 8 and ppo.peak.name == "policy forward and backward"

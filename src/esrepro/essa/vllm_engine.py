@@ -25,6 +25,33 @@ prompt (``vllm/entrypoints/llm.py``, ``vllm/lora/request.py``: ids must be >= 1 
 adapter), ``LLM.llm_engine.remove_lora(id)``. Qwen2 supports LoRA on its packed
 ``qkv_proj`` / ``gate_up_proj`` and on ``o_proj`` / ``down_proj`` (``packed_modules_mapping``),
 so q, k, v and o adapters load as they are.
+
+Quantised bases (ESSA Sec. 4.3 and Fig. 9: INT8/INT4 through bitsandbytes, inference on vLLM). vLLM 0.32.0 has no
+bitsandbytes in its core: ``quantization="bitsandbytes"`` is not among ``QuantizationMethods``
+(``vllm/model_executor/layers/quantization/__init__.py``, lines 15-49) nor ``load_format="bitsandbytes"`` among
+``LoadFormats`` (``vllm/model_executor/model_loader/__init__.py``, lines 33-49), and ``ModelConfig`` refuses it
+("Unknown quantization method", ``vllm/config/model.py`` lines 1451-1455): vLLM 0.28.0 moved it to the
+vllm-project's out-of-tree ``vllm-bnb-plugin`` (vllm-project/vllm#43529), which vLLM loads through its
+``vllm.general_plugins`` entry point in every process (``vllm/engine/arg_utils.py`` line 906,
+``vllm/v1/worker/worker_base.py`` line 276) and which registers the quantisation and the loader again
+(``vllm_bnb_plugin/__init__.py`` lines 59-70, release 0.0.3). What that plugin serves:
+
+- 4-bit: an unquantised checkpoint quantised as it loads, NF4 with double quantisation
+  (``bitsandbytes_loader.py``, ``_unquantized_generator``: ``quantize_4bit(..., compress_statistics=True,
+  quant_type="nf4")``), any tensor-parallel size, CUDA graphs on. ``int4`` runs here with
+  :func:`quantization_llm_kwargs`.
+- 8-bit: only a checkpoint saved already quantised (its ``config.json`` ``quantization_config`` with
+  ``load_in_8bit``; the loader's in-flight path quantises to 4 bits only, lines 245-257 and 382-490), not under
+  tensor parallelism (lines 600-605), in eager mode (``__init__.py`` lines 14-25). ``int8`` stays on the
+  transformers engine, which quantises LLM.int8() as it loads.
+- LoRA: vLLM's LoRA layers wrap any quantised linear layer, calling its method's ``apply`` and adding the
+  adapter's product (``vllm/lora/layers/base_linear.py`` lines 190-211; the adapters' device from the layer's
+  ``weight``, ``vllm/lora/layers/utils.py`` lines 45-53, which bitsandbytes' packed weight is); the model needs a
+  ``packed_modules_mapping`` (plugin loader lines 580-590), which Qwen2 has (``vllm/model_executor/models/qwen2.py``
+  lines 462-465). Neither vLLM's nor the plugin's tests run LoRA over a bitsandbytes base; tests/test_essa_vllm.py
+  does, on vLLM's CPU build with bitsandbytes' CPU backend (0.50.2 quantises and multiplies NF4 on a CPU), and
+  checks the engine's arguments against vLLM's own validation. The paper's runs use bitsandbytes' CUDA kernels,
+  which no test here reaches.
 """
 
 from __future__ import annotations
@@ -41,6 +68,38 @@ import numpy as np
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+#: The precisions this engine serves (:func:`quantization_llm_kwargs`).
+VLLM_PRECISIONS = ("native", "int4")
+#: The module vLLM 0.32.0 needs for a bitsandbytes base (the vllm-project's ``vllm-bnb-plugin``).
+BNB_PLUGIN = "vllm_bnb_plugin"
+
+
+def quantization_llm_kwargs(precision: str) -> dict:
+    """vLLM's arguments for the base in ``precision``: none for ``native`` (the registry dtype); ``int4``: the base
+    quantised by bitsandbytes as it loads (NF4, the vllm-bnb-plugin's in-flight path). ``int8`` is refused: the
+    plugin reads 8-bit weights only from a checkpoint saved quantised (module docstring)."""
+    if precision == "native":
+        return {}
+    if precision == "int4":
+        return {"quantization": "bitsandbytes", "load_format": "bitsandbytes"}
+    if precision == "int8":
+        raise ValueError("ESSA setting precision: int8 runs on the hf backend only: vLLM's bitsandbytes plugin "
+                         "quantises to 8 bits only checkpoints saved already quantised, not a base as it loads")
+    raise ValueError(f"ESSA setting precision: {precision!r} is not one of {', '.join(VLLM_PRECISIONS)} "
+                     "(the vllm backend)")
+
+
+def essa_llm_kwargs(base_dir: str | Path, *, rank: int, precision: str = "native", dtype: str = "float32",
+                    tensor_parallel_size: int = 1, seed: int = 0, gpu_memory_utilization: float = 0.85,
+                    max_loras: int = 16, **llm_kwargs: Any) -> dict:
+    """The arguments :class:`ESSAVLLMEngine` gives ``vllm.LLM`` (and ``vllm.engine.arg_utils.EngineArgs``): the
+    base, its dtype and precision, and LoRA slots for ``max_loras`` adapters of rank up to ``rank``."""
+    return dict(model=str(base_dir), dtype=dtype, tensor_parallel_size=tensor_parallel_size, seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=False, skip_tokenizer_init=True,
+                enable_lora=True, max_loras=int(max_loras), max_lora_rank=lora_rank_slot(rank),
+                max_cpu_loras=int(max_loras), **quantization_llm_kwargs(precision), **llm_kwargs)
+
+
 def lora_rank_slot(rank: int) -> int:
     """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
     for r in LORA_RANKS:
@@ -55,7 +114,9 @@ class ESSAVLLMEngine:
     ``decoding``), plus batched candidates.
 
     ``max_loras``: adapters vLLM holds in one batch (its LoRA slots; more candidates per call are scheduled in turn).
-    Only ``precision: native`` (the base in the registry dtype): vLLM's quantised LoRA paths are not wired here.
+    ``precision``: ``native`` (the base in the registry dtype) or ``int4`` (bitsandbytes NF4 through the
+    vllm-bnb-plugin; on a GPU for the paper, on the CPU build for the tests); ``int8`` runs on the transformers
+    engine (module docstring).
     """
 
     def __init__(self, base_dir: str | Path, adapter_dir: str | Path, space_path: str | Path, *,
@@ -71,9 +132,13 @@ class ESSAVLLMEngine:
         from esrepro.models.loading import DTYPES, load_tokenizer
 
         del batch_size, call_timeout  # vLLM schedules its own batches; the engine core runs in this process
-        if precision != "native":
-            raise ValueError(f"ESSA setting precision: {precision} runs on the hf backend only (bitsandbytes); "
-                             "the vllm backend scores candidates on the registry-dtype base (precision: native)")
+        quantization_llm_kwargs(precision)  # refuses int8 and unknown precisions before anything loads
+        if precision != "native":  # CUDA, or vLLM's CPU build on bitsandbytes' CPU backend (the tests)
+            from importlib.util import find_spec
+
+            if find_spec(BNB_PLUGIN) is None or find_spec("bitsandbytes") is None:
+                raise ValueError(f"ESSA setting precision: {precision} on the vllm backend needs bitsandbytes and "
+                                 "vLLM's bitsandbytes plugin (pip install 'esrepro[vllm,quant]')")
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
         self.base_dir, self.adapter_dir, self.space_path = Path(base_dir), Path(adapter_dir), Path(space_path)
@@ -94,12 +159,10 @@ class ESSAVLLMEngine:
         self.truncated = 0
         self.generated_tokens = 0
         self.max_loras = int(max_loras)
-        self.llm = LLM(
-            model=str(self.base_dir), dtype=dtype, tensor_parallel_size=tensor_parallel_size, seed=seed,
-            gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=False, skip_tokenizer_init=True,
-            enable_lora=True, max_loras=self.max_loras, max_lora_rank=lora_rank_slot(rank),
-            max_cpu_loras=self.max_loras, **llm_kwargs,
-        )
+        self.llm = LLM(**essa_llm_kwargs(self.base_dir, rank=rank, precision=precision, dtype=dtype,
+                                         tensor_parallel_size=tensor_parallel_size, seed=seed,
+                                         gpu_memory_utilization=gpu_memory_utilization, max_loras=self.max_loras,
+                                         **llm_kwargs))
         self._scratch = Path(tempfile.mkdtemp(prefix="essa_vllm_"))
         self._next_id = 2  # 1 is the SFT adapter
         self._sft = self._request("sft", 1, self.adapter_dir)
@@ -151,7 +214,8 @@ class ESSAVLLMEngine:
 
     def save_candidate(self, x: np.ndarray, path: str | Path) -> None:
         """Write candidate x as a transformers checkpoint: its adapter merged into the base in the engine's dtype
-        (what vLLM scored, to float rounding), :func:`esrepro.essa.export.save_merged_from_base`."""
+        (native: what vLLM scored, to float rounding; int4: the unquantised base, as the transformers engine writes
+        its quantised runs), :func:`esrepro.essa.export.save_merged_from_base`."""
         from esrepro.essa.export import save_merged_from_base
 
         save_merged_from_base(self.space, np.asarray(x, dtype=np.float64), self.adapter_dir, self.base_dir, path,

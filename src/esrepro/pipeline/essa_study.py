@@ -11,11 +11,11 @@ from esrepro.settings.pipeline import ESSAStudy
 
 
 def _engine_for(setting: str, value: Any) -> dict:
-    """What a swept value needs of the engines: a quantised precision (ESSA Fig. 9: INT8 and INT4 through
-    bitsandbytes) runs on the transformers backend, the one that loads a bitsandbytes base with the SFT
-    adapter on top; the vLLM engine here serves the registry dtype only, so a study on ``backend: vllm``
-    scores its precision runs on ``hf``."""
-    return {"backend": "hf"} if setting == "precision" and value != "native" else {}
+    """What a swept value needs of the engines (ESSA Fig. 9: INT8 and INT4 through bitsandbytes, inference on
+    vLLM, Sec. 4.3): INT4 runs on the study's backend (on vLLM, the base quantised to NF4 as it loads by vLLM's
+    bitsandbytes plugin); INT8 on the transformers backend, which quantises LLM.int8() as it loads: vLLM 0.32.0's
+    bitsandbytes plugin reads 8-bit weights only from a checkpoint saved quantised (esrepro.essa.vllm_engine)."""
+    return {"backend": "hf"} if setting == "precision" and value == "int8" else {}
 
 
 class ESSAStudyMixin:

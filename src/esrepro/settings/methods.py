@@ -370,11 +370,12 @@ class ESSASettings(PopulationSettings):
     batch_size: int = Field(200, ge=1, description="prompts per generation batch")
     precision: Literal["native", "int8", "int4"] = Field(
         "native", description="native: the registry dtype with each candidate merged into the weights; int8/int4: "
-        "bitsandbytes-quantised base with the LoRA adapter unmerged on top (CUDA only)")
+        "bitsandbytes-quantised base with the LoRA adapter unmerged on top (CUDA only; int4 on either backend, int8 "
+        "on hf only)")
     backend: Literal["hf", "vllm"] = Field(
         "hf", description="generation engine: hf (transformers: the SFT adapter merged, one candidate at a time) or "
         "vllm (the base loaded once, each candidate a LoRA adapter, all of an engine's candidates in one batch; "
-        "precision native only)")
+        "precision native or int4)")
     max_loras: int = Field(16, ge=1, description="vllm backend: candidate adapters vLLM runs in one batch (more "
                            "candidates per engine are scheduled in turn)")
     resume_every: int = Field(10, ge=1, description="write the resume state (<run>/resume/) every K generations")
@@ -407,9 +408,12 @@ class ESSASettings(PopulationSettings):
 
     @model_validator(mode="after")
     def _vllm_precision(self) -> "ESSASettings":
-        if self.backend == "vllm" and self.precision != "native":
-            raise FieldProblem("precision", f"precision {self.precision} runs on the hf backend only (bitsandbytes); "
-                               "the vllm backend scores candidates on the registry-dtype base: use precision: native")
+        """int8 on vLLM is refused: vLLM 0.32.0's bitsandbytes (its vllm-bnb-plugin) reads 8-bit weights only from a
+        checkpoint saved quantised, and quantises a base as it loads to 4 bits only (esrepro.essa.vllm_engine)."""
+        if self.backend == "vllm" and self.precision == "int8":
+            raise FieldProblem("precision", "precision int8 runs on the hf backend only: vLLM's bitsandbytes plugin "
+                               "quantises to 8 bits only checkpoints saved already quantised, not a base as it loads; "
+                               "use backend: hf (or precision native or int4 on vllm)")
         return self
 
 
