@@ -31,6 +31,7 @@ from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.resume_cost import job_settings
 from esrepro.rl import phases as PH
 from esrepro.rl_memory import Evaluation, grpo_phases, ppo_phases
+from esrepro.settings.methods import lora_rank_slot
 from esrepro.train.periodic import RL_EVAL_BATCH, generation_length
 
 #: The rules whose jobs hold GPUs and are checked.
@@ -306,7 +307,6 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     """ESSA: its engines' arguments as :func:`esrepro.essa.train.make_essa_evaluator` builds them (vLLM with LoRA
     slots; transformers ``generate`` on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits,
     at most ``batch_size``; ``fitted`` False: at ``batch_size`` itself)."""
-    from esrepro.essa.vllm_engine import lora_rank_slot
     from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
     w = job.wildcards
