@@ -227,3 +227,33 @@ def test_killed_eggroll_run_resumes_bit_identically(tiny_model_dir, tmp_path):
     assert [r["rewards"] for r in log_a] == [r["rewards"] for r in log_b]
     manifest = json.loads((killed / "manifest.json").read_text())
     assert manifest["settings"]["algorithm"] == "eggroll" and manifest["settings"]["rank"] == 2
+
+
+def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
+    """config/paper.yaml with an eggroll method on Table 1's task: its train jobs are laid out as ES's (vLLM engines),
+    pass the plan check with a LoRA slot per member counted, and are priced (iterations as ES's)."""
+    import copy
+
+    from esrepro import cost, plan_check, scaling
+    from esrepro.cluster import ray_layout
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
+    from conftest import REPO
+
+    cfg = copy.deepcopy(read_config(str(REPO / "config" / "paper.yaml")))
+    cfg.setdefault("methods", {})["eggroll4"] = {"algorithm": "eggroll", "rank": 4}
+    cfg["train"]["countdown"]["methods"] = [*cfg["train"]["countdown"]["methods"], "eggroll4"]
+    p = load_pipeline(cfg, str(REPO / "config" / "paper.yaml"))
+    models = p.train_models("countdown")
+    assert models
+    for model in models:
+        s = p.method_settings(model, "countdown", "eggroll4")
+        es = p.method_settings(model, "countdown", "es")
+        assert (s.population, s.sigma, s.alpha, s.iterations, s.backend) == \
+            (es.population, es.sigma, es.alpha, es.iterations, es.backend)  # defaults.es: an equal budget
+        job = plan_check.build(p, "train", {"task": "countdown", "model": model, "method": "eggroll4", "seed": "0"})
+        assert job.kind == f"eggroll {s.backend}" and not job.problems, job.problems
+        assert ray_layout(p, "countdown", model, "eggroll4") == ray_layout(p, "countdown", model, "es")
+        assert scaling.run_steps(p, "countdown", model, "eggroll4") == s.iterations
+    priced = [r for j, r in cost.job_rows(p) if j.wildcards.get("method") == "eggroll4"]
+    assert len(priced) >= len(models) and all(r.estimated_gpu_h > 0 for r in priced)

@@ -46,9 +46,20 @@ def engine(model_dir):
     e.close()
 
 
-def test_members_through_adapters_in_one_call_equal_the_written_weights(engine, model_dir):
+@pytest.fixture(scope="module")
+def in_place(model_dir):
+    """The ES vLLM engine with low-rank noise, members written into its weights (kept to the module's end: vLLM's
+    engines in one process share its distributed state, which the first one torn down takes with it)."""
+    from esrepro.backends.vllm_engine import VLLMEngine
+
+    return VLLMEngine(model_dir, dtype="float32", device="cpu", kv_cache_memory_bytes=KV, restore="exact",
+                      lowrank=RANK, noise="iid")
+
+
+def test_members_through_adapters_in_one_call_equal_the_written_weights(engine, in_place, model_dir):
     """N members' adapters, ONE LLM.generate call: each member's responses == vLLM with the member written into its
-    weights in place == transformers with the reference weights W + sigma A Bᵀ / √r; the base is untouched."""
+    weights in place (the ES vLLM engine with low-rank noise) == transformers with the reference weights
+    W + sigma A Bᵀ / √r; the base is untouched."""
     from esrepro.backends.vllm_engine import VLLMEngine
     from esrepro.perturb.noise import member_seed
 
@@ -74,16 +85,14 @@ def test_members_through_adapters_in_one_call_equal_the_written_weights(engine, 
     assert not list(engine.adapters.scratch.iterdir()), "released adapters left folders behind"
     changed = 0
     for seed, got in zip(seeds, batched):
-        engine._rpc("es_perturb", seed, SIGMA)  # the library's in-place path in vLLM's workers
-        engine._weights_changed()
-        in_weights = VLLMEngine.generate(engine, PROMPTS, MAX_NEW)
-        engine._rpc("es_restore", seed, SIGMA)
-        engine._weights_changed()
+        in_place.perturb(seed, SIGMA)  # the library's in-place low-rank path in vLLM's workers
+        in_weights = in_place.generate(PROMPTS, MAX_NEW)
+        in_place.restore(seed, SIGMA)
         reference = _generate_with(model_dir, _member_state(model_dir, seed, SIGMA, RANK))  # this test's weights
         assert got == in_weights, seed
         assert got == reference, seed
         changed += got != base_out
-    assert engine.checksum() == before
+    assert engine.checksum() == before == in_place.checksum()
     assert changed >= 2, "the members should change the outputs (test too weak)"
     # one member at a time through perturb / generate / restore gives the same
     engine.perturb(seeds[1], SIGMA)

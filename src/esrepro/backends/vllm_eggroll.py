@@ -40,16 +40,19 @@ class EggrollVLLMEngine(VLLMEngine):
 
     ``prepare_members`` / ``generate_members`` / ``release_members`` score many members in one ``generate`` call
     (:meth:`esrepro.population.worker.PopulationWorker.members` uses them); ``perturb`` / ``restore`` carry one
-    member's adapter for :meth:`generate`, leaving the weights as they are.
+    member's adapter for :meth:`generate`, leaving the weights as they are. As no member is written into the
+    weights, the workers keep no exact-restore copy of them whatever ``restore`` says (float32 masters with
+    ``master_weights``, as ES keeps them).
     """
 
     def __init__(self, model_dir: str | Path, *, rank: int, max_loras: int | None = None, noise: str = "iid",
-                 **engine: Any) -> None:
+                 restore: str = "subtract", **engine: Any) -> None:
         targets = lowrank_targets(model_dir)
         check_rank(rank, {name: shape for name, _, shape in targets})
         self.rank, self.variant = int(rank), noise
         self.targets = targets
-        super().__init__(model_dir, noise=noise, lowrank=self.rank,
+        del restore  # no member is ever written into the weights: the workers keep no exact-restore copy
+        super().__init__(model_dir, noise=noise, lowrank=self.rank, restore="subtract",
                          **lora_llm_kwargs(max_loras or 1, self.rank), **engine)
         self.adapters = AdapterBatch(self.llm, prefix="eggroll_vllm_")
         self._current: tuple[int, float, Any] | None = None  # (seed, sigma, request) of the carried member

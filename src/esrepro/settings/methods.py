@@ -470,6 +470,10 @@ class Algorithm:
     description: str
 
 
+#: The algorithms the ES loop trains (esrepro.es.train): full-rank ES and low-rank ES (EGGROLL). Their jobs are laid
+#: out, checked, priced and counted alike: engines scoring a population, iterations, no optimiser state.
+ES_ALGORITHMS: tuple[str, ...] = ("es", "eggroll")
+
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in (
