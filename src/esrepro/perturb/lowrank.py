@@ -1,11 +1,15 @@
 """Low-rank noise (EGGROLL): a member perturbs each weight matrix by E = A Bᵀ / √r, regenerated from its seed.
 
-"Evolution Strategies at the Hyperscale" (EGGROLL, Sarkar et al., arXiv 2511.16652 v1) replaces the
-full-rank Gaussian noise of a weight matrix W (m x n) by a rank-r product E = A Bᵀ / √r, with A (m x r)
+"Evolution Strategies at the Hyperscale" (EGGROLL, Sarkar et al., arXiv 2511.16652 v1, Algorithm 1) replaces
+the full-rank Gaussian noise of a weight matrix W (m x n) by a rank-r product E = A Bᵀ / √r, with A (m x r)
 and B (n x r) standard normal; the 1/√r keeps every entry of E at unit variance whatever r. The update is
-ES's: theta += alpha / N * sum_i w_i E_i with the members' normalised rewards w_i (the paper's Gaussian
-ES update with its E_i; here with 1/sigma folded into alpha, as the ES paper does). Summed over N members
-the update has rank up to N r although each member's E_i has rank r.
+ES's: theta += alpha / N * sum_i w_i E_i with the members' normalised rewards w_i (Algorithm 1's update with
+its E_i; here with 1/sigma folded into alpha, as the ES paper does, arXiv 2509.24372 v2 Algorithm 1). Summed
+over N members the update has rank up to N r although each member's E_i has rank r.
+
+Read line by line against those equations: :func:`factors` draws A_i, B_i; :func:`member_noise` is
+E_i = A_i B_iᵀ / √r; :func:`lowrank_perturb_` writes W + sigma E_i; :func:`update_delta` is
+alpha / N * sum_i w_i E_i; :func:`lowrank_update_` adds it to the (float32 master) weights.
 
 Which tensors: the weights of the linear projections of the decoder layers (q, k, v, o, gate, up, down:
 :func:`is_lowrank_target`). Every other parameter (norms, biases, embeddings) takes no noise and is
