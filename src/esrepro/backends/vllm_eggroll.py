@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from esrepro.backends.vllm_engine import VLLMEngine, greedy_params
+from esrepro.backends.vllm_engine import VLLMEngine, encode_prompt, greedy_params
 from esrepro.backends.vllm_layout import hf_parameters
 from esrepro.backends.vllm_lora import AdapterBatch, lora_llm_kwargs
 from esrepro.perturb.adapter import Target, write_member_adapter
@@ -70,7 +70,11 @@ class EggrollVLLMEngine(VLLMEngine):
     def generate_members(self, requests: Sequence[Any], prompts: list[str], max_new_tokens: int) -> list[list[str]]:
         """Greedy continuations of ``prompts`` under every member's adapter, in one ``LLM.generate`` call; per
         member, the responses in prompt order."""
-        ids = [self._prompt_ids(p) for p in prompts]
+        ids = []
+        for p in prompts:  # truncations counted per member, as the ES engine counts them per generate call
+            row, cut = encode_prompt(self.tokenizer, p, self.chat, self.max_prompt_tokens)
+            self.truncated += cut * len(requests)
+            ids.append(row)
         params = greedy_params(max_new_tokens, self.stop_ids, self.decoding)
         per_member = self.adapters.generate(requests, ids, params)
         self.generated_tokens += sum(len(r) for rows in per_member for r in rows)
