@@ -36,7 +36,8 @@ def lowrank_targets(model_dir: str | Path) -> list[Target]:
 
 
 class EggrollVLLMEngine(VLLMEngine):
-    """The ES vLLM engine whose members are LoRA adapters of rank ``rank`` (``max_loras`` of them per batch).
+    """The ES vLLM engine whose members are LoRA adapters of rank ``rank`` (``max_loras`` of them per batch; None: 1,
+    the training step passes the method's ``max_loras`` or its population).
 
     ``prepare_members`` / ``generate_members`` / ``release_members`` score many members in one ``generate`` call
     (:meth:`esrepro.population.worker.PopulationWorker.members` uses them); ``perturb`` / ``restore`` carry one
