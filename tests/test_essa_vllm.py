@@ -247,7 +247,7 @@ def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown
         engine.llm.generate = generate
     assert calls == [len(xs) * 4]  # six candidates (more than max_loras) x four problems, one call
     assert set(seconds) == {"apply", "generation", "restore"} and all(v >= 0 for v in seconds.values())
-    assert engine.llm.llm_engine.list_loras() == set() and not any(engine._scratch.iterdir())
+    assert engine.llm.llm_engine.list_loras() == set() and not any(engine.adapters.scratch.iterdir())
     one_by_one = []
     for x in xs:
         engine.apply(x)

@@ -16,6 +16,7 @@ from esrepro.population.placement import engines_per_gpu
 from esrepro.rl.budget import check_problem_count
 from esrepro.settings.base import renamed
 from esrepro.settings.layers import ConfigError, at
+from esrepro.settings.methods import ES_ALGORITHMS
 from esrepro.tasks import known_tasks, split_sizes
 from esrepro.tasks.math_data import MATH_SETS
 
@@ -95,7 +96,7 @@ def _engines(p: Pipeline, out: list[str]) -> None:
                     res = train_job(p, task, model, method)
                 except (ConfigError, KeyError):
                     continue  # reported by _methods
-                if cfg.algorithm != "es" or not res.gpu:
+                if cfg.algorithm not in ES_ALGORITHMS or not res.gpu:
                     continue
                 where = at(p.registry_source, "models", model, "resources", train_resources_key(p, task, model, method))
                 tp, gpus = cfg.tensor_parallel_size, res.nodes * res.gpu

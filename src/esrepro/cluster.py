@@ -23,7 +23,7 @@ from typing import Any
 from esrepro.essa.sft_launch import PROCESSES_ENV
 from esrepro.pipeline import Pipeline
 from esrepro.rl.shares import largest_world
-from esrepro.settings.methods import GRPO_ALGORITHMS
+from esrepro.settings.methods import ES_ALGORITHMS, GRPO_ALGORITHMS
 from esrepro.settings.registry import Resources
 
 #: Snakemake resources every rule passes on from the registry.
@@ -38,7 +38,7 @@ def train_resources_key(p: Pipeline, task: str, model: str, method: str) -> str:
     """The registry resources entry of a train job: for an ES method ``train_es_<task>`` where the model has one (a
     task whose ES runs need a layout of their own), else ``train_es`` where it has one; else ``train``."""
     resources = p.model(model).resources
-    if p.algorithm_of(task, method).name == "es":
+    if p.algorithm_of(task, method).name in ES_ALGORITHMS:
         for key in (f"train_es_{task}", "train_es"):
             if key in resources:
                 return key
@@ -121,7 +121,7 @@ def ray_layout(p: Pipeline, task: str, model: str, method: str) -> str:
     if settings.algorithm == "essa":
         engines = settings.engines or (res.nodes * res.gpu if res.gpu else 1)
         return f"{nodes} x {per_node}: {engines} {settings.backend} engines"
-    if settings.algorithm != "es":
+    if settings.algorithm not in ES_ALGORITHMS:
         return f"{nodes} x {per_node}"
     tp = settings.tensor_parallel_size
     engines = settings.engines or (res.nodes * res.gpu // tp if res.gpu else 1)

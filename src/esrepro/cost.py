@@ -32,7 +32,7 @@ REGISTRY_RULE = {"build_tiny": "build"}
 TRAINING = ("train", "train_cell", "essa_grpo")
 #: Resume-state bytes per parameter: ES the bf16 weights; PPO and GRPO float32 weights and two AdamW moments per
 #: trained model (PPO: policy and critic); ESSA a few kilobytes (CMA-ES state).
-RESUME_BYTES = {"es": 2, "ppo": 24, **{a: 12 for a in GRPO_ALGORITHMS}, "essa": 0}
+RESUME_BYTES = {"es": 2, "eggroll": 2, "ppo": 24, **{a: 12 for a in GRPO_ALGORITHMS}, "essa": 0}
 TOTAL = "Total"
 
 

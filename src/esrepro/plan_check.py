@@ -31,6 +31,7 @@ from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.resume_cost import job_settings
 from esrepro.rl import phases as PH
 from esrepro.rl_memory import Evaluation, grpo_phases, ppo_phases
+from esrepro.settings.methods import ES_ALGORITHMS, EggrollSettings, lora_rank_slot
 from esrepro.train.periodic import RL_EVAL_BATCH, generation_length
 
 #: The rules whose jobs hold GPUs and are checked.
@@ -267,8 +268,9 @@ def predict(model_dir: str | Path, settings: dict, world: int, prompt_tokens: in
 
 
 def check_es(job: JobCheck, p: Pipeline, cfg) -> None:
-    """ES: its engines' layout and vLLM arguments as :func:`esrepro.es.train.make_evaluator` builds them, and what ES
-    keeps beside vLLM (the workers' own check at start, :meth:`ShardedWeights.transient_bytes`)."""
+    """ES (and eggroll, whose vLLM engines hold a LoRA slot per member of a batch): its engines' layout and vLLM
+    arguments as :func:`esrepro.es.train.make_evaluator` builds them, and what ES keeps beside vLLM (the workers' own
+    check at start, :meth:`ShardedWeights.transient_bytes`)."""
     from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
     m = M.entry_facts(p.model(job.wildcards["model"]))
@@ -279,12 +281,16 @@ def check_es(job: JobCheck, p: Pipeline, cfg) -> None:
     except ValueError as exc:
         job.problems.append(f"engines: {exc}")
         return
-    copy = (4 if cfg.master_weights else 2 if cfg.restore == "exact" else 0) * m.params // tp
+    adapters = isinstance(cfg, EggrollSettings) and cfg.backend == "vllm"  # members never written: no restore copy
+    copy = (4 if cfg.master_weights else 2 if cfg.restore == "exact" and not adapters else 0) * m.params // tp
     transient = 4 * m.largest_tensor + 12 * m.largest_tensor // tp
     outside = {"ES weight copy": copy, "ES noise buffers (largest tensor)": transient}
     if cfg.backend == "vllm":
         util = cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing
-        fit = M.vllm_fit(m, utilization=util, tp=tp)
+        # eggroll: every member a LoRA adapter, as many slots as members per batch (esrepro.es.train.lowrank_options)
+        slots = (cfg.max_loras or cfg.population) if isinstance(cfg, EggrollSettings) else 0
+        fit = M.vllm_fit(m, utilization=util, tp=tp, max_loras=slots,
+                         lora_rank_slot=lora_rank_slot(cfg.rank) if slots else 0)
         problem = fit.problem()
         if problem:
             job.problems.append(f"gpu_memory_utilization {util:g}: {problem}")
@@ -307,7 +313,7 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     slots, on the base in its precision: bf16, or INT4 through vLLM's bitsandbytes plugin; transformers ``generate``
     on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits, at most ``batch_size``; ``fitted``
     False: at ``batch_size`` itself)."""
-    from esrepro.essa.vllm_engine import lora_rank_slot, quantization_llm_kwargs
+    from esrepro.essa.vllm_engine import quantization_llm_kwargs  # loads torch (through esrepro.backends)
     from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
     w = job.wildcards
@@ -433,10 +439,10 @@ def build(p: Pipeline, rule: str, wildcards: dict) -> JobCheck | None:
         return job
     s = job_settings(p, w["model"], w["task"], w["method"], w.get("cell"))
     algo = s.algorithm
-    kind = algo + (f" {s.backend}" if algo in ("es", "essa") else "") + \
+    kind = algo + (f" {s.backend}" if algo in (*ES_ALGORITHMS, "essa") else "") + \
         (f" {s.precision}" if algo == "essa" and s.precision != "native" else "")
     job = JobCheck(rule, dict(w), kind, gpus, procs, host_bytes=host)
-    if algo == "es":
+    if algo in ES_ALGORITHMS:
         check_es(job, p, s)
     elif algo == "essa":
         check_essa(job, p, s)

@@ -30,6 +30,7 @@ from esrepro import paths as P
 from esrepro.models.pinned import BUILT_FROM
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.plan import Plan
+from esrepro.settings.methods import ES_ALGORITHMS
 from esrepro.specs import data_spec
 
 #: Environment variables that say the hub and the internet are out of reach (any of 1, true, yes, on).
@@ -208,7 +209,7 @@ def job_packages(p: Pipeline, task: str, model: str, method: str, cell: str | No
     """The optional modules one training job needs, each with the setting that needs it."""
     settings = p.method_settings(model, task, method, cell)
     out: dict[str, str] = {}
-    if settings.algorithm in ("es", "essa"):
+    if settings.algorithm in (*ES_ALGORITHMS, "essa"):
         if settings.backend == "vllm":
             out["vllm"] = f"{settings.algorithm} backend vllm"
         if getattr(settings, "precision", "native") != "native":

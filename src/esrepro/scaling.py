@@ -43,6 +43,7 @@ from esrepro.cluster import layout
 from esrepro.essa.data import essa_sample_budget
 from esrepro.pipeline import BASE, ESSA_GRPO, Pipeline
 from esrepro.rl.budget import es_sample_budget, samples_per_step
+from esrepro.settings.methods import ES_ALGORITHMS
 from esrepro.tasks import split_sizes
 
 PEAK_FLOPS = 989e12  # H100 SXM, bf16 dense
@@ -131,7 +132,7 @@ def job_cost(p: Pipeline, task: str, model: str, method: str, cell: str | None =
     res = layout(p, task, model, method, cell)
     gpus = max(1, res.nodes * (res.gpu or 0))
     bf16 = 2 * params / 1e9
-    if algo == "es":
+    if algo in ES_ALGORITHMS:  # eggroll priced as ES (its members batched in one call on vLLM: an upper bound)
         completions = es_sample_budget(s)
         gen, trained = completions * s["max_new_tokens"], 0
         memory = {"weights (bf16)": bf16}
@@ -275,7 +276,7 @@ def weight_bytes(p: Pipeline, model: str) -> float:
 def run_steps(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> int:
     """Iterations (ES, ESSA) or optimiser steps (RL: the sample budget over the completions per step) of a run."""
     s = p.method_settings(model, task, method, cell).as_dict()
-    if p.algorithm_of(task, method).name in ("es", "essa"):
+    if p.algorithm_of(task, method).name in (*ES_ALGORITHMS, "essa"):
         return int(s["iterations"])
     return max(1, int(s["sample_budget"]) // samples_per_step(s))
 

@@ -36,6 +36,7 @@ from typing import Literal, Sequence, get_args
 import torch
 
 from esrepro.devices import noise_device, synchronize
+from esrepro.perturb.lowrank import check_rank, is_lowrank_target, lowrank_perturb_, lowrank_update_
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.models.decoding import greedy_rule
@@ -298,12 +299,29 @@ def _compile_config(device: torch.device):
 
 
 class HFEngine(HFBackend):
-    """An ES engine on transformers: greedy generation plus in-place perturb / restore / update and a checksum."""
+    """An ES engine on transformers: greedy generation plus in-place perturb / restore / update and a checksum.
+
+    ``rank``: None, full-rank ES noise on every parameter; r, low-rank (EGGROLL) noise of rank r on the linear
+    projections' weights only (:mod:`esrepro.perturb.lowrank`), written into the weights in place
+    (W + sigma A Bᵀ / √r) and restored as ES restores.
+    """
 
     def __init__(self, model_dir: str | Path, *, noise: NoiseVariant = "iid", restore: RestoreMode = "exact",
-                 master_weights: Literal["float32"] | None = None, **backend: object) -> None:
+                 master_weights: Literal["float32"] | None = None, rank: int | None = None,
+                 **backend: object) -> None:
         super().__init__(model_dir, **backend)
-        self.weights = ESWeights([p for _, p in self.named_parameters()], noise, restore, master_weights)
+        named = self.named_parameters()
+        params = [p for _, p in named]
+        if rank is None:
+            self.weights = ESWeights(params, noise, restore, master_weights)
+        else:
+            targets = [k if is_lowrank_target(n) else None for k, (n, _) in enumerate(named)]
+            check_rank(rank, {n: tuple(p.shape) for (n, p), k in zip(named, targets) if k is not None})
+            self.weights = ESWeights(
+                params, noise, restore, master_weights,
+                perturb_fn=lambda ps, seed, sigma, variant: lowrank_perturb_(ps, targets, seed, sigma, rank, variant),
+                update_fn=lambda ps, seeds, ws, alpha, variant, masters: lowrank_update_(
+                    ps, targets, seeds, ws, alpha, rank, variant, masters))
 
     def perturb(self, seed: int, sigma: float) -> None:
         """theta += sigma * eps(seed), in place."""

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """How to build one engine: backend, model, device, generation batch and path, and the ES weight options."""
+    """How to build one engine: backend, model, device, generation batch and path, and the ES weight options
+    (the noise scheme included: full-rank, or low-rank of ``rank``)."""
 
     model_dir: str
     backend: Literal["hf", "vllm"] = "hf"
@@ -26,6 +27,8 @@ class EngineSpec:
     kv_cache_memory_bytes: int | None = None  # vllm: KV cache bytes instead of the share (CPU build: 256 MiB)
     generation: str = "default"  # the hf backend's generation path (esrepro.backends.hf)
     call_timeout: float | None = None  # vllm: seconds a call into its workers may take
+    rank: int | None = None  # None: full-rank ES noise; r: low-rank (EGGROLL) noise of rank r (esrepro.perturb.lowrank)
+    max_loras: int | None = None  # vllm with rank: member adapters in one batch (None: all of a call's members)
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
@@ -38,7 +41,16 @@ class EngineSpec:
 
             return HFEngine(self.model_dir, dtype=self.dtype, device=self.device, batch_size=self.batch_size,
                             chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, generation=self.generation,
-                            **weights)
+                            rank=self.rank, **weights)
+        if self.backend == "vllm" and self.rank is not None:
+            from esrepro.backends.vllm_eggroll import EggrollVLLMEngine
+
+            return EggrollVLLMEngine(self.model_dir, rank=self.rank, max_loras=self.max_loras, dtype=self.dtype,
+                                     tensor_parallel_size=self.tensor_parallel_size, chat=self.chat,
+                                     max_prompt_tokens=self.max_prompt_tokens, device=self.device,
+                                     gpu_memory_utilization=self.gpu_memory_utilization,
+                                     kv_cache_memory_bytes=self.kv_cache_memory_bytes, call_timeout=self.call_timeout,
+                                     **weights)
         if self.backend == "vllm":
             from esrepro.backends.vllm_engine import VLLMEngine
 

@@ -38,10 +38,14 @@ from esrepro.backends.vllm_layout import (
     ShardSpec,
     VLLMLayout,
     build_layout,
+    lowrank_perturb_shards_,
+    lowrank_shard,
+    lowrank_update_shards_,
     param_to_hf,
     perturb_shards_,
     update_shards_,
 )
+from esrepro.perturb.lowrank import check_rank
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 from esrepro.io import atomic_path
@@ -50,6 +54,9 @@ from esrepro.models.tokens import prompt_ids
 
 #: Qualified name vLLM resolves in every worker process.
 WORKER_EXTENSION = "esrepro.backends.vllm_engine.ESWorkerExtension"
+#: Where vLLM's LoRA wrapper of a linear layer keeps the wrapped layer (``vllm/lora/layers/base_linear.py``): its
+#: parameters' names gain this part (``...qkv_proj.base_layer.weight``), which the ES layout's names do not have.
+LORA_BASE = ".base_layer"
 #: Gathers one rank's tensor from every rank (rank order) on the rank that hashes or saves, else None.
 Gather = Callable[[torch.Tensor], "list[torch.Tensor] | None"]
 
@@ -59,7 +66,8 @@ class ShardedWeights(ESWeights):
     with each shard's noise mapped from the HF tensors it holds.
 
     ``params`` maps vLLM parameter names to the tensors changed in place; it must hold exactly
-    the parameters of ``layout`` on ``rank``, with the layout's shapes.
+    the parameters of ``layout`` on ``rank``, with the layout's shapes. ``lowrank``: None, full-rank noise; r,
+    low-rank (EGGROLL) noise of rank r on the linear projections' shards only (:mod:`esrepro.perturb.lowrank`).
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class ShardedWeights(ESWeights):
         noise: NoiseVariant = "iid",
         restore: RestoreMode = "exact",
         master_weights: Literal["float32"] | None = None,
+        lowrank: int | None = None,
     ) -> None:
         self.layout, self.rank = layout, rank
         self.specs: tuple[ShardSpec, ...] = layout.shards(rank)
@@ -85,12 +94,18 @@ class ShardedWeights(ESWeights):
                 f"{[(n, actual[n], expected[n]) for n in wrong]}"
             )
         specs = self.specs
-        super().__init__(
-            [params[s.name] for s in specs], noise, restore, master_weights,
-            perturb_fn=lambda ps, seed, sigma, variant: perturb_shards_(ps, specs, seed, sigma, variant),
-            update_fn=lambda ps, seeds, ws, alpha, variant, masters: update_shards_(
-                ps, specs, seeds, ws, alpha, variant, masters),
-        )
+        if lowrank is None:
+            perturb_fn = lambda ps, seed, sigma, variant: perturb_shards_(ps, specs, seed, sigma, variant)  # noqa: E731
+            update_fn = lambda ps, seeds, ws, alpha, variant, masters: update_shards_(  # noqa: E731
+                ps, specs, seeds, ws, alpha, variant, masters)
+        else:  # low-rank (EGGROLL) noise of rank ``lowrank`` on the linear projections only
+            check_rank(lowrank, {p.hf.name: p.hf.shape for s in specs if lowrank_shard(s) for p in s.pieces})
+            perturb_fn = lambda ps, seed, sigma, variant: lowrank_perturb_shards_(  # noqa: E731
+                ps, specs, seed, sigma, lowrank, variant)
+            update_fn = lambda ps, seeds, ws, alpha, variant, masters: lowrank_update_shards_(  # noqa: E731
+                ps, specs, seeds, ws, alpha, lowrank, variant, masters)
+        super().__init__([params[s.name] for s in specs], noise, restore, master_weights,
+                         perturb_fn=perturb_fn, update_fn=update_fn)
 
     def transient_bytes(self) -> int:
         """Upper bound of the memory one perturb / update step allocates on top of the weights and
@@ -247,7 +262,7 @@ def unpack_cpu_linears(model: torch.nn.Module, layout: VLLMLayout, rank: int, mo
         module.cpu_linear = torch.nn.functional.linear
         weight = getattr(module, "weight", None)
         if isinstance(weight, torch.Tensor) and weight.numel() == 0:
-            emptied[f"{name}.weight" if name else "weight"] = module
+            emptied[(f"{name}.weight" if name else "weight").replace(LORA_BASE, "")] = module
         bias = getattr(module, "bias", None)
         if isinstance(bias, torch.Tensor) and isinstance(weight, torch.Tensor) and bias.dtype != weight.dtype:
             bias.data = bias.data.to(weight.dtype)
@@ -288,7 +303,7 @@ class ESWorkerExtension:
     """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
 
     def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None,
-                 gpu_memory_utilization: float, driver_pid: int) -> int:
+                 gpu_memory_utilization: float, driver_pid: int, lowrank: int | None = None) -> int:
         """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank.
 
         A worker in a process of its own (tensor parallelism) ends when the driver ``driver_pid`` that built it
@@ -310,7 +325,8 @@ class ESWorkerExtension:
         model = self.model_runner.get_model()
         if current_platform.is_cpu():
             unpack_cpu_linears(model, layout, tp.rank_in_group, model_dir)
-        params = {n: p.data for n, p in model.named_parameters()}
+        # with LoRA enabled vLLM wraps each adapted linear layer, whose own parameters then sit under base_layer
+        params = {n.replace(LORA_BASE, ""): p.data for n, p in model.named_parameters()}
         weights = sum(p.numel() * p.element_size() for p in params.values())
         copy = "float32 masters" if master_weights else "an exact-restore snapshot" if restore == "exact" else "no copy"
         hint = (
@@ -320,7 +336,8 @@ class ESWorkerExtension:
             "master_weights: null)"
         )
         try:
-            self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights)
+            self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights,
+                                           lowrank)
         except torch.OutOfMemoryError as e:
             raise RuntimeError(f"out of GPU memory for the ES state: {hint}") from e
         if not current_platform.is_cuda_alike():
@@ -482,6 +499,8 @@ class VLLMEngine:
     ``device``: ``cuda`` (the GPUs this process sees), ``cuda:N`` (GPU N: only before CUDA is
     initialised in this process) or ``cpu`` (vLLM's CPU build). ``call_timeout``: seconds a call
     into the workers may take (tensor parallelism: they are other processes) before it fails.
+    ``lowrank``: None, full-rank ES noise; r, low-rank (EGGROLL) noise of rank r on the linear projections
+    (perturb, restore and update in the workers, :class:`ShardedWeights`).
     """
 
     def __init__(
@@ -500,6 +519,7 @@ class VLLMEngine:
         max_prompt_tokens: int | None = None,
         device: str = "cuda",
         call_timeout: float | None = None,
+        lowrank: int | None = None,
         **llm_kwargs,
     ) -> None:
         from esrepro.models.loading import DTYPES, load_tokenizer
@@ -534,7 +554,7 @@ class VLLMEngine:
         )
         self.prefix_caching = enable_prefix_caching
         self._rpc("es_setup", str(self.model_dir), noise, restore, master_weights, gpu_memory_utilization,
-                  os.getpid())
+                  os.getpid(), lowrank)
         devices = set(self._rpc("es_noise_device"))
         if len(devices) != 1:
             raise RuntimeError(f"the tensor-parallel ranks of {self.model_dir} run on different devices "

@@ -39,6 +39,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from esrepro.perturb.lowrank import is_lowrank_target, member_noise, update_delta
 from esrepro.perturb.noise import NoiseVariant, noise_like
 from esrepro.perturb.ops import NoiseFn, perturb_, update_
 
@@ -326,3 +327,53 @@ def update_shards_(
     step goes to the masters and the parameters are set from them.
     """
     update_(params, seeds, weights, alpha, variant, masters, noise=_shard_noise_of(specs, params, variant))
+
+
+# --- low-rank (EGGROLL) noise on shards -----------------------------------------------------------
+
+
+def lowrank_shard(spec: ShardSpec) -> bool:
+    """Whether vLLM parameter ``spec`` takes low-rank noise: its HF pieces are all linear projection weights
+    (:func:`esrepro.perturb.lowrank.is_lowrank_target`), or none of them are (else the layout is inconsistent)."""
+    hits = {is_lowrank_target(pc.hf.name) for pc in spec.pieces}
+    if len(hits) != 1:
+        raise ValueError(f"vLLM parameter {spec.name} mixes low-rank targets and other tensors")
+    return hits.pop()
+
+
+def _shard_of(spec: ShardSpec, full, device: torch.device) -> torch.Tensor:
+    """One rank's shard of the float32 tensors ``full(hf_tensor)`` of its pieces, sliced like its weights."""
+    if len(spec.pieces) == 1 and spec.pieces[0].hf.shape == spec.shape:
+        return full(spec.pieces[0].hf)
+    out = torch.zeros(spec.shape, dtype=torch.float32, device=device)
+    for pc in spec.pieces:
+        if pc.length:
+            out.narrow(pc.dim, pc.dst, pc.length).copy_(full(pc.hf).narrow(pc.dim, pc.src, pc.length))
+    return out
+
+
+def lowrank_perturb_shards_(params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seed: int, sigma: float,
+                            rank: int, variant: NoiseVariant) -> None:
+    """W += sigma * E(seed) on one rank's low-rank shards, each piece's E its HF tensor's (whole, then sliced)."""
+    for p, spec in zip(params, specs, strict=True):
+        if lowrank_shard(spec):
+            gen = torch.Generator(device=p.device)
+            e = _shard_of(spec, lambda t: member_noise(t.shape, p.device, seed, t.index, rank, variant, gen), p.device)
+            p.add_(e.to(p.dtype), alpha=sigma)
+
+
+def lowrank_update_shards_(params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seeds: Sequence[int],
+                           weights: Sequence[float], alpha: float, rank: int, variant: NoiseVariant,
+                           masters: Sequence[torch.Tensor] | None = None) -> None:
+    """W += alpha / N * sum_i w_i E_i on one rank's low-rank shards (:func:`esrepro.perturb.lowrank.update_delta` of
+    each piece's HF tensor, sliced); with ``masters`` the step goes to the float32 masters first."""
+    for j, (p, spec) in enumerate(zip(params, specs, strict=True)):
+        if not lowrank_shard(spec):
+            continue
+        delta = _shard_of(spec, lambda t: update_delta(t.shape, p.device, seeds, weights, alpha, t.index, rank,
+                                                       variant), p.device)
+        if masters is not None:
+            masters[j].add_(delta)
+            p.copy_(masters[j])
+        else:
+            p.add_(delta.to(p.dtype))

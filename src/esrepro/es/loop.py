@@ -22,7 +22,8 @@ from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
 from esrepro.train.resume import ResumeMismatch, announce_resume, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
-NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_parallel_size", *ENGINE_FIELDS}
+NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_parallel_size", "max_loras",
+                *ENGINE_FIELDS}
 
 
 def _state_key(cfg: ESSettings, seed: int) -> dict:

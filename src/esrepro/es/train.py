@@ -1,5 +1,6 @@
 """The ES trainer: the population evaluator (one engine, or several as Ray actors), the ES loop,
-kept snapshots and resume state."""
+kept snapshots and resume state. It trains ``es`` (full-rank noise) and ``eggroll`` (low-rank noise, the
+engines' ``rank``) alike: only the engines differ."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ import shutil
 from pathlib import Path
 
 from esrepro import paths as P
+from esrepro.settings.methods import EggrollSettings, ESSettings
 from esrepro.population.placement import (GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu, ray_placement,
                                           visible_gpus)
 from esrepro.train.context import TrainContext, TrainOutcome
+
+
+def lowrank_options(cfg: ESSettings) -> dict:
+    """The engine options of an ``eggroll`` method's noise scheme (rank; on vLLM, member adapters per batch: by
+    default the whole population); none for ``es``."""
+    if isinstance(cfg, EggrollSettings):
+        return {"rank": cfg.rank, "max_loras": cfg.max_loras or cfg.population}
+    return {}
 
 
 def make_evaluator(ctx: TrainContext):
@@ -31,7 +41,8 @@ def make_evaluator(ctx: TrainContext):
                       tensor_parallel_size=cfg.tensor_parallel_size, generation=cfg.generation,
                       max_prompt_tokens=cfg.max_prompt_tokens,
                       gpu_memory_utilization=cfg.gpu_memory_utilization or GPU_MEMORY_UTILIZATION / sharing,
-                      kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, call_timeout=cfg.call_timeout)
+                      kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, call_timeout=cfg.call_timeout,
+                      **lowrank_options(cfg))
     scoring = Scoring(task=ctx.task.name, examples=ctx.examples, max_new_tokens=cfg.max_new_tokens,
                       options=dict(ctx.task.options))
     if engines == 1:

@@ -16,15 +16,10 @@ weight rounded to the dtype; vLLM computes ``W_base h + scaling B'(A' h)`` in th
 greedy token can flip where two logits are within rounding of each other. tests/test_essa_vllm.py
 measures it on the tiny model: none in float32, a few percent of responses in bfloat16.
 
-vLLM 0.32.0 API used (its source, and run on its CPU build by tests/test_essa_vllm.py):
-``LLM(..., enable_lora=True, max_loras=, max_lora_rank=, max_cpu_loras=)``
-(``vllm/config/lora.py``: ``max_lora_rank`` one of 1, 8, 16, 32, 64, 128, 256, 320, 512;
-``max_loras`` adapters share one batch, the scheduler holds back requests of others),
-``LLM.generate(prompts, params, lora_request=[LoRARequest(name, int_id, path), ...])`` one per
-prompt (``vllm/entrypoints/llm.py``, ``vllm/lora/request.py``: ids must be >= 1 and unique per
-adapter), ``LLM.llm_engine.remove_lora(id)``. Qwen2 supports LoRA on its packed
-``qkv_proj`` / ``gate_up_proj`` and on ``o_proj`` / ``down_proj`` (``packed_modules_mapping``),
-so q, k, v and o adapters load as they are.
+The adapters are served by the multi-LoRA piece ES's low-rank members share
+(:class:`esrepro.backends.vllm_lora.AdapterBatch`, whose docstring lists the vLLM API used). Qwen2 supports
+LoRA on its packed ``qkv_proj`` / ``gate_up_proj`` and on ``o_proj`` / ``down_proj``
+(``packed_modules_mapping``), so q, k, v and o adapters load as they are.
 
 Quantised bases (ESSA Sec. 4.3 and Fig. 9: INT8/INT4 through bitsandbytes, inference on vLLM). vLLM 0.32.0 has no
 bitsandbytes in its core: ``quantization="bitsandbytes"`` is not among ``QuantizationMethods``
@@ -57,16 +52,14 @@ vllm-project's out-of-tree ``vllm-bnb-plugin`` (vllm-project/vllm#43529), which 
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-#: vLLM's allowed ``max_lora_rank`` values (``vllm/config/lora.py``, ``MaxLoRARanks``).
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+from esrepro.backends.vllm_lora import LORA_RANKS, AdapterBatch, lora_llm_kwargs, lora_rank_slot
 
+__all__ = ["ESSAVLLMEngine", "LORA_RANKS", "essa_llm_kwargs", "lora_rank_slot", "quantization_llm_kwargs"]
 
 #: The precisions this engine serves (:func:`quantization_llm_kwargs`).
 VLLM_PRECISIONS = ("native", "int4")
@@ -96,16 +89,7 @@ def essa_llm_kwargs(base_dir: str | Path, *, rank: int, precision: str = "native
     base, its dtype and precision, and LoRA slots for ``max_loras`` adapters of rank up to ``rank``."""
     return dict(model=str(base_dir), dtype=dtype, tensor_parallel_size=tensor_parallel_size, seed=seed,
                 gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=False, skip_tokenizer_init=True,
-                enable_lora=True, max_loras=int(max_loras), max_lora_rank=lora_rank_slot(rank),
-                max_cpu_loras=int(max_loras), **quantization_llm_kwargs(precision), **llm_kwargs)
-
-
-def lora_rank_slot(rank: int) -> int:
-    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
-    for r in LORA_RANKS:
-        if r >= rank:
-            return r
-    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {LORA_RANKS[-1]}")
+                **lora_llm_kwargs(max_loras, rank), **quantization_llm_kwargs(precision), **llm_kwargs)
 
 
 class ESSAVLLMEngine:
@@ -163,9 +147,8 @@ class ESSAVLLMEngine:
                                          tensor_parallel_size=tensor_parallel_size, seed=seed,
                                          gpu_memory_utilization=gpu_memory_utilization, max_loras=self.max_loras,
                                          **llm_kwargs))
-        self._scratch = Path(tempfile.mkdtemp(prefix="essa_vllm_"))
-        self._next_id = 2  # 1 is the SFT adapter
-        self._sft = self._request("sft", 1, self.adapter_dir)
+        self.adapters = AdapterBatch(self.llm, prefix="essa_vllm_")
+        self._sft = self.adapters.request("sft", self.adapter_dir)  # id 1, never released
         self._current: Any = None  # the applied candidate's request (None: the SFT adapter)
 
     # --- the ESSAEngine interface -------------------------------------------------------------
@@ -223,22 +206,14 @@ class ESSAVLLMEngine:
 
     # --- batched candidates -------------------------------------------------------------------
 
-    def _request(self, name: str, lora_id: int, path: Path) -> Any:
-        from vllm.lora.request import LoRARequest
-
-        return LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(path))
-
     def prepare_candidates(self, xs: Sequence[np.ndarray]) -> list[Any]:
         """Write each candidate's adapter (:func:`~esrepro.essa.export.save_adapter`); their LoRA requests."""
         from esrepro.essa.export import save_adapter
 
-        out = []
-        for x in xs:
-            lora_id, self._next_id = self._next_id, self._next_id + 1
-            path = self._scratch / f"c{lora_id}"
-            save_adapter(self.space, np.asarray(x, dtype=np.float64), self.adapter_dir, path)
-            out.append(self._request(f"c{lora_id}", lora_id, path))
-        return out
+        def writer(x: np.ndarray):
+            return lambda path: save_adapter(self.space, np.asarray(x, dtype=np.float64), self.adapter_dir, path)
+
+        return [self.adapters.add("c", writer(x)) for x in xs]
 
     def generate_candidates(self, requests: Sequence[Any], prompts: list[str], max_new_tokens: int) -> list[list[str]]:
         """Greedy continuations of ``prompts`` under every candidate (``prepare_candidates``), in one
@@ -251,27 +226,13 @@ class ESSAVLLMEngine:
             self.truncated += cut * len(requests)
             ids.append(row)
         params = greedy_params(max_new_tokens, self.stop_ids, self.decoding)
-        batch = [{"prompt_token_ids": row} for _ in requests for row in ids]
-        loras = [r for r in requests for _ in ids]
-        outputs = self.llm.generate(batch, params, lora_request=loras, use_tqdm=False)
-        rows = [list(o.outputs[0].token_ids) for o in outputs]
-        self.generated_tokens += sum(len(r) for r in rows)
-        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
-        n = len(prompts)
-        return [texts[k * n:(k + 1) * n] for k in range(len(requests))]
+        per_adapter = self.adapters.generate(requests, ids, params)
+        self.generated_tokens += sum(len(r) for rows in per_adapter for r in rows)
+        return [self.tokenizer.batch_decode(rows, skip_special_tokens=True) for rows in per_adapter]
 
     def release_candidates(self, requests: Sequence[Any]) -> None:
         """Drop the candidates' adapters from vLLM and delete their folders."""
-        engine = self.llm.llm_engine
-        for r in requests:
-            if r.lora_int_id in engine.list_loras():
-                engine.remove_lora(r.lora_int_id)
-            shutil.rmtree(r.lora_path, ignore_errors=True)
+        self.adapters.release(requests)
 
     def close(self) -> None:
-        shutil.rmtree(self._scratch, ignore_errors=True)
-
-    def __del__(self) -> None:
-        scratch = getattr(self, "_scratch", None)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        self.adapters.close()

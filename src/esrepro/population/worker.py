@@ -51,9 +51,12 @@ class PopulationWorker:
     def members(self, seeds: Sequence[int], sigma: float, mine: Sequence[int],
                 batch: Sequence[int] | None = None) -> tuple[list[float], dict]:
         """Mean rewards of members ``mine`` (indices into ``seeds``) and seconds per phase; each member is scored
-        on the training prompts ``batch`` (indices; None: all of them)."""
+        on the training prompts ``batch`` (indices; None: all of them). An engine with ``generate_members``
+        (members as adapters) scores them all in one generation; any other perturbs, generates and restores each."""
         own = set(mine)
         prompts = self.prompts if batch is None else [self.prompts[i] for i in batch]
+        if hasattr(self.engine, "generate_members"):
+            return self._members_batched([seeds[i] for i in mine], sigma, prompts, batch)
         every = self.spec.restore == "subtract"
         rewards: dict[int, float] = {}
         t = {"perturb": 0.0, "generation": 0.0, "restore": 0.0, "tokens": 0}
@@ -73,6 +76,25 @@ class PopulationWorker:
             t["generation"] += t2 - t1
             t["restore"] += t3 - t2
         return [rewards[i] for i in mine], t
+
+    def _members_batched(self, seeds: list[int], sigma: float, prompts: list[str],
+                         batch: Sequence[int] | None) -> tuple[list[float], dict]:
+        """An engine whose members are adapters of its unchanged weights (low-rank ES on vLLM) scores them all in one
+        generation: the phases are writing their adapters, the one generation, and dropping them."""
+        t = {"perturb": 0.0, "generation": 0.0, "restore": 0.0, "tokens": 0}
+        if not seeds:
+            return [], t
+        t0 = self._clock()
+        handles = self.engine.prepare_members(seeds, sigma)
+        t1 = self._clock()
+        try:
+            per_member = self.engine.generate_members(handles, prompts, self.max_new_tokens)
+            rewards = [self.mean_reward(r, batch) for r in per_member]
+        finally:
+            t2 = self._clock()
+            self.engine.release_members(handles)
+        t["perturb"], t["generation"], t["restore"] = t1 - t0, t2 - t1, self._clock() - t2
+        return rewards, t
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> float:
         """Apply the ES update; returns its seconds."""

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED, fields_help
-from esrepro.settings.methods import ESSASettings, ESSettings, GRPOSettings, PPOSettings
+from esrepro.settings.methods import EggrollSettings, ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
     DataSource, Dataset, Defaults, ESSAStudy, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report,
     Stability,
@@ -22,6 +22,8 @@ BLOCKS: list[tuple[str, type[BaseModel], str]] = [
     ("defaults", Defaults, "defaults"),
     ("es", ESSettings, "defaults.es, methods.<name>, train.<task>.<method>, a study's es.settings, "
                        "models.<key>.methods.<name> (registry)"),
+    ("eggroll", EggrollSettings, "methods.<name> with algorithm: eggroll (over defaults.es), train.<task>.<method>, "
+                                 "models.<key>.methods.<name> (registry)"),
     ("grpo", GRPOSettings, "defaults.grpo, methods.<name>, train.<task>.<method>, a study's grpo.settings, "
                            "models.<key>.methods.<name> (registry; grid too)"),
     ("ppo", PPOSettings, "defaults.ppo, methods.<name>, train.<task>.<method>, models.<key>.methods.<name> "

@@ -21,6 +21,18 @@ from esrepro.settings.base import FORMER_NAMES, FieldProblem, Settings
 
 #: The transformers backend's generation paths (esrepro.backends.hf).
 Generation = Literal["default", "static", "continuous"]
+#: vLLM 0.32.0's allowed ``max_lora_rank`` values (``vllm/config/lora.py``, ``MaxLoRARanks``): the LoRA slots an
+#: engine serving adapters (ESSA candidates, low-rank ES members) is built with.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LORA_MAX_RANK = LORA_RANKS[-1]
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
+    for r in LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {LORA_RANKS[-1]}")
 
 
 class SnapshotRef(Settings):
@@ -136,6 +148,33 @@ class ESSettings(PopulationSettings):
         if self.prompts_per_iteration is not None and self.prompts_per_iteration > self.train_examples:
             raise FieldProblem("prompts_per_iteration", f"prompts_per_iteration ({self.prompts_per_iteration}) is "
                                f"more than train_examples ({self.train_examples}), the prompts it is drawn from")
+        return self
+
+
+class EggrollSettings(ESSettings):
+    """Low-rank evolution strategies (EGGROLL, Sarkar et al., arXiv 2511.16652): ES whose member perturbs every
+    linear projection W (m x n) by A Bᵀ / √r (esrepro.perturb.lowrank); every other option is ES's, and a
+    method of this algorithm starts from defaults.es, so it runs at ES's population, sigma, alpha and budget."""
+
+    algorithm: Literal["eggroll"] = Field("eggroll", description="eggroll")
+    rank: int = Field(1, ge=1, description="rank r of each member's perturbation A Bᵀ / √r of a weight matrix "
+                      "(at most the matrix's smaller side; the vllm backend serves ranks up to 512)")
+    noise: Literal["iid", "correlated"] = Field(
+        "iid", description="iid: factors A, B drawn per (seed, tensor), as EGGROLL keys each parameter; "
+        "correlated: every tensor reseeded with the member seed, so same-shaped matrices share their factors")
+    restore: Literal["exact", "subtract"] = Field(
+        "exact", description="hf backend (members written into the weights): exact copies the weights back after "
+        "each member, subtract takes sigma A Bᵀ / √r off again; the vllm backend never writes a member into the "
+        "weights (each is a LoRA adapter)")
+    max_loras: int | None = Field(
+        None, ge=1, description="vllm backend: member adapters vLLM runs in one batch; null: every member of an "
+        "engine's share of the population at once")
+
+    @model_validator(mode="after")
+    def _vllm_rank(self) -> "EggrollSettings":
+        if self.backend == "vllm" and self.rank > LORA_MAX_RANK:
+            raise FieldProblem("rank", f"rank {self.rank} exceeds {LORA_MAX_RANK}, the largest LoRA rank vLLM "
+                               "serves (its max_lora_rank); use the hf backend or a lower rank")
         return self
 
 
@@ -435,10 +474,16 @@ class Algorithm:
     description: str
 
 
+#: The algorithms the ES loop trains (esrepro.es.train): full-rank ES and low-rank ES (EGGROLL). Their jobs are laid
+#: out, checked, priced and counted alike: engines scoring a population, iterations, no optimiser state.
+ES_ALGORITHMS: tuple[str, ...] = ("es", "eggroll")
+
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in (
         Algorithm("es", ESSettings, "es", "esrepro.es.train:train_es", False, "full-parameter evolution strategies"),
+        Algorithm("eggroll", EggrollSettings, "es", "esrepro.es.train:train_es", False,
+                  "low-rank evolution strategies (EGGROLL): rank-r member perturbations of the linear layers"),
         Algorithm("grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "GRPO (TRL GRPOTrainer)"),
         Algorithm("dr_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True, "Dr.GRPO (TRL GRPOTrainer)"),
         Algorithm("verl_grpo", GRPOSettings, "grpo", "esrepro.rl.run:train_rl", True,

@@ -1,0 +1,259 @@
+"""Low-rank ES (EGGROLL) on transformers: members, the update, resume, and the settings that must fail.
+
+The references here are typed from the paper's definitions, not from the library: a member of
+seed s changes every linear projection W (m x n) into W + sigma A Bᵀ / √r with A (m x r), B (n x r)
+standard normal, and the update is W += alpha / N * sum_i z_i A_i B_iᵀ / √r with z the z-scored
+rewards (EGGROLL, arXiv 2511.16652 v1; ES's z-scores and folded 1/sigma, arXiv 2509.24372). Only the
+drawing convention is shared with the library (the factors come from one (n + m) x r normal block of the
+tensor's generator, B its first n rows, as the authors' code draws them), so that both sides can
+regenerate the same A and B from a seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from conftest import kill_once_resumable
+from esrepro.perturb.noise import member_seed, tensor_seed
+
+PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROMPTS = [f"Using the numbers [{a} {b}], make {a + b}." for a in (3, 7, 12, 25) for b in (2, 9)]
+MAX_NEW = 10
+
+
+def _is_target(name: str) -> bool:
+    return name.endswith(".weight") and name.rsplit(".", 2)[-2] in PROJ
+
+
+def _factors(shape, seed: int, k: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (m x r), B (n x r) of parameter k under member seed ``seed`` (iid keying: the generator of (seed, k))."""
+    m, n = shape
+    g = torch.Generator().manual_seed(tensor_seed(seed, k, "iid"))
+    z = torch.randn((n + m, r), generator=g, dtype=torch.float32)
+    return z[n:], z[:n]
+
+
+def _member_state(model_dir: Path, seed: int, sigma: float, r: int) -> dict[str, torch.Tensor]:
+    """The base weights with W + sigma A Bᵀ / √r written into every linear projection (the paper's member)."""
+    from esrepro.models.loading import load_model
+
+    model = load_model(model_dir)
+    out = {}
+    for k, (name, p) in enumerate(model.named_parameters()):
+        w = p.detach().clone()
+        if _is_target(name):
+            A, B = _factors(w.shape, seed, k, r)
+            w = w + sigma * (A @ B.T) / math.sqrt(r)
+        out[name] = w
+    return out
+
+
+def _generate_with(model_dir: Path, state: dict[str, torch.Tensor]) -> list[str]:
+    from esrepro.backends.hf import HFBackend
+
+    b = HFBackend(model_dir)
+    with torch.no_grad():
+        for name, p in b.model.named_parameters():
+            p.copy_(state[name])
+    return b.generate(PROMPTS, MAX_NEW)
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_member_in_place_through_adapter_and_written_weights_agree(tiny_model_dir, tmp_path, rank):
+    """Member i's greedy outputs: the engine perturbing in place == peft serving the member's adapter == the
+    reference weights W + sigma A_i B_iᵀ / √r written by this test (float32)."""
+    from peft import PeftModel
+
+    from esrepro.backends.hf import HFBackend, HFEngine
+    from esrepro.backends.vllm_eggroll import lowrank_targets
+    from esrepro.models.loading import load_model, load_tokenizer
+    from esrepro.perturb.adapter import write_member_adapter
+
+    sigma = 0.08
+    engine = HFEngine(tiny_model_dir, rank=rank, restore="exact")
+    base_out = engine.generate(PROMPTS, MAX_NEW)
+    before = {n: p.clone() for n, p in engine.named_parameters()}
+    seeds = [member_seed(5, 0, i) for i in range(3)]
+    changed = 0
+    for seed in seeds:
+        ref = _member_state(tiny_model_dir, seed, sigma, rank)
+        engine.perturb(seed, sigma)
+        for name, p in engine.named_parameters():
+            if _is_target(name):
+                assert torch.allclose(p, ref[name], rtol=0, atol=1e-6), name
+            else:
+                assert torch.equal(p, before[name]), f"{name} is no matrix target but was perturbed"
+        in_place = engine.generate(PROMPTS, MAX_NEW)
+        engine.restore(seed, sigma)
+
+        write_member_adapter(tmp_path / f"a{seed}", lowrank_targets(tiny_model_dir), seed, sigma, rank, "iid")
+        peft = PeftModel.from_pretrained(load_model(tiny_model_dir), str(tmp_path / f"a{seed}"))
+        adapter = HFBackend.wrap(peft, load_tokenizer(tiny_model_dir)).generate(PROMPTS, MAX_NEW)
+
+        written = _generate_with(tiny_model_dir, ref)
+        assert in_place == written
+        assert adapter == written
+        changed += written != base_out
+    assert all(torch.equal(p, before[n]) for n, p in engine.named_parameters()), "restore was not exact"
+    assert changed >= 2, "the members should change the outputs (test too weak)"
+
+
+def test_one_iteration_update_equals_the_papers_equation(tiny_model_dir, tmp_path):
+    """One eggroll iteration through the ES loop (rewards from real greedy scoring) moves every linear projection
+    by alpha / N * sum_i z_i A_i B_iᵀ / √r, typed here from the equations; nothing else moves."""
+    from esrepro.backends.spec import EngineSpec
+    from esrepro.es.loop import run_es
+    from esrepro.models.loading import load_model
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import Scoring
+    from esrepro.settings.methods import EggrollSettings
+
+    from esrepro.tasks.conciseness import prepare
+
+    prepare(tmp_path / "conciseness", {"kind": "generated"}, seed=0)  # a length reward: varies for a random model
+    examples = [json.loads(x) for x in (tmp_path / "conciseness" / "train.jsonl").read_text().splitlines()]
+    cfg = EggrollSettings(iterations=1, population=6, sigma=0.1, alpha=0.02, rank=2, max_new_tokens=8,
+                          train_examples=len(examples), batch_size=8, resume_every=1)
+    evaluator = SerialEvaluator(EngineSpec(str(tiny_model_dir), rank=cfg.rank, noise=cfg.noise, restore=cfg.restore),
+                                Scoring("conciseness", examples, cfg.max_new_tokens))
+    log = run_es(evaluator, cfg, tmp_path / "state", seed=4, progress=False)
+    row = log[0]
+    rewards = np.asarray(row["rewards"], dtype=np.float32)
+    assert rewards.std() > 0, "the members should score differently (test too weak)"
+    z = (rewards - rewards.mean()) / (rewards.std() + np.float32(1e-8))
+    after = dict(evaluator.worker.engine.named_parameters())
+    base = load_model(tiny_model_dir)
+    n, r = cfg.population, cfg.rank
+    for k, (name, w0) in enumerate(base.named_parameters()):
+        if not _is_target(name):
+            assert torch.equal(after[name], w0), name
+            continue
+        step = torch.zeros(w0.shape, dtype=torch.float64)
+        for seed, zi in zip(row["seeds"], z):
+            A, B = _factors(w0.shape, seed, k, r)
+            step += float(zi) * (A.double() @ B.double().T) / math.sqrt(r)
+        expected = w0.double() + cfg.alpha / n * step
+        got = after[name].double()
+        assert torch.allclose(got, expected, rtol=0, atol=1e-7), (name, (got - expected).abs().max())
+        assert not torch.equal(after[name], w0)
+
+
+def test_update_on_vllm_shards_equals_the_transformers_update(tiny_model_dir):
+    """The update each vLLM tensor-parallel rank applies to its shards, put back into HF layout, is the transformers
+    engine's update bit for bit (tensor-parallel sizes 1 and 2; the layout is built from the config, no vLLM)."""
+    from transformers import AutoConfig
+
+    from esrepro.backends.hf import HFEngine
+    from esrepro.backends.vllm_engine import ShardedWeights
+    from esrepro.backends.vllm_layout import build_layout, to_hf, to_vllm
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    engine = HFEngine(tiny_model_dir, rank=2)
+    base = {n: p.clone() for n, p in engine.named_parameters()}
+    seeds, weights = [member_seed(1, 3, i) for i in range(4)], [0.7, -1.2, 0.1, 0.4]
+    engine.apply_update(seeds, weights, 0.03)
+    want = dict(engine.named_parameters())
+    for tp in (1, 2):
+        layout = build_layout(config, tp)
+        ranks = []
+        for rank in range(tp):
+            shards = to_vllm(base, layout, rank)
+            ShardedWeights(shards, layout, rank, "iid", "exact", None, lowrank=2).apply_update(seeds, weights, 0.03)
+            ranks.append(shards)
+        got = to_hf(ranks, layout)
+        assert all(torch.equal(got[n], want[n]) for n in want), tp
+
+
+def test_bad_rank_names_the_setting(tiny_model_dir):
+    from esrepro.backends.hf import HFEngine
+    from esrepro.settings.methods import EggrollSettings, algorithm
+
+    assert algorithm("eggroll").settings is EggrollSettings and algorithm("eggroll").defaults == "es"
+    with pytest.raises(ValidationError, match="rank"):
+        EggrollSettings(rank=0)
+    with pytest.raises(ValueError, match=r"rank 600 exceeds 512"):
+        EggrollSettings(rank=600, backend="vllm")
+    # the tiny model's smallest projection is k_proj (16 x 32): a rank-17 product does not fit
+    with pytest.raises(ValueError, match=r"eggroll setting rank: 17 is outside \[1, 16\].*k_proj"):
+        HFEngine(tiny_model_dir, rank=17)
+    HFEngine(tiny_model_dir, rank=16)
+
+
+SPEC = {
+    "algorithm": "eggroll", "iterations": 6, "population": 4, "sigma": 0.05, "alpha": 0.05, "rank": 2,
+    "train_examples": 2, "max_new_tokens": 8, "batch_size": 2, "resume_every": 2,
+}
+
+
+def _train_cmd(model_dir: Path, data_dir: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "esrepro.cli", "train", "--method", "eggroll", "--task", "conciseness",
+            "--model", "test", "--model-dir", str(model_dir), "--data-dir", str(data_dir),
+            "--spec", json.dumps(SPEC), "--seed", "3", "--out", str(out), "--threads", "1"]
+
+
+def test_killed_eggroll_run_resumes_bit_identically(tiny_model_dir, tmp_path):
+    """The training step runs ``eggroll`` as it runs ``es``; killed after a resume state, it ends bit-identical
+    (on conciseness, whose length reward varies for a random model, so the weights move)."""
+    from esrepro.tasks.conciseness import prepare
+
+    data = tmp_path / "conciseness"
+    prepare(data, {"kind": "generated"}, seed=0)
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    straight = tmp_path / "straight"
+    subprocess.run(_train_cmd(tiny_model_dir, data, straight), check=True, env=env, timeout=600)
+    killed = tmp_path / "killed"
+    done = kill_once_resumable(_train_cmd(tiny_model_dir, data, killed), env, killed, "completed_iterations", 2)
+    assert 2 <= done < SPEC["iterations"]
+    subprocess.run(_train_cmd(tiny_model_dir, data, killed), check=True, env=env, timeout=600)
+    a = load_file(str(straight / "checkpoint" / "model.safetensors"))
+    b = load_file(str(killed / "checkpoint" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    moved = {k for k in a if not torch.equal(a[k], base[k])}
+    assert moved and all(_is_target(k) for k in moved), sorted(moved)
+    log_a = [json.loads(x) for x in (straight / "log.jsonl").read_text().splitlines()]
+    log_b = [json.loads(x) for x in (killed / "log.jsonl").read_text().splitlines()]
+    assert [r["rewards"] for r in log_a] == [r["rewards"] for r in log_b]
+    manifest = json.loads((killed / "manifest.json").read_text())
+    assert manifest["settings"]["algorithm"] == "eggroll" and manifest["settings"]["rank"] == 2
+
+
+def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
+    """config/paper.yaml with an eggroll method on Table 1's task: its train jobs are laid out as ES's (vLLM engines),
+    pass the plan check with a LoRA slot per member counted, and are priced (iterations as ES's)."""
+    import copy
+
+    from esrepro import cost, plan_check, scaling
+    from esrepro.cluster import ray_layout
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
+    from conftest import REPO
+
+    cfg = copy.deepcopy(read_config(str(REPO / "config" / "paper.yaml")))
+    cfg.setdefault("methods", {})["eggroll4"] = {"algorithm": "eggroll", "rank": 4}
+    cfg["train"]["countdown"]["methods"] = [*cfg["train"]["countdown"]["methods"], "eggroll4"]
+    p = load_pipeline(cfg, str(REPO / "config" / "paper.yaml"))
+    models = p.train_models("countdown")
+    assert models
+    for model in models:
+        s = p.method_settings(model, "countdown", "eggroll4")
+        es = p.method_settings(model, "countdown", "es")
+        assert (s.population, s.sigma, s.alpha, s.iterations, s.backend) == \
+            (es.population, es.sigma, es.alpha, es.iterations, es.backend)  # defaults.es: an equal budget
+        job = plan_check.build(p, "train", {"task": "countdown", "model": model, "method": "eggroll4", "seed": "0"})
+        assert job.kind == f"eggroll {s.backend}" and not job.problems, job.problems
+        assert ray_layout(p, "countdown", model, "eggroll4") == ray_layout(p, "countdown", model, "es")
+        assert scaling.run_steps(p, "countdown", model, "eggroll4") == s.iterations
+    priced = [r for j, r in cost.job_rows(p) if j.wildcards.get("method") == "eggroll4"]
+    assert len(priced) >= len(models) and all(r.estimated_gpu_h > 0 for r in priced)

@@ -1,0 +1,145 @@
+"""Low-rank ES (EGGROLL) on vLLM's CPU build: members as LoRA adapters, all scored in one ``generate`` call.
+
+Against the weights W + sigma A_i B_iᵀ / √r written into the model (by this test's own reference, on
+transformers; and in vLLM's workers by the library's in-place path), float32; the update pushed into the
+workers against the transformers engine's; one eggroll iteration through the population worker on each backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import SMALL_ARCH, make_model_dir
+from test_eggroll import PROMPTS, _generate_with, _member_state
+
+pytestmark = pytest.mark.vllm
+
+if os.environ.get("ESREPRO_REQUIRE_VLLM"):
+    import vllm  # noqa: F401  (make test: a missing vLLM fails, it never skips)
+else:
+    vllm = pytest.importorskip("vllm", reason="vLLM runs in .venv-vllm (make test)")
+
+#: Head size 32: the smallest vLLM's CPU attention supports.
+ARCH = dict(SMALL_ARCH, hidden_size=64, intermediate_size=128)
+KV = 32 * 2**20
+MAX_NEW = 10
+SIGMA = 0.08
+RANK = 3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model_dir(tmp_path_factory.mktemp("eggroll_vllm") / "model", ARCH)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    from esrepro.backends.vllm_eggroll import EggrollVLLMEngine
+
+    e = EggrollVLLMEngine(model_dir, rank=RANK, max_loras=4, dtype="float32", device="cpu", kv_cache_memory_bytes=KV,
+                          restore="exact")
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def in_place(model_dir):
+    """The ES vLLM engine with low-rank noise, members written into its weights (kept to the module's end: vLLM's
+    engines in one process share its distributed state, which the first one torn down takes with it)."""
+    from esrepro.backends.vllm_engine import VLLMEngine
+
+    return VLLMEngine(model_dir, dtype="float32", device="cpu", kv_cache_memory_bytes=KV, restore="exact",
+                      lowrank=RANK, noise="iid")
+
+
+def test_members_through_adapters_in_one_call_equal_the_written_weights(engine, in_place, model_dir):
+    """N members' adapters, ONE LLM.generate call: each member's responses == vLLM with the member written into its
+    weights in place (the ES vLLM engine with low-rank noise) == transformers with the reference weights
+    W + sigma A Bᵀ / √r; the base is untouched."""
+    from esrepro.backends.vllm_engine import VLLMEngine
+    from esrepro.perturb.noise import member_seed
+
+    seeds = [member_seed(9, 0, i) for i in range(4)]
+    before = engine.checksum()
+    base_out = VLLMEngine.generate(engine, PROMPTS, MAX_NEW)
+    calls = []
+    generate = engine.llm.generate
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]))
+        return generate(*args, **kwargs)
+
+    engine.llm.generate = counted
+    try:
+        handles = engine.prepare_members(seeds, SIGMA)
+        batched = engine.generate_members(handles, PROMPTS, MAX_NEW)
+        engine.release_members(handles)
+    finally:
+        engine.llm.generate = generate
+    assert calls == [len(seeds) * len(PROMPTS)], "the members were not scored in one generate call"
+    assert engine.checksum() == before, "scoring members changed the base weights"
+    assert not list(engine.adapters.scratch.iterdir()), "released adapters left folders behind"
+    changed = 0
+    for seed, got in zip(seeds, batched):
+        in_place.perturb(seed, SIGMA)  # the library's in-place low-rank path in vLLM's workers
+        in_weights = in_place.generate(PROMPTS, MAX_NEW)
+        in_place.restore(seed, SIGMA)
+        reference = _generate_with(model_dir, _member_state(model_dir, seed, SIGMA, RANK))  # this test's weights
+        assert got == in_weights, seed
+        assert got == reference, seed
+        changed += got != base_out
+    assert engine.checksum() == before == in_place.checksum()
+    assert changed >= 2, "the members should change the outputs (test too weak)"
+    # one member at a time through perturb / generate / restore gives the same
+    engine.perturb(seeds[1], SIGMA)
+    assert engine.generate(PROMPTS, MAX_NEW) == batched[1]
+    engine.restore(seeds[1], SIGMA)
+    assert engine.generate(PROMPTS, MAX_NEW) == base_out
+
+
+def test_update_pushed_into_vllm_equals_the_transformers_update(engine, model_dir):
+    """Only the update touches the base: seeds and weights into vLLM's workers give the transformers engine's
+    weights bit for bit (same checksum), and the same greedy outputs."""
+    from esrepro.backends.hf import HFEngine
+    from esrepro.perturb.noise import member_seed
+
+    hf = HFEngine(model_dir, rank=RANK)
+    assert hf.checksum() == engine.checksum()
+    seeds, weights = [member_seed(2, 1, i) for i in range(5)], [1.1, -0.4, 0.0, -1.3, 0.6]
+    for e in (hf, engine):
+        e.apply_update(seeds, weights, 0.05)
+    assert hf.checksum() == engine.checksum()
+    assert engine.generate(PROMPTS, MAX_NEW) == hf.generate(PROMPTS, MAX_NEW)
+
+
+def test_one_iteration_on_vllm_matches_transformers(model_dir, tmp_path):
+    """One eggroll iteration through the population worker: vLLM (members as adapters, one call) and transformers
+    (members in place) score every member alike and end with the same weights."""
+    from esrepro.backends.spec import EngineSpec
+    from esrepro.es.loop import run_es
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import Scoring
+    from esrepro.settings.methods import EggrollSettings
+    from esrepro.tasks.conciseness import prepare
+
+    prepare(tmp_path / "data", {"kind": "generated"}, seed=0)
+    examples = [json.loads(x) for x in (tmp_path / "data" / "train.jsonl").read_text().splitlines()][:4]
+    out = {}
+    for backend in ("hf", "vllm"):
+        cfg = EggrollSettings(iterations=1, population=6, sigma=0.1, alpha=0.02, rank=2, max_new_tokens=8,
+                              train_examples=len(examples), batch_size=8, resume_every=1, backend=backend,
+                              kv_cache_memory_bytes=KV if backend == "vllm" else None)
+        spec = EngineSpec(str(model_dir), backend=backend, rank=cfg.rank, max_loras=cfg.population, noise=cfg.noise,
+                          restore=cfg.restore, kv_cache_memory_bytes=cfg.kv_cache_memory_bytes)
+        evaluator = SerialEvaluator(spec, Scoring("conciseness", examples, cfg.max_new_tokens))
+        out[backend] = run_es(evaluator, cfg, tmp_path / backend, seed=1, progress=False)[0]
+        evaluator.worker.engine.close() if backend == "vllm" else None
+    hf, vl = out["hf"], out["vllm"]
+    assert len(set(hf["rewards"])) > 1, "the members should score differently (test too weak)"
+    assert vl["rewards"] == hf["rewards"] and vl["seeds"] == hf["seeds"]
+    assert vl["checksum"] == hf["checksum"]
+    assert np.isfinite(vl["seconds_generation"])
