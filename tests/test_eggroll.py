@@ -257,3 +257,28 @@ def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
         assert scaling.run_steps(p, "countdown", model, "eggroll4") == s.iterations
     priced = [r for j, r in cost.job_rows(p) if j.wildcards.get("method") == "eggroll4"]
     assert len(priced) >= len(models) and all(r.estimated_gpu_h > 0 for r in priced)
+
+
+def test_the_extension_config_adds_eggroll_beside_es_and_the_paper_config_has_none():
+    """config/paper_eggroll.yaml: eggroll at ranks 1 and 4 on every Table 1 model, each job built and fitting, priced;
+    config/paper.yaml itself names no eggroll method (it stays the papers' experiments)."""
+    from esrepro import cost, plan_check
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
+    from conftest import REPO
+
+    paper = load_pipeline(read_config(str(REPO / "config/paper.yaml")), "config/paper.yaml", root=REPO)
+    assert not [m for t in paper.cfg.train for m in paper.train_methods(t)
+                if paper.algorithm_of(t, m).name == "eggroll"]
+    p = load_pipeline(read_config(str(REPO / "config/paper_eggroll.yaml")), "config/paper_eggroll.yaml", root=REPO)
+    assert p.train_methods("countdown")[-2:] == ["eggroll1", "eggroll4"]
+    assert p.train_models("countdown") == paper.train_models("countdown")
+    for model in p.train_models("countdown"):
+        for method, rank in (("eggroll1", 1), ("eggroll4", 4)):
+            assert p.method_settings(model, "countdown", method).rank == rank
+            job = plan_check.build(p, "train", {"task": "countdown", "model": model, "method": method, "seed": "0"})
+            assert not job.problems, (model, method, job.problems)
+    priced = [(j, r) for j, r in cost.job_rows(p) if j.rule == "train" and j.wildcards["method"].startswith("egg")]
+    assert {(j.wildcards["model"], j.wildcards["method"]) for j, _ in priced} == \
+        {(m, e) for m in p.train_models("countdown") for e in ("eggroll1", "eggroll4")}
+    assert all(r.estimated_gpu_h > 0 for _, r in priced)
