@@ -70,6 +70,12 @@ def flag_args(flag, items):
     return " ".join(f"{flag} {shlex.quote(str(i))}" for i in items)
 
 
+def pinned_arg(model):
+    """``--pinned JSON`` of a built model with a pinned build (registry ``pinned``), shell-quoted; else nothing."""
+    pinned = specs.pinned_spec(PIPELINE, model)
+    return "" if pinned is None else f"--pinned {shlex.quote(specs.as_json(pinned))}"
+
+
 # Pre-flight (esrepro.preflight): what the jobs will need that the machines lack (hub access offline, a token for
 # a gated model, packages an engine or setting needs in the jobs' environment). A dry run prints it as warnings;
 # a real run stops at its start (the Snakefile's onstart, in the main process of a real run only), before any job,

@@ -4,11 +4,6 @@
 # checked, when the pin was built from the same settings and data; verify_models rebuilds it and compares.
 
 
-def _pinned_arg(model):
-    pinned = specs.pinned_spec(PIPELINE, model)
-    return "" if pinned is None else f"--pinned {shlex.quote(specs.as_json(pinned))}"
-
-
 rule build_tiny:
     input:
         data=lambda w: PLAN.build_inputs(w.model),
@@ -21,7 +16,7 @@ rule build_tiny:
         spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
         data_spec=lambda w: specs.as_json(specs.build_data_spec(PIPELINE, w.model)),
         exclude=lambda w, input: [f"{d}/{s}.jsonl" for d in input.data for s in ("train", "test")],
-        pinned=lambda w: _pinned_arg(w.model),
+        pinned=lambda w: pinned_arg(w.model),
     threads: threads_of("build")
     resources:
         **resources_of("build"),
