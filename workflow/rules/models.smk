@@ -7,7 +7,8 @@
 rule build_tiny:
     input:
         data=lambda w: PLAN.build_inputs(w.model),
-        pinned=lambda w: PLAN.pinned_inputs(w.model),
+        # its sha256 (in params) decides a rerun, not its folder's modification time (a fresh checkout's is new)
+        pinned=lambda w: [ancient(f) for f in PLAN.pinned_inputs(w.model)],
     output:
         directory(R.BASE_MODEL),
     wildcard_constraints:
@@ -32,7 +33,8 @@ rule build_tiny:
 rule verify_build:
     input:
         data=lambda w: PLAN.build_inputs(w.model),
-        pinned=lambda w: PLAN.pinned_inputs(w.model),
+        # its sha256 (in params) decides a rerun, not its folder's modification time (a fresh checkout's is new)
+        pinned=lambda w: [ancient(f) for f in PLAN.pinned_inputs(w.model)],
     output:
         R.REBUILD,
     wildcard_constraints:
