@@ -79,17 +79,12 @@ def copy_pinned(folder: str | os.PathLike, sha256: str, out: str | os.PathLike) 
     record and the whole against ``sha256`` (the registry's); returns the sha256. Raises
     :class:`~esrepro.provenance.manifest.IntegrityError` naming the file that differs."""
     folder = Path(folder)
-    recorded = read_pin(folder).get("files", {})
-    present = model_files(folder)
-    changed = sorted(f for f in set(recorded) | set(present) if recorded.get(f) != present.get(f))
+    changed = differences(folder, folder)
     if changed:
         raise IntegrityError(f"pinned model {folder}: {', '.join(changed)} differ from {BUILT_FROM}'s sha256 "
                              "(missing, changed or extra); restore the folder from git")
     with atomic_path(out, is_dir=True) as tmp:
-        tmp.mkdir(parents=True, exist_ok=True)
-        for rel in present:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / rel, tmp / rel)
+        _copy_files(folder, read_pin(folder)["files"], tmp)  # the files just checked, without hashing them again
         got = sha256_tree(tmp)
         if got != sha256:
             raise IntegrityError(f"pinned model {folder}: sha256 {got}, the registry's pinned.sha256 is {sha256}")
@@ -103,18 +98,23 @@ def write_pinned(model_dir: str | os.PathLike, folder: str | os.PathLike, record
     model_dir = Path(model_dir)
     files = model_files(model_dir)
     with atomic_path(folder, is_dir=True) as tmp:
-        tmp.mkdir(parents=True, exist_ok=True)
-        for rel in files:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(model_dir / rel, tmp / rel)
+        _copy_files(model_dir, files, tmp)
         digest = sha256_tree(tmp)
         write_json(tmp / BUILT_FROM, {**record, "sha256": digest, "files": files})
     return digest
 
 
+def _copy_files(source: Path, files: dict[str, str], dest: Path) -> None:
+    """Copy ``files`` (relative paths) from ``source`` into ``dest``, keeping their folders."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rel, dest / rel)
+
+
 def differences(rebuilt: str | os.PathLike, folder: str | os.PathLike) -> list[str]:
-    """Files whose sha256 differ between a rebuilt model and the pin in ``folder`` (missing on either side
-    included), sorted."""
+    """Files whose sha256 differ between a model folder (a rebuild, or the pin itself) and the pin in ``folder``'s
+    record (missing on either side included), sorted."""
     recorded = read_pin(folder).get("files", {})
     present = model_files(rebuilt)
     return sorted(f for f in set(recorded) | set(present) if recorded.get(f) != present.get(f))

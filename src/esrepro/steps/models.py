@@ -18,6 +18,13 @@ def _excluded(exclude: list[str]) -> dict[str, str]:
     return {pins.excluded_name(p, several): p for p in exclude}
 
 
+def _pin_check(spec: dict, data_spec: dict, exclude: list[str], pinned: dict | None) -> tuple[dict, str | None]:
+    """The excluded splits' input records, and why ``pinned`` was not built from this build (None: it was)."""
+    inputs = verify_inputs(_excluded(exclude))
+    wanted = pins.built_from(spec["build"], data_spec, {k: v["sha256"] for k, v in inputs.items()})
+    return inputs, (pins.mismatch(pinned["path"], wanted) if pinned else "no pinned build in the registry")
+
+
 def _build(spec: dict, data_spec: dict, exclude: list[str], out: str | Path) -> dict:
     """Build the model of ``spec["build"]`` into ``out``: tokenizer, Qwen2 LM, warm-start SFT; returns its summary."""
     # torch and transformers: loaded only by a job that builds, not by one that copies a pin
@@ -41,9 +48,7 @@ def build_tiny(model: str, spec: dict, data_spec: dict, exclude: list[str], out:
     and build when it was not (saying what differs)."""
     set_threads(threads)
     started = now()
-    inputs = verify_inputs(_excluded(exclude))
-    wanted = pins.built_from(spec["build"], data_spec, {k: v["sha256"] for k, v in inputs.items()})
-    why = pins.mismatch(pinned["path"], wanted) if pinned else "no pinned build in the registry"
+    inputs, why = _pin_check(spec, data_spec, exclude, pinned)
     extra: dict = {}
     if why is None:
         pins.copy_pinned(pinned["path"], pinned["sha256"], out)
@@ -69,9 +74,7 @@ def verify_build(model: str, spec: dict, data_spec: dict, exclude: list[str], pi
     comparison to ``out`` (JSON) and returns 1, naming the files that differ, when the rebuild is not the pin."""
     set_threads(threads)
     started = now()
-    inputs = verify_inputs(_excluded(exclude))
-    wanted = pins.built_from(spec["build"], data_spec, {k: v["sha256"] for k, v in inputs.items()})
-    why = pins.mismatch(pinned["path"], wanted)
+    inputs, why = _pin_check(spec, data_spec, exclude, pinned)
     with tempfile.TemporaryDirectory(prefix=f".{model}-rebuild.", dir=Path(out).parent) as tmp:
         _build(spec, data_spec, exclude, Path(tmp) / "model")
         rebuilt = sha256_tree(Path(tmp) / "model")
