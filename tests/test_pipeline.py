@@ -196,6 +196,16 @@ def test_embedded_default_writes_every_output(default_run):
     run = json.loads((repo / "results/kl/conciseness/tiny/es_sigma0.005/seed0/kl.json").read_text())
     assert [c["iteration"] for c in run["checkpoints"]] == [4, 8]
 
+    # beyond the papers: low-rank ES beside full-rank ES at the same samples and seeds, and its claims row
+    variants = pd.read_csv(repo / "results/tables/es_variants.csv")
+    assert list(variants["Method"]) == ["ES", "EGGROLL (rank 1)", "EGGROLL (rank 4)"]
+    assert set(variants["Samples"]) == {768} and set(variants["Seeds"]) == {2} and variants["Accuracy"].notna().all()
+    for method, rank in (("eggroll1", 1), ("eggroll4", 4)):
+        egg = json.loads((repo / f"results/runs/countdown/tiny/{method}/seed1/manifest.json").read_text())
+        assert egg["settings"]["algorithm"] == "eggroll" and egg["settings"]["rank"] == rank
+    claims = pd.read_csv(repo / "results/tables/claims.csv").set_index("Id")
+    assert claims.loc["eggroll_matches_es", "Rule on this run"] in ("holds", "does not hold", "not resolved")
+
     # every job's command ran in the preloaded interpreter (esrepro.forkserver); none was declined
     server_log = (repo / "results/logs/forkserver.log").read_text()
     served = re.findall(r"stopped; served (\d+) jobs, declined (\d+)", server_log)

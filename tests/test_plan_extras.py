@@ -61,7 +61,8 @@ def test_default_plan_lists_every_extras_output():
     assert "results/eval/amc23/tiny-v2/es/seed0/test/metrics.json" in extras.math_metrics()
     assert "results/eval/math500/tiny-v2/base/seed0/test/metrics.json" in extras.math_metrics()
     assert not any("/math_train/" in m for m in plan.eval_metrics())  # math_train itself: evaluated via the sets
-    # Figure 6: every Countdown run evaluates periodically, ES and the RL methods alike, the stability seeds too
+    # Figure 6: every Countdown run evaluates periodically, ES, the RL methods and low-rank ES alike, the stability
+    # seeds too
     assert extras.periodic_runs("countdown") == COUNTDOWN_RUNS
     # Figures 3-4: the sweep's GRPO runs (beta x learning rate), the base model and the conciseness study's ES runs
     kl = extras.lr_sweep_kl()
@@ -77,8 +78,9 @@ def test_default_plan_lists_every_extras_output():
 
 #: Every Countdown run of the default: Table 1's methods at seed 0, then the stability seeds.
 COUNTDOWN_RUNS = ([f"results/runs/countdown/tiny/{m}/seed0"
-                   for m in ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov")]
-                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "grpov") for s in (1,)])
+                   for m in ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov", "eggroll1", "eggroll4")]
+                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "grpov", "eggroll1", "eggroll4")
+                     for s in (1,)])
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
@@ -131,17 +133,18 @@ def test_default_dry_run(tmp_path):
     parser, _ = build_parser("sample-curves")
     args = parser.parse_args(shlex.split(line.split(" > ")[0])[1:])
     assert args.periodic == [f"{run}/periodic_eval.jsonl" for run in COUNTDOWN_RUNS]
-    # ES on Countdown (2 seeds), MATH (and Fig. 2's continuation), Sudoku and ARC; the conciseness study's 4 ES and
-    # 8 GRPO runs, the learning-rate sweep's 4; the ESSA study's 7 (reference, population, rank, engines,
-    # resampling, scaling x 2)
-    assert stats["train"] == 2 + 4 + 4 + 8 + 4 + 7
+    # ES on Countdown (2 seeds), low-rank ES at ranks 1 and 4 beside it (2 seeds each), MATH (and Fig. 2's
+    # continuation), Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the learning-rate sweep's 4; the
+    # ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
+    assert stats["train"] == 2 + 4 + 4 + 4 + 8 + 4 + 7
     # Table 1's 5 RL methods (GRPO-z (8): 2 learning rates; GRPO-v, Dr.GRPO-v: one cell) and seed 1 of GRPO-z (8)
     # and GRPO-v
     assert stats["train_cell"] == 9 and stats["select_rl"] == 7
     assert stats["param_shift_histogram"] == 9 and stats["param_shift_figure"] == 5
     assert stats["sample_curves"] == 4 and stats["gains"] == 1 and stats["essa_grpo"] == 2
     for rule in ("math_table", "math_figure", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions",
-                 "stability_table", "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report"):
+                 "stability_table", "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report",
+                 "es_variants_table"):
         assert stats[rule] == 1, rule
     assert stats["build_tiny"] == 2  # tiny and tiny-v2
     # the ESSA reference runs, whose SFT start the GRPO baselines wait for, are scheduled before the short jobs
@@ -177,6 +180,7 @@ def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     for rule in ("math_table", "math_figure", "puzzle_table", "stability_table", "train_tasks_table", "gains",
                  "sample_curves", "lr_sweep", "lr_distributions"):
         assert stats[rule] == 1, rule
+    assert "es_variants_table" not in stats  # low-rank ES is config/paper_eggroll.yaml's, not the papers' run
     assert stats["param_shift_histogram"] == 7 + 3 + 3 + 12  # Countdown ES (+ stability seeds), math/puzzles, study
     # v2 Table 4's (beta, lr) cells; GRPO-v's one cell; conciseness GRPO with group 30; the lr x beta sweep
     assert "results/runs/countdown/qwen2.5-0.5b-instruct/grpo8/grid/lr1e-05_beta0.005/seed0" in out

@@ -3,8 +3,8 @@
 the row's own target (``results/claims/<row>.csv``, whose rule builds only that row's jobs).
 
 Rows follow the configuration: one ES-against-RL row per Table 1 model, the conciseness rows when the study is
-configured, the ESSA rows when the ESSA study is. The claims themselves are listed in
-:mod:`esrepro.report.claims.catalogue`.
+configured, the ESSA rows when the ESSA study is, the low-rank ES row when Table 1's task trains low-rank ES beside
+ES. The claims themselves are listed in :mod:`esrepro.report.claims.catalogue`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ClaimPlan:
             out.update(self._conciseness())
             out.update(self._math_puzzles())
             out.update(self._essa())
+            out.update(self._es_variants())
             self._selectors = {k: v for k, v in out.items() if any(v.values())}
         return self._selectors
 
@@ -65,6 +66,14 @@ class ClaimPlan:
             out["es_ahead_throughout"] = {"periodic": periodic}
             out["es_sample_efficiency_v1"] = {"periodic": periodic}
         return out
+
+    def _es_variants(self) -> dict[str, Selectors]:
+        variants = ExtrasPlan(self.plan).es_variants()
+        if not variants:
+            return {}
+        t1 = self.p.cfg.report.table1
+        return {"eggroll_matches_es": {"evals": [[t1.task, t1.split, m, meth] for m in self.p.train_models(t1.task)
+                                                 for meth in ("es", *variants)]}}
 
     def _conciseness(self) -> dict[str, Selectors]:
         p, out = self.p, {}

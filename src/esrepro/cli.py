@@ -168,7 +168,8 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("dvc-record", "out"): dict(help="JSON summary of what was recorded"),
     **{(v, "out"): dict(help=OUT_STEM) for v in ("gains", "sample-curves", "param-shift", "lr-sweep",
                                                  "lr-distributions", "train-tasks-table", "math-table",
-                                                 "math-figure", "puzzle-table", "stability-table")},
+                                                 "math-figure", "puzzle-table", "stability-table",
+                                                 "es-variants-table")},
     ("math-figure", "model"): dict(help="registry key of the math runs' model (the bars without a model of their own)"),
     ("math-figure", "title"): dict(default="", help="the figure's title"),
     **{(v, "task"): dict(required=False, default="countdown", help="task the figure shows")
@@ -178,6 +179,8 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("param-shift-histogram", "run_dir"): dict(required=True, help="the ES run (manifest: alpha, N; log: rewards)"),
     ("eval-summary", "metrics"): dict(help="metrics.json of every evaluation"),
     ("essa-report", "spec"): dict(help="target_accuracy, sweeps and output stems as JSON"),
+    ("es-variants-table", "spec"): dict(help="Table 1's task and split and each ES and low-rank ES run's settings "
+                                        "as JSON (esrepro.specs.es_variants_spec)"),
     ("essa-report", "metrics"): dict(nargs="*", default=[], required=False, help="metrics.json of the runs' evaluations"),
     ("prepare-data", "spec"): dict(help="the config's data.<task> block as JSON (source and seed)"),
     ("build-tiny", "spec"): dict(help="the registry entry as JSON"),
@@ -260,6 +263,8 @@ VERBS: dict[str, Verb] = {
     "rehearse": Verb("esrepro.steps.rehearsal:rehearse",
                      "rehearse the paper's run on this machine at toy size (config/rehearsal.yaml) and report"),
     "stability-table": Verb("esrepro.steps.report:stability_table", "accuracy mean and std over seeds per method"),
+    "es-variants-table": Verb("esrepro.steps.report:es_variants_table",
+                              "low-rank ES (EGGROLL) beside full-rank ES at equal budgets (beyond the papers)"),
     "mirror-build": Verb("esrepro.steps.mirror:mirror_build",
                          "build a local hub/URL mirror of a config's models (random-weight replicas) and data"),
     "mirror-serve": Verb("esrepro.steps.mirror:mirror_serve",

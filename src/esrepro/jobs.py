@@ -26,6 +26,7 @@ STUDY_GROUPS = {"conciseness": "ES Table 2, Fig. 1 (conciseness)", "conciseness_
 MATH = "ES v2 Fig. 2 and math table"
 PUZZLES = "ES v2 Table 3 (puzzles)"
 SHIFTS = "ES Figs. 8-10 (parameter shifts)"
+ES_VARIANTS = "Beyond the papers: low-rank ES (EGGROLL)"
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,17 @@ class Groups:
         p, seed = self.p, int(seed)
         if task == self.scaling_task and model in p.essa_models(task):
             return ESSA_SCALING
-        if task == self.essa_task and model in p.essa_models(task):
+        essa_run = method == BASE or method in p.essa_methods(task, model)  # not the task's other training runs
+        if task == self.essa_task and model in p.essa_models(task) and essa_run:
             if method == ESSA_GRPO:
                 return ESSA_GRPO_GROUP
             return self.sweep.get(method, ESSA_REFERENCE)
         if (task, model, method, seed) in self.study_runs:
             return self.study_runs[task, model, method, seed]
         train = p.train_task_of(task)
+        trained = train in p.cfg.train and method in p.train_methods(train)
+        if trained and p.algorithm_of(train, method).name == "eggroll":
+            return ES_VARIANTS
         if train == p.cfg.report.table1.task and train in p.cfg.train:
             if method == BASE and model in p.train_models(train):
                 return TABLE1
@@ -120,7 +125,7 @@ def _reports(plan: Plan) -> list[Job]:
     targets = set(plan.table_targets())
     made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.CONCISENESS_STABILITY, R.PARETO, R.DISTRIBUTION,
                               R.LR_SWEEP, R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.MATH_FIGURE,
-                              R.PUZZLE_TABLE, R.STABILITY)
+                              R.PUZZLE_TABLE, R.STABILITY, R.ES_VARIANTS)
             if any(t.startswith(f"{stem}.") for t in targets)}
     rules = [(R.TABLE1, "table1_countdown", TABLE1), (R.CURVES, "countdown_curves", TABLE1),
              (R.TABLE3, "table3_rl_hyperparameters", TABLE1), (R.TABLE2, "table2_conciseness", STUDY_GROUPS["conciseness"]),
@@ -131,7 +136,8 @@ def _reports(plan: Plan) -> list[Job]:
              (R.LR_DISTRIBUTIONS, "lr_distributions", STUDY_GROUPS["conciseness_lr"]),
              (R.TRAIN_TASKS, "train_tasks_table", SHARED), (R.MATH_TABLE, "math_table", MATH),
              (R.MATH_FIGURE, "math_figure", MATH),
-             (R.PUZZLE_TABLE, "puzzle_table", PUZZLES), (R.STABILITY, "stability_table", STABILITY)]
+             (R.PUZZLE_TABLE, "puzzle_table", PUZZLES), (R.STABILITY, "stability_table", STABILITY),
+             (R.ES_VARIANTS, "es_variants_table", ES_VARIANTS)]
     out = [Job(rule, group) for stem, rule, group in rules if stem in made]
     out += [Job("gains", TABLE1, {"task": t}) for t in ex.gains_tasks()]
     out += [Job("sample_curves", TABLE1, {"task": t}) for t in ex.curve_tasks()]

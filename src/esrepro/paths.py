@@ -79,6 +79,7 @@ MATH_TABLE = f"{TABLES}/math"  # the v2 math table beside the published RL basel
 MATH_FIGURE = f"{FIGURES}/math_fig2"  # v2 Figure 2: base, RL and ES checkpoints per math benchmark
 PUZZLE_TABLE = f"{TABLES}/puzzles"  # the v2 puzzle table (Sudoku, ARC-AGI): Original vs ES
 STABILITY = f"{TABLES}/stability"  # mean and std over seeds per method (cross-run stability)
+ES_VARIANTS = f"{TABLES}/es_variants"  # beyond the papers: low-rank ES (EGGROLL) beside full-rank ES, equal budgets
 CLAIMS = f"{TABLES}/claims"  # the papers' claims tested by the run: evidence, interval, verdict (the headline)
 CLAIMS_FIGURE = f"{FIGURES}/claims_margins"  # the claims' margins with their intervals
 CLAIM = "results/claims/{claim}"  # one claim's row alone (.csv, .md, .tex): the target that runs only its jobs

@@ -356,7 +356,8 @@ RunKey = tuple[str, str, str, int]  # (task, model, method, seed)
 
 class ExtrasPlan:
     """Paths of the ``report.extras`` jobs of a :class:`Plan`: which runs feed Figures 3, 5-9 and the math,
-    puzzle, per-task and stability tables, and which of those files a config writes."""
+    puzzle, per-task and stability tables, and which of those files a config writes; with them the ES-variants table
+    (written whenever Table 1's task trains a low-rank ES method beside ES)."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -459,6 +460,22 @@ class ExtrasPlan:
             return []
         return self.plan.task_metrics(self.p.eval_sets_of(st.task))
 
+    # --- beyond the papers: low-rank ES beside full-rank ES ---------------------------------------------------
+    def es_variants(self) -> list[str]:
+        """Table 1's task's low-rank ES methods (algorithm ``eggroll``), when ES trains beside them (else none)."""
+        task = self.p.cfg.report.table1.task
+        if task not in self.p.cfg.train or "es" not in self.p.train_methods(task):
+            return []
+        return [m for m in self.p.train_methods(task) if self.p.algorithm_of(task, m).name == "eggroll"]
+
+    def es_variant_metrics(self) -> list[str]:
+        """metrics.json of Table 1's test set for its base models, ES and the ES variants (every seed)."""
+        variants = self.es_variants()
+        if not variants:
+            return []
+        task, keep = self.p.cfg.report.table1.task, {BASE, "es", *variants}
+        return [f"{self.plan.eval_dir(task, *run)}/metrics.json" for run in self.plan.runs(task) if run[1] in keep]
+
     # --- every file ------------------------------------------------------------------------------------
     def targets(self) -> list[str]:
         """Every extras table and figure file this config writes (their manifests excluded)."""
@@ -472,7 +489,8 @@ class ExtrasPlan:
         if self.math_figure_model() is not None:
             out += [f"{paths.MATH_FIGURE}.{e}" for e in FIGURE]
         for stem, inputs in ((paths.TRAIN_TASKS, self.train_task_metrics()), (paths.MATH_TABLE, self.math_metrics()),
-                             (paths.PUZZLE_TABLE, self.puzzle_metrics()), (paths.STABILITY, self.stability_metrics())):
+                             (paths.PUZZLE_TABLE, self.puzzle_metrics()), (paths.STABILITY, self.stability_metrics()),
+                             (paths.ES_VARIANTS, self.es_variant_metrics())):
             if inputs:
                 out += [f"{stem}.{e}" for e in TABLE]
         return out

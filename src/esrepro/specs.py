@@ -12,8 +12,9 @@ from typing import Any
 from esrepro.claim_cost import claim_costs
 from esrepro.claim_plan import ClaimPlan
 from esrepro.pipeline import ESSA_SWEEPS, Pipeline
-from esrepro.plan import Plan
+from esrepro.plan import ExtrasPlan, Plan
 from esrepro.resume_cost import job_settings
+from esrepro.rl.budget import es_sample_budget
 
 
 def as_json(spec: dict[str, Any]) -> str:
@@ -82,6 +83,23 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
             "sweeps": sweeps, "stems": stems}
 
 
+def es_variants_spec(p: Pipeline) -> dict[str, Any]:
+    """The ES-variants table's runs: per Table 1 model, full-rank ES then each low-rank ES method, with its label,
+    rank (None: full rank), population, iterations, sigma, alpha and training samples scored (no runs when Table 1's
+    task trains no low-rank ES method)."""
+    task, variants = p.cfg.report.table1.task, ExtrasPlan(Plan(p)).es_variants()
+    runs = []
+    for model in p.train_models(task) if variants else []:
+        for method in ["es", *variants]:
+            s = p.method_settings(model, task, method)
+            rank = getattr(s, "rank", None)
+            runs.append({"model": model, "method": method, "rank": rank,
+                         "label": "ES" if rank is None else f"EGGROLL (rank {rank})",
+                         "population": s.population, "iterations": s.iterations, "sigma": s.sigma, "alpha": s.alpha,
+                         "samples": es_sample_budget(s.as_dict())})
+    return {"task": task, "split": p.cfg.report.table1.split, "runs": runs}
+
+
 def claims_spec(p: Pipeline, rows: list[str] | None = None) -> dict[str, Any]:
     """The claims table's settings: the config's scale, Table 1's task and split, the conciseness study's reward
     cut-off and hacking margin, the ESSA study's targets, the math claims' model, and per row (all, or ``rows``) its
@@ -99,5 +117,6 @@ def claims_spec(p: Pipeline, rows: list[str] | None = None) -> dict[str, Any]:
             "essa_grpo_target": (essa.grpo_target_accuracy if essa.grpo_target_accuracy is not None
                                  else essa.target_accuracy) if essa is not None else None,
             "math_model": claims.math_model(),
+            "es_variants": {r["method"]: r["label"] for r in es_variants_spec(p)["runs"] if r["rank"] is not None},
             "claims": {row: {"select": selectors[row], "jobs": c.jobs, "gpu_jobs": c.gpu_jobs,
                              "gpu_hours": round(c.gpu_hours, 3), "target": c.target} for row, c in costs.items()}}

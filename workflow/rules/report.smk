@@ -506,6 +506,35 @@ rule stability_table:
         "--out {params.out} > {log} 2>&1"
 
 
+# Beyond the papers: low-rank ES (EGGROLL) beside full-rank ES on Table 1's task, at equal sample budgets (written
+# when Table 1's task trains a method of algorithm eggroll beside ES).
+rule es_variants_table:
+    input:
+        metrics=EXTRAS.es_variant_metrics(),
+        registry=CFG.registry,
+    output:
+        report(
+            f"{R.ES_VARIANTS}.csv",
+            caption="../report/es_variants.rst",
+            category="Tables",
+            labels={"table": "ES variants", "format": "csv"},
+        ),
+        f"{R.ES_VARIANTS}.md",
+        f"{R.ES_VARIANTS}.tex",
+        f"{R.ES_VARIANTS}.manifest.json",
+    params:
+        spec=lambda w: specs.as_json(specs.es_variants_spec(PIPELINE)),
+        notes=lambda w: note_args(task_table_notes(PIPELINE, [T1.task])),
+        out=stem_of,
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/report/es_variants_table.log",
+    shell:
+        "esrepro es-variants-table --metrics {input.metrics:q} --registry {input.registry} --spec {params.spec:q} "
+        "{params.notes} --out {params.out} > {log} 2>&1"
+
+
 # --- the papers' claims, tested by this run (the headline of `esrepro audit` and the RO-Crate) -----------------------
 
 rule claims:

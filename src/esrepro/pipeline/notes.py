@@ -21,6 +21,8 @@ def table1_notes(p: Pipeline) -> list[str]:
     model = p.models[0]
     rl = []
     for method in p.train_methods(task):
+        if p.algorithm_of(task, method).name == "eggroll":  # beside ES in its own table (es_variants), not Table 1's
+            continue
         s = p.method_settings(model, task, method).as_dict()
         if not p.is_rl(task, method):
             notes.append(
@@ -90,7 +92,8 @@ def task_table_notes(p: Pipeline, eval_tasks: list[str]) -> list[str]:
             s = p.method_settings(model, train_task, method).as_dict()
             if not p.is_rl(train_task, method):
                 per = s.get("prompts_per_iteration") or s["train_examples"]
-                parts.append(f"{method.upper()} N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, "
+                name = method.upper() if s["algorithm"] == "es" else f"{method} ({s['algorithm']}, rank {s['rank']})"
+                parts.append(f"{name} N={s['population']}, sigma={s['sigma']}, alpha={s['alpha']}, "
                              f"{s['iterations']} iterations x {per} prompts of {s['train_examples']}, "
                              f"{s['max_new_tokens']} new tokens ({es_sample_budget(s):,} samples)")
             else:

@@ -373,6 +373,11 @@ def readme_results(golden: str | Path) -> str:
         lines += ["", "| Method | Seeds | Mean | Std | Min | Max |", "|---|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['Method']} | {r['Seeds']} | {r['Mean']:.1f} | {r['Std']:.1f} | {r['Min']:.1f} | {r['Max']:.1f} |"
                   for _, r in st.iterrows()]
+    if (tables / "es_variants.csv").is_file():
+        ev = pd.read_csv(tables / "es_variants.csv")
+        lines += ["", "| Method | Rank | Samples | Seeds | Accuracy | Δ vs ES |", "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['Method']} | {r['Rank']} | {r['Samples']} | {r['Seeds']} | {spread(r, 'Accuracy', 1)} | "
+                  + ("" if pd.isna(r["Δ vs ES"]) else f"{r['Δ vs ES']:+.1f}") + " |" for _, r in ev.iterrows()]
     if (tables / "essa_summary.csv").is_file():
         es = pd.read_csv(tables / "essa_summary.csv")
 

@@ -368,6 +368,15 @@ def stability_table(metrics: list[str], registry: str, out: str, note: list[str]
            metrics, registry, out, note)
 
 
+def es_variants_table(metrics: list[str], registry: str, spec: dict, out: str, note: list[str] | None = None) -> None:
+    """Beyond the papers: low-rank ES (EGGROLL) beside full-rank ES on Table 1's task at equal sample budgets."""
+    from esrepro.report.es_variants import build_es_variants_table
+
+    _table("es_variants_table",
+           lambda entries, notes: build_es_variants_table(metrics, spec, entries, out, notes=notes),
+           metrics, registry, out, note, spec=spec)
+
+
 # --- the papers' claims, tested by the run -----------------------------------------------------------------------
 def claims(results: str, published: str, registry: str, spec: dict, out: str, inputs: list[str] | None = None,
            note: list[str] | None = None, figure: str | None = None, only: list[str] | None = None) -> None:

@@ -120,7 +120,17 @@ ESSA_CLAIMS: tuple[Claim, ...] = (
           "Not planned: v3's abstract only; the full text (v1) has no Qwen2.5-32B PRM800K run.", planned=False),
 )
 
-CLAIMS: tuple[Claim, ...] = ES_CLAIMS + ESSA_CLAIMS
+#: Questions this pipeline asks beyond the papers, decided by the same rules (their Where says whose question it is).
+OWN_CLAIMS: tuple[Claim, ...] = (
+    Claim("eggroll_matches_es", "Low-rank ES matches full-rank ES at equal budget",
+          "This pipeline's question, not either paper's: EGGROLL (arXiv 2511.16652) beside ES v2 Table 1",
+          "ES whose members perturb each weight matrix by a rank-r product (EGGROLL) reaches Table 1's test accuracy "
+          "of full-rank ES at the same population, sigma, alpha, iterations and training problems.",
+          "Non-inferiority per model and rank: the margin EGGROLL - ES clears -5 points (rule 2 with a null of -5, "
+          "the margin of the math competitiveness row); every model and rank must."),
+)
+
+CLAIMS: tuple[Claim, ...] = ES_CLAIMS + ESSA_CLAIMS + OWN_CLAIMS
 BY_KEY: dict[str, Claim] = {c.key: c for c in CLAIMS}
 
 

@@ -21,6 +21,7 @@ from esrepro.io import read_jsonl, write_text
 from esrepro.report import verdicts as V
 from esrepro.report.claims import conciseness as C
 from esrepro.report.claims import countdown as CD
+from esrepro.report.claims import es_variants as EV
 from esrepro.report.claims import essa as E
 from esrepro.report.claims import math_puzzles as MP
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
@@ -48,7 +49,7 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
             "reward_cutoff": spec.get("reward_cutoff"), "hacking_margin": spec.get("hacking_margin", 0.2),
             "essa_target": spec.get("essa_target"),
             "essa_grpo_target": spec.get("essa_grpo_target", spec.get("essa_target")),
-            "math_model": spec.get("math_model")}
+            "math_model": spec.get("math_model"), "es_variants": spec.get("es_variants") or {}}
 
 
 def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
@@ -72,6 +73,11 @@ def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, 
             out = MP.math_rows(evals, published, display, s["math_model"], key)
         else:
             out = MP.puzzle_row(evals, published, display, "sudoku" if key == "es_lifts_sudoku" else "arc")
+        margins.extend(evals.margins)
+        return out
+    if key == "eggroll_matches_es":
+        evals = Evals(files["evals"])
+        out = EV.matches_row(evals, display, s["es_variants"], s["task"], s["split"])
         margins.extend(evals.margins)
         return out
     if key in ("es_ahead_throughout", "es_sample_efficiency_v1"):
