@@ -60,8 +60,8 @@ class Groups:
         p, seed = self.p, int(seed)
         if task == self.scaling_task and model in p.essa_models(task):
             return ESSA_SCALING
-        essa_run = method == BASE or method in p.essa_methods(task, model)  # not the task's other training runs
-        if task == self.essa_task and model in p.essa_models(task) and essa_run:
+        if task == self.essa_task and model in p.essa_models(task) and \
+                (method == BASE or method in p.essa_methods(task, model)):  # not the task's other training runs
             if method == ESSA_GRPO:
                 return ESSA_GRPO_GROUP
             return self.sweep.get(method, ESSA_REFERENCE)

@@ -14,30 +14,12 @@ from typing import Any
 import pandas as pd
 
 from esrepro.report.tables import load_metrics, write_table
+from esrepro.report.task_tables import accuracy_stats
 
 PathLike = str | os.PathLike
 COLUMNS = ("Model", "Method", "Rank", "Population", "Iterations", "Samples", "Seeds", "Original", "Accuracy",
            "Accuracy std", "Δ vs ES")
 CAPTION = "Low-rank ES (EGGROLL) beside full-rank ES at equal sample budgets: test accuracy (%)"
-
-
-def _accuracies(metrics: pd.DataFrame, task: str, split: str, model: str, method: str) -> list[float]:
-    if metrics.empty:
-        return []
-    sel = metrics[(metrics["task"] == task) & (metrics["split"] == split) & (metrics["model"] == model)
-                  & (metrics["method"] == method)]
-    return [100.0 * float(a) for a in sel.sort_values("seed")["accuracy"]]
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else math.nan
-
-
-def _std(xs: Sequence[float]) -> float:
-    if len(xs) < 2:
-        return math.nan
-    m = _mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
 def es_variants_table(metrics: pd.DataFrame, spec: Mapping[str, Any],
@@ -46,19 +28,24 @@ def es_variants_table(metrics: pd.DataFrame, spec: Mapping[str, Any],
     split, mean and sample std over the seeds evaluated, and the mean's difference from the same model's ES mean
     (blank for ES itself, and where either side has no evaluation). A run with no evaluation keeps its row, blank."""
     task, split = spec["task"], spec["split"]
+    stats = accuracy_stats(metrics[metrics["split"] == split])
+
+    def stat(model: str, method: str, column: str) -> float:
+        key = (task, model, method)
+        return float(stats.loc[key, column]) if key in stats.index else math.nan
+
     records = []
     for run in spec["runs"]:
         model, method = run["model"], run["method"]
-        accs = _accuracies(metrics, task, split, model, method)
-        es = _mean(_accuracies(metrics, task, split, model, "es"))
-        base = _accuracies(metrics, task, split, model, "base")
-        mean = _mean(accs)
+        mean = stat(model, method, "mean")
+        seeds = stat(model, method, "count")
         records.append({
             "Model": (models.get(model) or {}).get("display", model), "Method": run["label"],
             "Rank": "full" if run["rank"] is None else str(run["rank"]), "Population": int(run["population"]),
-            "Iterations": int(run["iterations"]), "Samples": int(run["samples"]), "Seeds": len(accs),
-            "Original": base[0] if base else math.nan, "Accuracy": mean, "Accuracy std": _std(accs),
-            "Δ vs ES": mean - es if method != "es" else math.nan})
+            "Iterations": int(run["iterations"]), "Samples": int(run["samples"]),
+            "Seeds": 0 if math.isnan(seeds) else int(seeds), "Original": stat(model, "base", "mean"),
+            "Accuracy": mean, "Accuracy std": stat(model, method, "std"),
+            "Δ vs ES": mean - stat(model, "es", "mean") if method != "es" else math.nan})
     return pd.DataFrame(records, columns=list(COLUMNS))
 
 
@@ -67,10 +54,11 @@ def notes_of(spec: Mapping[str, Any]) -> list[str]:
     es = [r for r in spec["runs"] if r["rank"] is None]
     sigma = ", ".join(sorted({f"sigma {r['sigma']:g}, alpha {r['alpha']:g}" for r in es})) or "ES's"
     return [
-        "Neither paper runs low-rank ES: these rows are this pipeline's question beside ES v2 Table 1. EGGROLL perturbs "
-        "each linear projection W of the decoder by A Bᵀ/√r (A, B Gaussian, r the rank; no noise on norms, biases "
-        "and embeddings) where ES perturbs every weight; both use " + sigma + ", the same seeds and the same "
-        "training problems. Samples: iterations x population x problems per iteration, equal for every row of a model.",
+        "Neither paper runs low-rank ES: these rows are this pipeline's question beside ES v2 Table 1. EGGROLL "
+        "perturbs each linear projection W of the decoder by A Bᵀ/√r (A, B Gaussian, r the rank; no noise on norms, "
+        "biases and embeddings) where ES perturbs every weight; both use " + sigma + ", the same seeds and the same "
+        "training problems. Samples: iterations x population x problems per iteration, equal for every row of a "
+        "model.",
         "Δ vs ES: this row's mean minus full-rank ES's mean (points). The claims table decides whether low-rank ES "
         "matches full-rank ES, with a bootstrap interval over problems. EGGROLL's own published runs are on RWKV "
         "models, none of these, so no published number stands beside these rows.",

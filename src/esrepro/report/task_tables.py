@@ -52,7 +52,7 @@ def paper_value(published: Mapping[str, Any], task: str, model: str, method: str
     return _paper_value(published, task, model, method)
 
 
-def _stats(metrics: pd.DataFrame) -> pd.DataFrame:
+def accuracy_stats(metrics: pd.DataFrame) -> pd.DataFrame:
     """Mean, sample std (NaN with one seed), count, min and max of accuracy (%) per (task, model, method)."""
     if metrics.empty:
         return pd.DataFrame(columns=["mean", "std", "count", "min", "max"])
@@ -87,7 +87,7 @@ def train_tasks_table(metrics: pd.DataFrame, published: Mapping[str, Any], model
     the text of the cells of runs left out (e.g. ``not run: no sandbox on this machine``), which get rows too.
     """
     not_run = not_run or {}
-    stats = _stats(metrics)
+    stats = accuracy_stats(metrics)
     methods = method_order([*(metrics["method"] if len(metrics) else []), *(m for _, _, m in not_run)])
     runs = {(t, mm) for t, mm, _ in [*stats.index, *not_run]}
     records = []
@@ -135,7 +135,7 @@ def math_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapp
     Columns: ``Model``, ``Method``, ``Source``, one column per math set (accuracy %, ours: mean over
     seeds with ``... std``), and ``Average`` (of the five, when all five are there).
     """
-    stats = _stats(metrics)
+    stats = accuracy_stats(metrics)
     sets = [s for s in MATH_SETS if len(metrics) and s in set(metrics["task"])] or list(MATH_SETS)
     labels = [MATH_SETS[s] for s in sets]
     block = _math_block(published)
@@ -207,7 +207,7 @@ def puzzle_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Ma
     published numbers are always in the table. ``not_run``: the text of the cells of runs left out (e.g. ``not run:
     no sandbox on this machine``), whose puzzles and models get rows too."""
     not_run = not_run or {}
-    stats = _stats(metrics)
+    stats = accuracy_stats(metrics)
     ours = [*stats.index, *not_run]
     present = [t for t in tasks if any(t == tt for tt, _, _ in ours)]
     methods = method_order({m for t, _, m in ours if t in present}
@@ -260,7 +260,7 @@ def build_puzzle_table(metric_paths: Iterable[PathLike], published_path: PathLik
 # --- cross-run stability ---------------------------------------------------------------------------------------------
 def stability_table(metrics: pd.DataFrame, models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """One row per (test set, model, method) with at least two seeds: seeds, mean, std, min, max and range (%)."""
-    stats = _stats(metrics)
+    stats = accuracy_stats(metrics)
     records = []
     tasks = list(dict.fromkeys(t for t, _, _ in stats.index))
     for task in tasks:
