@@ -151,14 +151,18 @@ def test_one_iteration_update_equals_the_papers_equation(tiny_model_dir, tmp_pat
 
 def test_update_on_vllm_shards_equals_the_transformers_update(tiny_model_dir):
     """The update each vLLM tensor-parallel rank applies to its shards, put back into HF layout, is the transformers
-    engine's update bit for bit (tensor-parallel sizes 1 and 2; the layout is built from the config, no vLLM)."""
+    engine's update bit for bit (tensor-parallel sizes 1 and 2; the layout is the hand-written reading of vLLM's,
+    tests/vllm_reference_layout.py, no vLLM)."""
     from transformers import AutoConfig
 
     from esrepro.backends.hf import HFEngine
     from esrepro.backends.vllm_engine import ShardedWeights
-    from esrepro.backends.vllm_layout import build_layout, to_hf, to_vllm
+    from esrepro.backends.vllm_layout import to_hf, to_vllm
+    from esrepro.models.architecture import linear_weight_names, meta_model
+    from vllm_reference_layout import build_layout
 
     config = AutoConfig.from_pretrained(tiny_model_dir)
+    targets = linear_weight_names(meta_model(config))
     engine = HFEngine(tiny_model_dir, rank=2)
     base = {n: p.clone() for n, p in engine.named_parameters()}
     seeds, weights = [member_seed(1, 3, i) for i in range(4)], [0.7, -1.2, 0.1, 0.4]
@@ -169,7 +173,8 @@ def test_update_on_vllm_shards_equals_the_transformers_update(tiny_model_dir):
         ranks = []
         for rank in range(tp):
             shards = to_vllm(base, layout, rank)
-            ShardedWeights(shards, layout, rank, "iid", "exact", None, lowrank=2).apply_update(seeds, weights, 0.03)
+            ShardedWeights(shards, layout, rank, "iid", "exact", None, lowrank=2,
+                           lowrank_targets=targets).apply_update(seeds, weights, 0.03)
             ranks.append(shards)
         got = to_hf(ranks, layout)
         assert all(torch.equal(got[n], want[n]) for n in want), tp

@@ -1,7 +1,9 @@
-"""HF <-> vLLM layout for Qwen2 and Llama, ES noise on tensor-parallel shards, and the vLLM engine.
+"""HF <-> vLLM layout machinery, ES noise on tensor-parallel shards, and the vLLM engine's sharded state.
 
-The CPU tests need no vLLM: tensor-parallel ranks are simulated by converting an HF state to
-every rank's vLLM parameters. The engine tests run only where vLLM imports and CUDA exists.
+The CPU tests need no vLLM: layouts are the hand-written reading of vLLM's Qwen2 and Llama layout
+(tests/vllm_reference_layout.py, which tests/test_vllm_probe.py checks against the probe on vLLM's
+own classes), and tensor-parallel ranks are simulated by converting an HF state to every rank's
+vLLM parameters. The engine tests run only where vLLM imports and CUDA exists.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from esrepro.backends.vllm_engine import ShardedWeights, stop_token_ids
 from esrepro.backends.vllm_layout import (
-    VOCAB_PADDING,
-    build_layout,
     perturb_shards_,
     shard_noise,
     to_hf,
@@ -26,6 +26,7 @@ from esrepro.backends.vllm_layout import (
 from esrepro.perturb.noise import noise_like, tensor_noise, tensor_seed
 from esrepro.perturb.ops import perturb_, restore_subtract_, update_
 from esrepro.perturb.weights import ESWeights, hf_checksum
+from vllm_reference_layout import VOCAB_PADDING, build_layout
 
 torch.set_num_threads(1)
 
@@ -274,13 +275,18 @@ def test_sharded_weights_keep_only_the_copies_their_mode_needs():
     assert w.transient_bytes() == 4 * 300 * 32 + 12 * 320 * 32
 
 
-def test_sharded_weights_refuse_parameters_outside_the_layout():
+def test_sharded_weights_refuse_a_missing_parameter_and_leave_others_alone():
+    """Every parameter of the layout must be there; one holding no HF tensor (vLLM's KV scales) is never touched."""
     layout = build_layout(qwen2(), 1)
     st = to_vllm(hf_state(qwen2(), torch.float32), layout, 0)
     st["model.layers.0.self_attn.attn.k_scale"] = torch.ones(1)
+    w = ShardedWeights(st, layout, 0)
+    w.perturb(3, 0.5)
+    w.restore(3, 0.5)
+    w.apply_update([4, 5], [1.0, -1.0], 0.5)
+    assert torch.equal(st["model.layers.0.self_attn.attn.k_scale"], torch.ones(1))
     del st["model.norm.weight"]
-    expected = r"missing \['model.norm.weight'\], unexpected \['model.layers.0.self_attn.attn.k_scale'\]"
-    with pytest.raises(ValueError, match=expected):
+    with pytest.raises(ValueError, match=r"missing \['model.norm.weight'\]"):
         ShardedWeights(st, layout, 0)
 
 

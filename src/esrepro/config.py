@@ -9,6 +9,7 @@ settings classes (:mod:`esrepro.settings`) and imports nothing above them. A who
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,25 @@ def load_yaml(path: str | Path) -> Any:
 
 
 def load_registry(path: str | Path, shown: str | None = None) -> dict[str, ModelEntry]:
-    """Load and validate the model registry; returns ``{model_key: entry}`` (errors name ``shown`` or ``path``)."""
-    return validate_block(Registry, load_yaml(path), shown or str(path)).models
+    """Load and validate the model registry; returns ``{model_key: entry}`` (errors name ``shown`` or ``path``).
+
+    An entry whose ``config`` names a file (relative to the registry's folder) gets that file's mapping."""
+    shown = shown or str(path)
+    data = load_yaml(path)
+    problems = []
+    for key, entry in ((data or {}).get("models") or {}).items() if isinstance(data, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("config"), str):
+            file = Path(path).parent / entry["config"]
+            try:
+                entry["config"] = json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                problems.append(f"{shown}: models.{key}.config: cannot read {file} ({exc})")
+            else:
+                if not isinstance(entry["config"], dict):
+                    problems.append(f"{shown}: models.{key}.config: {file} holds no JSON object")
+    if problems:
+        raise ConfigError(problems)
+    return validate_block(Registry, data, shown).models
 
 
 def validate_published(path: str | Path, shown: str | None = None) -> dict:

@@ -1,8 +1,9 @@
 """GPU memory per process of a paper job, counted from the model's shape and the job's own arguments.
 
-The shapes are those of the hub models' ``config.json`` (:data:`SHAPES`; the other config facts, context length,
-tied embeddings and rope, are :func:`esrepro.rehearsal.families.facts_for`'s); parameter counts are counted on a
-model built on torch's meta device from that config (:func:`model_facts`), no weights read.
+A model is its ``config.json`` (a registry entry states it: :func:`esrepro.models.architecture.entry_config_facts`):
+shapes, head size, tied embeddings, sliding windows and query/key norms are read from the transformers config, and
+parameter counts, decoder blocks and their linear layers from a model built from it on torch's meta device
+(:func:`facts_from_config`), no weights read, whatever the architecture.
 
 Constants (bytes unless stated):
 
@@ -54,6 +55,7 @@ Constants (bytes unless stated):
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -82,32 +84,9 @@ QUANT_BYTES = {"native": 2.0, "int8": 1.0, "int4": 0.5625}
 PROMPT_TOKENS = {"arc": 4096}
 DEFAULT_PROMPT_TOKENS = 512
 
-#: (family, registry size) -> the hub config's hidden, intermediate, layers, heads, key-value heads, vocabulary.
-SHAPES: dict[tuple[str, str], dict[str, int]] = {
-    ("qwen2", "0.5B"): dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                            num_key_value_heads=2, vocab_size=151936),
-    ("qwen2", "1.5B"): dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                            num_key_value_heads=2, vocab_size=151936),
-    ("qwen2", "3B"): dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                          num_key_value_heads=2, vocab_size=151936),
-    ("qwen2", "7B"): dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                          num_key_value_heads=4, vocab_size=152064),
-    ("qwen2", "14B"): dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
-                           num_key_value_heads=8, vocab_size=152064),
-    ("qwen2", "32B"): dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
-                           num_key_value_heads=8, vocab_size=152064),
-    ("llama", "1B"): dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                          num_key_value_heads=8, vocab_size=128256),
-    ("llama", "3B"): dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
-                          num_key_value_heads=8, vocab_size=128256),
-    ("llama", "8B"): dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                          num_key_value_heads=8, vocab_size=128256),
-}
-
-
 @dataclass(frozen=True)
 class ModelFacts:
-    """What memory depends on: the shape, and parameter counts counted on the meta device."""
+    """What memory depends on, read off the model's transformers config and its build on the meta device."""
 
     hidden: int
     intermediate: int
@@ -123,13 +102,21 @@ class ModelFacts:
     largest_tensor: int  # elements
     architecture: str
     decoder_layer: str  # the class FSDP wraps (_no_split_modules)
+    head_dim: int = 0  # the config's head_dim where it states one, else hidden // heads
+    #: (in_features, out_features) of each linear layer of one decoder block, in module order (what a LoRA slot
+    #: wraps: vLLM wraps every linear layer of the blocks whatever an adapter targets)
+    layer_linears: tuple[tuple[int, int], ...] = ()
+    sliding_window: int | None = None  # the window of the sliding-attention layers, None: none slide
+    sliding_layers: int = 0  # decoder layers attending within sliding_window
+    qk_norm: bool = False  # per-head query and key norms (Qwen3, Gemma 3, OLMo 2)
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
 
     @property
     def kv_bytes_per_token(self) -> int:
+        """bf16 keys and values of one token over every layer (sliding layers counted whole: an upper bound)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * 2
 
     @property
@@ -137,34 +124,19 @@ class ModelFacts:
         return self.vocab * self.hidden * (1 if self.tied else 2)
 
 
-def hf_config(family: str, size: str, hub_id: str):
-    """The transformers config of the hub model ``hub_id`` (no download): :data:`SHAPES` and the family's facts."""
-    from transformers import LlamaConfig, Qwen2Config
+@functools.lru_cache(maxsize=64)
+def _facts_of(key: str) -> ModelFacts:
+    from esrepro.models.architecture import config_from_facts
 
-    from esrepro.rehearsal.families import facts_for
-
-    shape = SHAPES.get((family, size))
-    if shape is None:
-        raise ValueError(f"{hub_id}: no shape for family {family!r} size {size!r} (esrepro.memory.SHAPES)")
-    facts = facts_for(hub_id, family, size)
-    extra = {k: v for k, v in facts.config.items() if k not in ("max_window_layers",)}
-    cls = Qwen2Config if family == "qwen2" else LlamaConfig
-    if family == "qwen2":
-        extra["max_window_layers"] = shape["num_hidden_layers"]
-    return cls(**shape, **extra, architectures=[facts.architecture])
+    return facts_from_config(config_from_facts(json.loads(key)))
 
 
-@functools.lru_cache(maxsize=None)
-def model_facts(family: str, size: str, hub_id: str) -> ModelFacts:
-    """Counts of the model built from its config on torch's meta device."""
-    return facts_from_config(hf_config(family, size, hub_id))
+def entry_facts(entry, key: str = "") -> ModelFacts:
+    """:class:`ModelFacts` of a registry entry, from its config (:func:`esrepro.models.architecture.
+    entry_config_facts`: a hub model's stated config.json, a folder's own, a build's), counted once per config."""
+    from esrepro.models.architecture import entry_config_facts, facts_key
 
-
-def entry_facts(entry) -> ModelFacts:
-    """:func:`model_facts` of a registry entry (a hub model)."""
-    if entry.hub_id is None:
-        raise ValueError(f"{entry.display}: not a hub model; its memory is not modelled")
-    return model_facts(entry.family, entry.size, entry.hub_id)
+    return _facts_of(facts_key(entry_config_facts(entry, key)))
 
 
 def prompt_tokens(task: str) -> int:
@@ -235,12 +207,11 @@ def quantised_weights(m: ModelFacts, precision: str) -> int:
 
 
 def lora_slot_bytes(m: ModelFacts, rank_slot: int, tp: int = 1) -> int:
-    """One vLLM LoRA slot's buffers: A and B of every wrapped linear (q/k/v packed, o, gate/up packed, down) of
-    every layer, at ``rank_slot``, bf16 (column-parallel B and row-parallel A split over ``tp``)."""
-    kv = m.kv_heads * m.head_dim
-    a = rank_slot * (3 * m.hidden + m.hidden + 2 * m.hidden + m.intermediate)
-    b = rank_slot * ((m.hidden + 2 * kv) + m.hidden + 2 * m.intermediate + m.hidden)
-    return m.layers * (a + b) * 2 // tp
+    """One vLLM LoRA slot's buffers: A (rank x in) and B (out x rank) of every linear layer of every decoder block
+    (:attr:`ModelFacts.layer_linears`; vLLM keeps a packed layer's slices apart, so q/k/v packed count as
+    three), at ``rank_slot``, bf16 (column-parallel B and row-parallel A split over ``tp``)."""
+    per_layer = sum(rank_slot * (fan_in + fan_out) for fan_in, fan_out in m.layer_linears)
+    return m.layers * per_layer * 2 // tp
 
 
 @dataclass
@@ -357,23 +328,35 @@ def generate_batch(m: ModelFacts, weights: int, requested: int, prompt: int, new
 
 
 def facts_from_config(config) -> ModelFacts:
-    """:class:`ModelFacts` of a transformers config (a checkpoint's own, at run time), counted on the meta device."""
+    """:class:`ModelFacts` of a transformers config (a checkpoint's own, at run time), counted on the meta device:
+    any causal LM transformers builds, its decoder blocks found by :func:`esrepro.models.architecture.
+    decoder_layers`."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    from esrepro.models.architecture import decoder_layers, meta_model
+
+    model = meta_model(config)
     params = sum(p.numel() for p in model.parameters())
-    layer = model.model.layers[0]
+    _, blocks = decoder_layers(model)
+    layer = blocks[0]
     layer_params = sum(p.numel() for p in layer.parameters())
+    linears = tuple((m.in_features, m.out_features) for m in layer.modules() if isinstance(m, torch.nn.Linear))
+    kinds = list(getattr(config, "layer_types", None) or [])
+    sliding = sum(1 for k in kinds if "sliding" in str(k))
+    window = getattr(config, "sliding_window", None) if sliding else None
+    names = {n.rsplit(".", 2)[-2] for n, _ in layer.named_parameters() if n.count(".") >= 2}
     return ModelFacts(hidden=config.hidden_size, intermediate=config.intermediate_size,
                       layers=config.num_hidden_layers, heads=config.num_attention_heads,
-                      kv_heads=config.num_key_value_heads, vocab=config.vocab_size,
-                      context=config.max_position_embeddings, tied=bool(config.tie_word_embeddings), params=params,
-                      layer_params=layer_params, root_params=params - layer_params * config.num_hidden_layers,
+                      kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+                      vocab=config.vocab_size, context=config.max_position_embeddings,
+                      tied=bool(getattr(config, "tie_word_embeddings", False)), params=params,
+                      layer_params=layer_params, root_params=params - layer_params * len(blocks),
                       largest_tensor=max(p.numel() for p in model.parameters()),
                       architecture=(config.architectures or [type(model).__name__])[0],
-                      decoder_layer=type(layer).__name__)
+                      decoder_layer=type(layer).__name__,
+                      head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+                      layer_linears=linears, sliding_window=window, sliding_layers=sliding,
+                      qk_norm=bool({"q_norm", "k_norm"} & names))
 
 
 def runtime_generate_batch(model_dir, requested: int, prompt: int, new_tokens: int, device: str,

@@ -76,14 +76,19 @@ _TMP: tempfile.TemporaryDirectory | None = None
 
 
 def config_dir(entry) -> Path:
-    """A folder holding the hub model's ``config.json`` (no weights), for the functions that read a model folder."""
+    """A folder holding the model's ``config.json`` (no weights; :func:`esrepro.models.architecture.entry_config`),
+    for the functions that read a model folder."""
+    import hashlib
+
+    from esrepro.models.architecture import entry_config, entry_config_facts, facts_key
+
     global _TMP
-    key = entry.hub_id
+    key = hashlib.sha256(facts_key(entry_config_facts(entry)).encode()).hexdigest()[:16]
     if key not in _DIRS:
         if _TMP is None:
             _TMP = tempfile.TemporaryDirectory(prefix="esrepro-plan-")
-        folder = Path(_TMP.name) / key.replace("/", "--")
-        M.hf_config(entry.family, entry.size, entry.hub_id).save_pretrained(folder)
+        folder = Path(_TMP.name) / key
+        entry_config(entry).save_pretrained(folder)
         _DIRS[key] = folder
     return _DIRS[key]
 

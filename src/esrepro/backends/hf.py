@@ -36,7 +36,8 @@ from typing import Literal, Sequence, get_args
 import torch
 
 from esrepro.devices import noise_device, synchronize
-from esrepro.perturb.lowrank import check_rank, is_lowrank_target, lowrank_perturb_, lowrank_update_
+from esrepro.models.architecture import linear_weight_names
+from esrepro.perturb.lowrank import check_rank, lowrank_perturb_, lowrank_update_
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.models.decoding import greedy_rule
@@ -301,8 +302,8 @@ def _compile_config(device: torch.device):
 class HFEngine(HFBackend):
     """An ES engine on transformers: greedy generation plus in-place perturb / restore / update and a checksum.
 
-    ``rank``: None, full-rank ES noise on every parameter; r, low-rank (EGGROLL) noise of rank r on the linear
-    projections' weights only (:mod:`esrepro.perturb.lowrank`), written into the weights in place
+    ``rank``: None, full-rank ES noise on every parameter; r, low-rank (EGGROLL) noise of rank r on the weights of
+    the decoder blocks' linear layers only (:mod:`esrepro.perturb.lowrank`), written into the weights in place
     (W + sigma A Bᵀ / √r) and restored as ES restores.
     """
 
@@ -315,7 +316,8 @@ class HFEngine(HFBackend):
         if rank is None:
             self.weights = ESWeights(params, noise, restore, master_weights)
         else:
-            targets = [k if is_lowrank_target(n) else None for k, (n, _) in enumerate(named)]
+            wanted = linear_weight_names(self.model)  # the decoder blocks' linear layers, whatever the architecture
+            targets = [k if n in wanted else None for k, (n, _) in enumerate(named)]
             check_rank(rank, {n: tuple(p.shape) for (n, p), k in zip(named, targets) if k is not None})
             self.weights = ESWeights(
                 params, noise, restore, master_weights,

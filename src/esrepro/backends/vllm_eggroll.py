@@ -23,16 +23,18 @@ from typing import Any, Sequence
 from esrepro.backends.vllm_engine import VLLMEngine, encode_prompt, greedy_params
 from esrepro.backends.vllm_layout import hf_parameters
 from esrepro.backends.vllm_lora import AdapterBatch, lora_llm_kwargs
+from esrepro.models.architecture import linear_weight_names, meta_model
 from esrepro.perturb.adapter import Target, write_member_adapter
-from esrepro.perturb.lowrank import check_rank, is_lowrank_target
 
 
 def lowrank_targets(model_dir: str | Path) -> list[Target]:
-    """(name, index, shape) of the HF weights that take low-rank noise, indexed as ``named_parameters()`` is."""
+    """(name, index, shape) of the HF weights that take low-rank noise (the decoder blocks' linear layers,
+    :func:`esrepro.models.architecture.linear_weight_names`), indexed as ``named_parameters()`` is."""
     from transformers import AutoConfig
 
-    return [(t.name, t.index, t.shape) for t in hf_parameters(AutoConfig.from_pretrained(model_dir))
-            if is_lowrank_target(t.name)]
+    config = AutoConfig.from_pretrained(model_dir)
+    wanted = linear_weight_names(meta_model(config))
+    return [(t.name, t.index, t.shape) for t in hf_parameters(config) if t.name in wanted]
 
 
 class EggrollVLLMEngine(VLLMEngine):
@@ -48,13 +50,13 @@ class EggrollVLLMEngine(VLLMEngine):
 
     def __init__(self, model_dir: str | Path, *, rank: int, max_loras: int | None = None, noise: str = "iid",
                  restore: str = "subtract", **engine: Any) -> None:
-        targets = lowrank_targets(model_dir)
-        check_rank(rank, {name: shape for name, _, shape in targets})
         self.rank, self.variant = int(rank), noise
-        self.targets = targets
         del restore  # no member is ever written into the weights: the workers keep no exact-restore copy
         super().__init__(model_dir, noise=noise, lowrank=self.rank, restore="subtract",
                          **lora_llm_kwargs(max_loras or 1, self.rank), **engine)
+        # the targets as the workers read them off the model (a class vLLM serves through transformers is rebuilt
+        # only inside a vLLM config once an engine holds it)
+        self.targets = [(t.name, t.index, t.shape) for t in self.layout.hf if t.name in self.linear_weights]
         self.adapters = AdapterBatch(self.llm, prefix="eggroll_vllm_")
         self._current: tuple[int, float, Any] | None = None  # (seed, sigma, request) of the carried member
 

@@ -37,7 +37,7 @@ from esrepro.backends.vllm_layout import (
     HFTensor,
     ShardSpec,
     VLLMLayout,
-    build_layout,
+    hf_parameters,
     lowrank_perturb_shards_,
     lowrank_shard,
     lowrank_update_shards_,
@@ -65,9 +65,10 @@ class ShardedWeights(ESWeights):
     """The ES state of one tensor-parallel rank: :class:`~esrepro.perturb.weights.ESWeights` over its vLLM parameters,
     with each shard's noise mapped from the HF tensors it holds.
 
-    ``params`` maps vLLM parameter names to the tensors changed in place; it must hold exactly
-    the parameters of ``layout`` on ``rank``, with the layout's shapes. ``lowrank``: None, full-rank noise; r,
-    low-rank (EGGROLL) noise of rank r on the linear projections' shards only (:mod:`esrepro.perturb.lowrank`).
+    ``params`` maps vLLM parameter names to the tensors changed in place; it must hold every
+    parameter of ``layout`` on ``rank``, with the layout's shapes (others, holding no HF tensor, are left alone).
+    ``lowrank``: None, full-rank noise; r, low-rank (EGGROLL) noise of rank r on the shards of ``lowrank_targets``
+    only (the HF names of the decoder blocks' linear weights, :mod:`esrepro.perturb.lowrank`).
     """
 
     def __init__(
@@ -79,31 +80,34 @@ class ShardedWeights(ESWeights):
         restore: RestoreMode = "exact",
         master_weights: Literal["float32"] | None = None,
         lowrank: int | None = None,
+        lowrank_targets: frozenset[str] | None = None,
     ) -> None:
         self.layout, self.rank = layout, rank
         self.specs: tuple[ShardSpec, ...] = layout.shards(rank)
         expected = {s.name: s.shape for s in self.specs}
-        actual = {n: tuple(p.shape) for n, p in params.items()}
+        actual = {n: tuple(p.shape) for n, p in params.items() if n in expected}
         if expected != actual:
             missing = sorted(set(expected) - set(actual))
-            extra = sorted(set(actual) - set(expected))
             wrong = sorted(n for n in set(expected) & set(actual) if expected[n] != actual[n])
             raise ValueError(
                 f"vLLM parameters on rank {rank} do not match the {layout.model_type} layout: "
-                f"missing {missing}, unexpected {extra}, wrong shape "
-                f"{[(n, actual[n], expected[n]) for n in wrong]}"
+                f"missing {missing}, wrong shape {[(n, actual[n], expected[n]) for n in wrong]}"
             )
         specs = self.specs
+        if lowrank is not None and lowrank_targets is None:
+            raise ValueError("low-rank noise needs lowrank_targets (the HF names of the weights it perturbs)")
+        targets = frozenset(lowrank_targets or ())
         if lowrank is None:
             perturb_fn = lambda ps, seed, sigma, variant: perturb_shards_(ps, specs, seed, sigma, variant)  # noqa: E731
             update_fn = lambda ps, seeds, ws, alpha, variant, masters: update_shards_(  # noqa: E731
                 ps, specs, seeds, ws, alpha, variant, masters)
         else:  # low-rank (EGGROLL) noise of rank ``lowrank`` on the linear projections only
-            check_rank(lowrank, {p.hf.name: p.hf.shape for s in specs if lowrank_shard(s) for p in s.pieces})
+            check_rank(lowrank, {p.hf.name: p.hf.shape for s in specs if lowrank_shard(s, targets)
+                                 for p in s.pieces})
             perturb_fn = lambda ps, seed, sigma, variant: lowrank_perturb_shards_(  # noqa: E731
-                ps, specs, seed, sigma, lowrank, variant)
+                ps, specs, seed, sigma, lowrank, variant, targets)
             update_fn = lambda ps, seeds, ws, alpha, variant, masters: lowrank_update_shards_(  # noqa: E731
-                ps, specs, seeds, ws, alpha, lowrank, variant, masters)
+                ps, specs, seeds, ws, alpha, lowrank, variant, targets, masters)
         super().__init__([params[s.name] for s in specs], noise, restore, master_weights,
                          perturb_fn=perturb_fn, update_fn=update_fn)
 
@@ -299,29 +303,74 @@ def _checkpoint_reader(model_dir: Path, hf: Sequence[HFTensor]) -> Callable[[str
     return read
 
 
+#: One rank's probe: its rank, the model type, the HF parameters, the names of the decoder blocks' linear weights
+#: (:func:`esrepro.models.architecture.linear_weight_names`) and the rank's vLLM parameters with their pieces.
+Probe = tuple[int, str, tuple[HFTensor, ...], frozenset[str], tuple[ShardSpec, ...]]
+
+
+def assemble_layout(model_dir: str | Path, probes: Sequence[Probe]) -> VLLMLayout:
+    """The layout of every tensor-parallel rank from each rank's probe (:meth:`ESWorkerExtension.es_probe_layout`,
+    any order). Ranks must agree on the HF parameters and hold the same vLLM parameter names (vLLM builds one model
+    per rank)."""
+    by_rank = {p[0]: p for p in probes}
+    if sorted(by_rank) != list(range(len(probes))):
+        raise RuntimeError(f"layout probes came from ranks {sorted(by_rank)} of {len(probes)}")
+    first = by_rank[0]
+    for r, model_type, hf, linears, specs in probes:
+        if (model_type, hf, linears) != first[1:4] or sorted(s.name for s in specs) != sorted(s.name for s in first[4]):
+            raise RuntimeError(f"{model_dir}: tensor-parallel rank {r} sees another model than rank 0")
+    return VLLMLayout(first[1], len(probes), first[2], tuple(by_rank[r][4] for r in range(len(probes))))
+
+
+def _vllm_config_context(vllm_config):
+    """A context in which transformers builds any model class in a vLLM process: vLLM's transformers backend (the
+    classes vLLM serves through transformers, OLMo 2 in 0.32) rebases such a class onto its compile wrapper, whose
+    ``__init__`` then asks for the current vLLM config (``vllm/compilation/decorators.py``)."""
+    from vllm.config import set_current_vllm_config
+
+    return set_current_vllm_config(vllm_config)
+
+
 class ESWorkerExtension:
     """Mixed into each vLLM worker: ES operations on the worker's own shard, called by ``collective_rpc``."""
 
-    def es_setup(self, model_dir: str, noise: str, restore: str, master_weights: str | None,
-                 gpu_memory_utilization: float, driver_pid: int, lowrank: int | None = None) -> int:
-        """Build the layout from ``model_dir``'s config.json and bind this rank's parameters; returns the rank.
+    def es_probe_layout(self, model_dir: str, driver_pid: int) -> Probe:
+        """This rank's vLLM parameters and the HF pieces each holds, read off the model class's own weight loading
+        (:func:`esrepro.backends.vllm_probe.probe_worker_shards`); returns :data:`Probe`. The HF model is built
+        here, on the meta device, inside this worker's vLLM config (:func:`_vllm_config_context`).
 
         A worker in a process of its own (tensor parallelism) ends when the driver ``driver_pid`` that built it
         does: vLLM's workers outlive a SIGKILLed driver otherwise, holding their GPU.
         """
         from transformers import AutoConfig
         from vllm.distributed import get_pp_group, get_tp_group
-        from vllm.platforms import current_platform
+
+        from esrepro.backends.vllm_probe import probe_worker_shards
 
         if os.getpid() != driver_pid:
             from esrepro.lifeline import die_with_parent
 
             die_with_parent(expected_parent=driver_pid)
-
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
+        from esrepro.models.architecture import linear_weight_names, meta_model
+
+        config = AutoConfig.from_pretrained(model_dir)
+        with _vllm_config_context(self.vllm_config):
+            hf = hf_parameters(config)
+            linears = linear_weight_names(meta_model(config))
+        return (get_tp_group().rank_in_group, config.model_type, hf, linears,
+                probe_worker_shards(self.vllm_config, hf))
+
+    def es_setup(self, model_dir: str, layout: VLLMLayout, noise: str, restore: str, master_weights: str | None,
+                 gpu_memory_utilization: float, lowrank: int | None = None,
+                 lowrank_targets: frozenset[str] | None = None) -> int:
+        """Bind this rank's parameters to ``layout`` (:func:`assemble_layout` of every rank's probe); returns the
+        rank. With ``lowrank``, low-rank noise goes to the HF weights ``lowrank_targets``."""
+        from vllm.distributed import get_tp_group
+        from vllm.platforms import current_platform
+
         tp = get_tp_group()
-        layout = build_layout(AutoConfig.from_pretrained(model_dir), tp.world_size)
         model = self.model_runner.get_model()
         if current_platform.is_cpu():
             unpack_cpu_linears(model, layout, tp.rank_in_group, model_dir)
@@ -337,7 +386,7 @@ class ESWorkerExtension:
         )
         try:
             self.es_state = ShardedWeights(params, layout, tp.rank_in_group, noise, restore, master_weights,
-                                           lowrank)
+                                           lowrank, lowrank_targets)
         except torch.OutOfMemoryError as e:
             raise RuntimeError(f"out of GPU memory for the ES state: {hint}") from e
         if not current_platform.is_cuda_alike():
@@ -553,8 +602,14 @@ class VLLMEngine:
             **llm_kwargs,
         )
         self.prefix_caching = enable_prefix_caching
-        self._rpc("es_setup", str(self.model_dir), noise, restore, master_weights, gpu_memory_utilization,
-                  os.getpid(), lowrank)
+        probes = self._rpc("es_probe_layout", str(self.model_dir), os.getpid())
+        self.layout = assemble_layout(self.model_dir, probes)
+        #: the HF names of the decoder blocks' linear weights (low-rank noise's targets)
+        self.linear_weights: frozenset[str] = probes[0][3]
+        if lowrank is not None:
+            check_rank(lowrank, {t.name: t.shape for t in self.layout.hf if t.name in self.linear_weights})
+        self._rpc("es_setup", str(self.model_dir), self.layout, noise, restore, master_weights,
+                  gpu_memory_utilization, lowrank, self.linear_weights if lowrank is not None else None)
         devices = set(self._rpc("es_noise_device"))
         if len(devices) != 1:
             raise RuntimeError(f"the tensor-parallel ranks of {self.model_dir} run on different devices "

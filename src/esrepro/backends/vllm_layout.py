@@ -1,51 +1,31 @@
-"""Where each HF parameter lives inside vLLM's model, for Qwen2 and Llama, on every tensor-parallel rank.
+"""Where each HF parameter lives inside vLLM's model, on every tensor-parallel rank, and ES noise on that layout.
 
 ES noise is defined on the transformers (HF) parameters: tensor ``k`` of
 ``model.named_parameters()`` under member seed ``s`` gets ``noise_like(shape_k, s, k)``.
-vLLM holds the same numbers in another layout: q/k/v fused into ``qkv_proj`` and
-gate/up into ``gate_up_proj`` (stacked along the output dim), every linear layer split
-across tensor-parallel ranks, the vocabulary padded. This module maps between the two
-so a vLLM worker can apply exactly the HF noise to its own shard: the noise of a vLLM
-parameter is the HF noise of each constituent, generated with the HF tensor's full
-shape and then sliced the way the weights are sliced (zero in vocabulary padding).
+vLLM holds the same numbers in another layout: projections stacked into packed parameters
+(q/k/v into ``qkv_proj``, gate/up into ``gate_up_proj``, or a checkpoint's fused tensor split
+across ranks), every linear layer split across tensor-parallel ranks, the vocabulary padded.
+A :class:`VLLMLayout` says, for each rank, which box of which HF tensor fills which part of
+which vLLM parameter (:class:`Piece`), so a vLLM worker applies exactly the HF noise to its own
+shard: the noise of a vLLM parameter is the HF noise of each constituent, generated with the
+HF tensor's full shape and then sliced the way the weights are sliced (zero in padding).
 
-Facts about vLLM are those of the version pinned in ``pyproject.toml`` (``vllm==0.32.0``; Qwen2 at
-tensor-parallel sizes 1 and 2 is also checked against the running engine by tests/test_vllm_engine.py):
-
-- ``vllm/model_executor/models/{qwen2,llama}.py``: ``hf_to_vllm_mapper`` stacks
-  ``.q_proj/.k_proj/.v_proj`` into ``.qkv_proj`` (shards "q", "k", "v") and
-  ``.gate_proj/.up_proj`` into ``.gate_up_proj`` (shards 0, 1); ``o_proj`` and ``down_proj``
-  are ``RowParallelLinear``; ``lm_head`` is ``ParallelLMHead``, tied to
-  ``model.embed_tokens`` when ``tie_word_embeddings``; Qwen2's head size is
-  ``hidden_size // num_attention_heads``, Llama's ``config.head_dim`` or that.
-- ``vllm/model_executor/layers/linear.py`` (``QKVParallelLinear``) and
-  ``vllm/model_executor/parameter.py`` (``load_qkv_weight``): rank ``r`` holds query heads
-  ``[r*H/tp, (r+1)*H/tp)`` and, when ``tp >= num_kv_heads``, one KV head, number
-  ``r // (tp / num_kv_heads)`` (replicated), otherwise ``num_kv_heads / tp`` of them.
-- ``vllm/model_executor/layers/vocab_parallel_embedding.py``: ``DEFAULT_VOCAB_PADDING_SIZE = 64``;
-  the padded vocabulary is split evenly and rank ``r`` holds HF rows
-  ``[min(r*S, V), min((r+1)*S, V))`` followed by zero rows up to ``S``.
-- Row-parallel biases and norms are replicated on every rank.
-
-Written by hand because vLLM offers only the loading direction (HF -> its layout, inside a
-running engine); ES needs both directions, and noise, without a GPU.
+The layout is not typed per architecture: each rank reads its own off vLLM's model class by
+pushing marked tensors through the class's ``load_weights`` (:mod:`esrepro.backends.vllm_probe`),
+and the engine assembles the ranks' answers. This module is plain torch (tested without vLLM):
+conversions both ways, shard noise, perturbation and update of one rank's shards.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 import torch
 
-from esrepro.perturb.lowrank import is_lowrank_target, member_noise, update_delta
+from esrepro.perturb.lowrank import member_noise, update_delta
 from esrepro.perturb.noise import NoiseVariant, noise_like
 from esrepro.perturb.ops import NoiseFn, perturb_, update_
-
-#: ``DEFAULT_VOCAB_PADDING_SIZE`` in vLLM 0.32.0.
-VOCAB_PADDING = 64
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 
 
 @dataclass(frozen=True)
@@ -109,97 +89,6 @@ def hf_parameters(config) -> tuple[HFTensor, ...]:
     return tuple(HFTensor(n, k, tuple(p.shape)) for k, (n, p) in enumerate(model.named_parameters()))
 
 
-def _divide(total: int, parts: int, what: str) -> int:
-    if total % parts:
-        raise ValueError(f"{what} ({total}) is not divisible by tensor-parallel size {parts}")
-    return total // parts
-
-
-def _vllm_head_dim(config, model_type: str) -> int:
-    """Head size as vLLM 0.32.0 computes it (Qwen2 ignores ``config.head_dim``)."""
-    default = config.hidden_size // config.num_attention_heads
-    if model_type == "llama":
-        return getattr(config, "head_dim", None) or default
-    return default
-
-
-_PROJ = re.compile(r"^(model\.layers\.\d+\.(?:self_attn|mlp))\.(q|k|v|o|gate|up|down)_proj\.(weight|bias)$")
-_NORM = re.compile(r"^model\.(?:layers\.\d+\.(?:input_layernorm|post_attention_layernorm)|norm)\.weight$")
-_VOCAB = ("model.embed_tokens.weight", "lm_head.weight")
-
-
-def build_layout(config, tp_size: int = 1, hf: Sequence[HFTensor] | None = None) -> VLLMLayout:
-    """The vLLM layout of the HF model described by ``config`` (a ``transformers`` config) at ``tp_size``.
-
-    ``hf`` (the HF parameters) defaults to :func:`hf_parameters` of ``config``.
-    """
-    model_type = config.model_type
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model_type {model_type!r} has no vLLM layout; supported: {SUPPORTED_MODEL_TYPES}")
-    if tp_size < 1:
-        raise ValueError(f"tensor-parallel size must be >= 1, got {tp_size}")
-    hf = tuple(hf) if hf is not None else hf_parameters(config)
-    num_heads = config.num_attention_heads
-    num_kv = getattr(config, "num_key_value_heads", None) or num_heads
-    head_dim = _vllm_head_dim(config, model_type)
-    heads_per_rank = _divide(num_heads, tp_size, "num_attention_heads")
-    if tp_size >= num_kv:
-        kv_per_rank, kv_replicas = 1, _divide(tp_size, num_kv, "(replicated) num_key_value_heads")
-    else:
-        kv_per_rank, kv_replicas = _divide(num_kv, tp_size, "num_key_value_heads"), 1
-    vocab = config.vocab_size
-    padded_vocab = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
-    vocab_per_rank = _divide(padded_vocab, tp_size, f"padded vocabulary ({vocab} padded to {VOCAB_PADDING})")
-
-    ranks: list[list[ShardSpec]] = []
-    for rank in range(tp_size):
-        grouped: dict[str, list[Piece]] = {}
-        shapes: dict[str, tuple[int, ...]] = {}
-
-        def put(name: str, shape: tuple[int, ...], piece: Piece) -> None:
-            grouped.setdefault(name, []).append(piece)
-            shapes[name] = shape
-
-        for t in hf:
-            if t.name in _VOCAB:
-                if t.shape[0] != vocab:
-                    raise ValueError(f"{t.name} has {t.shape[0]} rows but config.vocab_size is {vocab}")
-                start = min(rank * vocab_per_rank, vocab)
-                end = min((rank + 1) * vocab_per_rank, vocab)
-                put(t.name, (vocab_per_rank, *t.shape[1:]), Piece(t, 0, start, 0, end - start))
-            elif _NORM.match(t.name):
-                put(t.name, t.shape, Piece(t, 0, 0, 0, t.shape[0]))
-            elif m := _PROJ.match(t.name):
-                prefix, proj, kind = m.groups()
-                if proj in ("q", "k", "v"):
-                    heads = num_heads if proj == "q" else num_kv
-                    if t.shape[0] != heads * head_dim:
-                        raise ValueError(
-                            f"{t.name} has {t.shape[0]} output rows; vLLM expects {heads} heads x {head_dim}"
-                        )
-                    q_rows, kv_rows = heads_per_rank * head_dim, kv_per_rank * head_dim
-                    if proj == "q":
-                        src, dst, rows = rank * q_rows, 0, q_rows
-                    else:
-                        src = (rank // kv_replicas) * kv_rows
-                        dst, rows = q_rows + (kv_rows if proj == "v" else 0), kv_rows
-                    total = q_rows + 2 * kv_rows
-                    put(f"{prefix}.qkv_proj.{kind}", (total, *t.shape[1:]), Piece(t, 0, src, dst, rows))
-                elif proj in ("gate", "up"):
-                    rows = _divide(t.shape[0], tp_size, f"{t.name} output size")
-                    dst = 0 if proj == "gate" else rows
-                    put(f"{prefix}.gate_up_proj.{kind}", (2 * rows, *t.shape[1:]), Piece(t, 0, rank * rows, dst, rows))
-                elif kind == "weight":  # o_proj / down_proj: row-parallel, input dim split
-                    cols = _divide(t.shape[1], tp_size, f"{t.name} input size")
-                    put(t.name, (t.shape[0], cols), Piece(t, 1, rank * cols, 0, cols))
-                else:  # row-parallel bias: replicated
-                    put(t.name, t.shape, Piece(t, 0, 0, 0, t.shape[0]))
-            else:
-                raise ValueError(f"HF parameter {t.name!r} of {model_type} has no known vLLM counterpart")
-        ranks.append([ShardSpec(n, shapes[n], tuple(ps)) for n, ps in grouped.items()])
-    return VLLMLayout(model_type, tp_size, hf, tuple(tuple(r) for r in ranks))
-
-
 def to_vllm(hf_state: Mapping[str, torch.Tensor], layout: VLLMLayout, rank: int) -> dict[str, torch.Tensor]:
     """The vLLM parameters of ``rank`` built from HF tensors (zero in vocabulary padding)."""
     out: dict[str, torch.Tensor] = {}
@@ -233,7 +122,7 @@ def param_to_hf(
     if len(per_rank) != layout.tp_size:
         raise ValueError(f"{name}: {len(per_rank)} rank values for tensor-parallel size {layout.tp_size}")
     out: dict[str, torch.Tensor] = {}
-    covered: dict[str, list[tuple[int, int]]] = {}
+    covered: dict[str, tuple[int, torch.Tensor]] = {}  # HF name -> (dim, which of its rows along dim are filled)
     for rank, value in enumerate(per_rank):
         spec = layout.spec(name, rank)
         if tuple(value.shape) != spec.shape:
@@ -243,19 +132,27 @@ def param_to_hf(
             if dst is None:
                 dst = out[pc.hf.name] = torch.empty(pc.hf.shape, dtype=value.dtype, device=value.device)
             part = value.narrow(pc.dim, pc.dst, pc.length)
-            seen = covered.setdefault(pc.hf.name, [])
-            if (pc.src, pc.length) in seen:
-                if check_replicas and not torch.equal(dst.narrow(pc.dim, pc.src, pc.length), part):
+            dim, mask = covered.setdefault(pc.hf.name, (pc.dim, torch.zeros(pc.hf.shape[pc.dim], dtype=torch.bool)))
+            if dim != pc.dim:
+                raise ValueError(f"{pc.hf.name}: pieces cut along dims {dim} and {pc.dim}")
+            seen = mask[pc.src:pc.src + pc.length]
+            if bool(seen.any()):  # held by an earlier rank too (replicated heads, norms, biases): the lowest rank's
+                idx = seen.nonzero().flatten()
+                have = dst.narrow(pc.dim, pc.src, pc.length).index_select(pc.dim, idx.to(dst.device))
+                if check_replicas and not torch.equal(have, part.index_select(pc.dim, idx.to(part.device))):
                     span = f"{pc.src}:{pc.src + pc.length}"
                     raise ValueError(f"replicas of {pc.hf.name} [{span} along dim {pc.dim}] differ on rank {rank}")
-                continue
-            dst.narrow(pc.dim, pc.src, pc.length).copy_(part)
-            seen.append((pc.src, pc.length))
-    for hf_name, spans in covered.items():
-        t = next(p.hf for p in layout.spec(name, 0).pieces if p.hf.name == hf_name)
-        dim = next(p.dim for p in layout.spec(name, 0).pieces if p.hf.name == hf_name)
-        if sum(n for _, n in spans) != t.shape[dim]:
-            raise ValueError(f"{hf_name}: ranks cover {sum(n for _, n in spans)} of {t.shape[dim]} along dim {dim}")
+                new = (~seen).nonzero().flatten()
+                if len(new):
+                    dst.narrow(pc.dim, pc.src, pc.length).index_copy_(
+                        pc.dim, new.to(dst.device), part.index_select(pc.dim, new.to(part.device)))
+            else:
+                dst.narrow(pc.dim, pc.src, pc.length).copy_(part)
+            seen.fill_(True)
+    for hf_name, (dim, mask) in covered.items():
+        if not bool(mask.all()):
+            t = out[hf_name]
+            raise ValueError(f"{hf_name}: ranks cover {int(mask.sum())} of {t.shape[dim]} along dim {dim}")
     return out
 
 
@@ -332,10 +229,11 @@ def update_shards_(
 # --- low-rank (EGGROLL) noise on shards -----------------------------------------------------------
 
 
-def lowrank_shard(spec: ShardSpec) -> bool:
-    """Whether vLLM parameter ``spec`` takes low-rank noise: its HF pieces are all linear projection weights
-    (:func:`esrepro.perturb.lowrank.is_lowrank_target`), or none of them are (else the layout is inconsistent)."""
-    hits = {is_lowrank_target(pc.hf.name) for pc in spec.pieces}
+def lowrank_shard(spec: ShardSpec, targets: AbstractSet[str]) -> bool:
+    """Whether vLLM parameter ``spec`` takes low-rank noise: its HF pieces are all ``targets`` (the decoder blocks'
+    linear weights, :func:`esrepro.models.architecture.linear_weight_names`), or none of them are (else the layout
+    is inconsistent)."""
+    hits = {pc.hf.name in targets for pc in spec.pieces}
     if len(hits) != 1:
         raise ValueError(f"vLLM parameter {spec.name} mixes low-rank targets and other tensors")
     return hits.pop()
@@ -353,10 +251,11 @@ def _shard_of(spec: ShardSpec, full, device: torch.device) -> torch.Tensor:
 
 
 def lowrank_perturb_shards_(params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seed: int, sigma: float,
-                            rank: int, variant: NoiseVariant) -> None:
-    """W += sigma * E(seed) on one rank's low-rank shards, each piece's E its HF tensor's (whole, then sliced)."""
+                            rank: int, variant: NoiseVariant, targets: AbstractSet[str]) -> None:
+    """W += sigma * E(seed) on one rank's low-rank shards (those of ``targets``), each piece's E its HF tensor's
+    (whole, then sliced)."""
     for p, spec in zip(params, specs, strict=True):
-        if lowrank_shard(spec):
+        if lowrank_shard(spec, targets):
             gen = torch.Generator(device=p.device)
             e = _shard_of(spec, lambda t: member_noise(t.shape, p.device, seed, t.index, rank, variant, gen), p.device)
             p.add_(e.to(p.dtype), alpha=sigma)
@@ -364,11 +263,12 @@ def lowrank_perturb_shards_(params: Sequence[torch.Tensor], specs: Sequence[Shar
 
 def lowrank_update_shards_(params: Sequence[torch.Tensor], specs: Sequence[ShardSpec], seeds: Sequence[int],
                            weights: Sequence[float], alpha: float, rank: int, variant: NoiseVariant,
-                           masters: Sequence[torch.Tensor] | None = None) -> None:
-    """W += alpha / N * sum_i w_i E_i on one rank's low-rank shards (:func:`esrepro.perturb.lowrank.update_delta` of
-    each piece's HF tensor, sliced); with ``masters`` the step goes to the float32 masters first."""
+                           targets: AbstractSet[str], masters: Sequence[torch.Tensor] | None = None) -> None:
+    """W += alpha / N * sum_i w_i E_i on one rank's low-rank shards (those of ``targets``;
+    :func:`esrepro.perturb.lowrank.update_delta` of each piece's HF tensor, sliced); with ``masters`` the step goes
+    to the float32 masters first."""
     for j, (p, spec) in enumerate(zip(params, specs, strict=True)):
-        if not lowrank_shard(spec):
+        if not lowrank_shard(spec, targets):
             continue
         delta = _shard_of(spec, lambda t: update_delta(t.shape, p.device, seeds, weights, alpha, t.index, rank,
                                                        variant), p.device)

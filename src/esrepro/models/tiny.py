@@ -1,5 +1,6 @@
 """The embedded tiny default model: a local byte-level BPE tokenizer and a ~1M-parameter
-Qwen2-architecture causal LM, warm-started by a short SFT on Countdown-format text.
+causal LM (Qwen2's architecture unless the build names another ``model_type``), warm-started by a short SFT on
+Countdown-format text.
 
 Everything is built from generated data, offline, deterministically from the
 registry entry's ``build`` block. The SFT is a plain PyTorch loop rather than
@@ -18,10 +19,12 @@ from typing import Any, Callable, Iterable
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerFast
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from esrepro import numerics
 from esrepro.io import atomic_path, write_json, write_jsonl
+from esrepro.models.architecture import build_config_facts
 from esrepro.models.loading import save_tokenizer
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
 
@@ -51,19 +54,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
 
 
-def build_model(architecture: dict, vocab_size: int, eos_id: int, seed: int) -> Qwen2ForCausalLM:
-    """A freshly initialised Qwen2 causal LM with tied embeddings."""
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        tie_word_embeddings=True,
-        bos_token_id=eos_id,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        rope_theta=10000.0,
-        **architecture,
-    )
+def build_model(architecture: dict, vocab_size: int, eos_id: int, seed: int) -> PreTrainedModel:
+    """A freshly initialised causal LM of the build's architecture (:func:`build_config_facts`), seeded."""
+    facts = build_config_facts(architecture, vocab_size, eos_id)
+    config = AutoConfig.for_model(facts.pop("model_type"), **facts)
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
 
 
 def _encode_pairs(
@@ -85,7 +81,7 @@ def _encode_pairs(
 
 
 def sft(
-    model: Qwen2ForCausalLM,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
     pairs: list[tuple[str, str]],
     epochs: int,

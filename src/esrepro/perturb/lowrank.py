@@ -11,8 +11,9 @@ Read line by line against those equations: :func:`factors` draws A_i, B_i; :func
 E_i = A_i B_iᵀ / √r; :func:`lowrank_perturb_` writes W + sigma E_i; :func:`update_delta` is
 alpha / N * sum_i w_i E_i; :func:`lowrank_update_` adds it to the (float32 master) weights.
 
-Which tensors: the weights of the linear projections of the decoder layers (q, k, v, o, gate, up, down:
-:func:`is_lowrank_target`). Every other parameter (norms, biases, embeddings) takes no noise and is
+Which tensors: the weights of the linear layers inside the decoder blocks, read off the model's architecture
+(:func:`esrepro.models.architecture.linear_weight_names`: q, k, v, o, gate, up and down in Llama-style models,
+the fused qkv and gate-up projections where a checkpoint fuses them, as Phi-3's does). Every other parameter (norms, biases, embeddings) takes no noise and is
 never updated. The authors' code offers full-rank noise for non-matrix parameters or none
 (``freeze_nonlora`` in ``noiser/eggroll.py`` of their HyperscaleES repository; its LLM post-training runs set
 it); none is what the method's point needs here: a member that differs from the base only by
@@ -29,28 +30,17 @@ member seed alone with ``correlated``), so nothing random is stored.
 from __future__ import annotations
 
 import math
-import re
 from typing import Sequence
 
 import torch
 
 from esrepro.perturb.noise import NoiseVariant, tensor_seed
 
-#: The HF weights that take low-rank noise: the decoder layers' linear projections (those vLLM serves LoRA on).
-LOWRANK_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_TARGET = re.compile(r"\.(" + "|".join(LOWRANK_MODULES) + r")\.weight$")
-
-
-def is_lowrank_target(name: str) -> bool:
-    """Whether HF parameter ``name`` takes low-rank noise (a linear projection's weight of a decoder layer)."""
-    return _TARGET.search(name) is not None
-
-
 def check_rank(rank: int, shapes: dict[str, tuple[int, ...]]) -> None:
     """Refuse a rank outside [1, min(m, n)] of the smallest target matrix, naming the setting and the tensor."""
     if not shapes:
-        raise ValueError("eggroll setting rank: the model has no linear projection weights to perturb "
-                         f"({', '.join(LOWRANK_MODULES)})")
+        raise ValueError("eggroll setting rank: the model has no linear layer weights in its decoder blocks to "
+                         "perturb")
     name, shape = min(shapes.items(), key=lambda kv: min(kv[1]))
     if not 1 <= rank <= min(shape):
         raise ValueError(f"eggroll setting rank: {rank} is outside [1, {min(shape)}], the smaller side of "

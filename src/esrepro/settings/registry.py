@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from esrepro.settings.base import Settings
 
@@ -48,14 +48,29 @@ class Tokenizer(Settings):
 
 
 class Architecture(Settings):
-    """The tiny model's Qwen2 architecture."""
+    """The tiny model's architecture: a transformers config of ``model_type`` (Qwen2 unless named)."""
 
+    model_type: str | None = Field(None, description="transformers model_type of the built model (its config.json "
+                                   "key, e.g. qwen3, mistral, gemma3_text, olmo2, phi3); null: qwen2")
+    options: dict[str, Any] = Field(default_factory=dict, description="further config.json keys of that "
+                                    "architecture (e.g. head_dim, sliding_window, layer_types)")
     hidden_size: int = Field(ge=8, description="model width")
     intermediate_size: int = Field(ge=8, description="MLP width")
     num_hidden_layers: int = Field(ge=1, description="layers")
     num_attention_heads: int = Field(ge=1, description="attention heads")
     num_key_value_heads: int = Field(ge=1, description="key/value heads (grouped-query attention)")
     max_position_embeddings: int = Field(ge=16, description="context length")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        # a Qwen2 build states neither key: its settings, and so the pins and manifests recording them, are what
+        # they were before other architectures could be built
+        out = handler(self)
+        if out.get("model_type") is None:
+            out.pop("model_type", None)
+        if not out.get("options"):
+            out.pop("options", None)
+        return out
 
 
 #: Tasks the tiny model can be warm-started on (each has a generator of SFT pairs: esrepro.models.warm_start).
@@ -94,7 +109,7 @@ class Build(Settings):
 
     seed: int = Field(0, ge=0, description="seed of the initialisation, the data and the SFT")
     tokenizer: Tokenizer = Field(description="the byte-level BPE (tokenizer block)")
-    architecture: Architecture = Field(description="the Qwen2 architecture (architecture block)")
+    architecture: Architecture = Field(description="the model's architecture (architecture block)")
     sft: WarmStart = Field(description="the warm-start SFT (sft block)")
 
 
@@ -111,15 +126,24 @@ class ModelEntry(Settings):
     """One model: where it comes from, its dtype, per-method overrides and per-rule resources."""
 
     display: str = Field(description="name printed in tables")
-    family: str = Field("", description="architecture family (informational, e.g. qwen2, llama)")
-    size: str = Field("", description="parameter count as text, e.g. 7B (docs/scaling.md's memory and time "
-                      "arithmetic, esrepro.scaling)")
+    family: str = Field("", description="architecture family (informational: shapes and layer kinds come from the "
+                        "model's config, e.g. qwen2, llama)")
+    size: str = Field("", description="parameter count as text, e.g. 7B (informational: counts come from the "
+                      "model's config, built on the meta device)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(description="dtype weights are loaded and trained in")
     chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
     build: Build | None = Field(None, description="a locally built model (the tiny default)")
     pinned: Pinned | None = Field(None, description="with build: its output shipped with the repository, copied "
                                   "instead of rebuilt (esrepro verify-build rebuilds and compares)")
     hub_id: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+$", description="a hub model: repository id")
+    path: str | None = Field(None, min_length=1, description="a model on disk: a transformers model folder "
+                             "(config.json, safetensors, tokenizer); its files' sha256 are recorded and checked "
+                             "before every job that reads it")
+    config: dict[str, Any] | str | None = Field(
+        None, description="the model's config.json as a mapping, or a JSON file holding it (relative to the "
+        "registry's folder): shapes and layer kinds for planning before any download; required for a hub model, "
+        "checked against the downloaded (or the folder's) config.json, field by field (esrepro add-model writes "
+        "it)")
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
                                  "at fetch time and recorded in the model's manifest)")
     gated: bool = Field(False, description="the hub repository is gated (e.g. meta-llama): fetching it needs a hub "
@@ -133,14 +157,22 @@ class ModelEntry(Settings):
 
     @model_validator(mode="after")
     def _source(self) -> "ModelEntry":
-        if (self.build is None) == (self.hub_id is None):
-            raise ValueError("needs exactly one of build (a locally built model) or hub_id + revision (a hub model)")
+        if sum(x is not None for x in (self.build, self.hub_id, self.path)) != 1:
+            raise ValueError("needs exactly one of build (a locally built model), hub_id + revision (a hub model) "
+                             "or path (a transformers model folder)")
+        if self.hub_id is not None and self.config is None:
+            raise ValueError("a hub model needs config (its config.json, for planning before the download: "
+                             "esrepro add-model KEY --hub-id ID --revision REV writes the entry)")
+        if self.build is not None and self.config is not None:
+            raise ValueError("config applies to a hub model or a folder (a built model's config is its build block)")
         if self.pinned is not None and self.build is None:
             raise ValueError("pinned applies to a locally built model (build)")
         if self.gated and self.hub_id is None:
             raise ValueError("gated applies to a hub model (hub_id)")
         if self.hub_id is not None and self.revision is None:
             raise ValueError("a hub model needs revision (a commit, or a branch name resolved at fetch time)")
+        if self.revision is not None and self.hub_id is None:
+            raise ValueError("revision applies to a hub model (hub_id)")
         if "default" not in self.resources:
             raise ValueError("resources needs a default entry (rules without their own entry use it)")
         return self
