@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ from conftest import REPO
 @pytest.fixture()
 def cfg():
     return load_yaml(REPO / "config" / "config.yaml")
+
+
+def with_model_configs(folder: Path) -> Path:
+    """``folder`` holding a copy of config/model_configs (as ``config/model_configs``), the config.json files the
+    registry's hub entries name relative to the repository: a copy of config/models.yaml written in ``folder`` finds
+    them (esrepro.config.load_registry looks in the registry's folder and those above it)."""
+    shutil.copytree(REPO / "config" / "model_configs", folder / "config" / "model_configs", dirs_exist_ok=True)
+    return folder
 
 
 def test_shipped_configs_validate():
@@ -68,7 +77,7 @@ def test_unknown_model_and_missing_dataset_are_named(cfg):
 def test_registry_error_names_model_and_field(tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
     reg["models"]["qwen2.5-0.5b-instruct"]["dtype"] = "float8"
-    path = tmp_path / "models.yaml"
+    path = with_model_configs(tmp_path) / "models.yaml"
     path.write_text(yaml.safe_dump(reg))
     with pytest.raises(ConfigError, match=r"models\.yaml: models\.qwen2\.5-0\.5b-instruct\.dtype: 'float8'"):
         load_registry(path)
@@ -89,6 +98,7 @@ def test_registry_overrides_and_resources(tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
     reg["models"]["qwen2.5-7b-instruct"]["methods"] = {"es": {"sigma": 0.002}}
     (tmp_path / "config").mkdir()
+    with_model_configs(tmp_path / "config")
     (tmp_path / "config" / "models.yaml").write_text(yaml.safe_dump(reg))
     (tmp_path / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
     p = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=tmp_path)
@@ -131,6 +141,7 @@ def refused(tmp_path) -> Callable[..., list[str]]:
     def run(config_edit=None, registry_edit=None, config_text=None, registry_text=None) -> list[str]:
         root = tmp_path / "repo"
         (root / "config").mkdir(parents=True, exist_ok=True)
+        with_model_configs(root)
         cfg = load_yaml(REPO / "config" / "config.yaml")
         reg = load_yaml(REPO / "config" / "models.yaml")
         if config_edit:
@@ -235,7 +246,9 @@ MALFORMED = [
     ("grid-cell-invalid", None, _set("tiny/methods/grpo8/grid", {"learning_rate": [-1.0]}),
      REGISTRY + "models.tiny.methods.grpo8.grid.learning_rate: -1.0"),
     ("registry-no-source", None, _drop("tiny/build"),
-     REGISTRY + "models.tiny: needs exactly one of build (a locally built model) or hub_id + revision"),
+     REGISTRY + "models.tiny: needs exactly one of build (a locally built model), hub_id + revision"),
+    ("registry-hub-without-config", None, _drop("qwen2.5-0.5b-instruct/config"),
+     REGISTRY + "models.qwen2.5-0.5b-instruct: a hub model needs config"),
     ("registry-no-resources", None, _drop("tiny/resources"), REGISTRY + "models.tiny.resources: required"),
     ("registry-no-default-resources", None, _drop("tiny/resources/default"),
      REGISTRY + "models.tiny: resources needs a default entry"),
@@ -375,7 +388,7 @@ def test_extends_reads_the_base_first_and_names_a_missing_or_cyclic_one(tmp_path
 def test_family_is_informational(refused, tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
     reg["models"]["tiny"]["family"] = "mistral"
-    path = tmp_path / "models.yaml"
+    path = with_model_configs(tmp_path) / "models.yaml"
     path.write_text(yaml.safe_dump(reg))
     assert load_registry(path)["tiny"].family == "mistral"
 

@@ -128,6 +128,44 @@ def test_bfloat16_flips_are_measured(essa_model):
     assert flips <= len(pairs) // 2, "far more flips than bf16 rounding explains: the adapters are likely wrong"
 
 
+def test_phi3_fused_qkv_adapters_on_vllm_match_transformers(tmp_path):
+    """Phi-3's checkpoint fuses q, k and v: ESSA adapts its qkv_proj and o_proj (read off the architecture), and vLLM
+    serves those adapters on its own qkv_proj as they are (Phi3ForCausalLM's packed_modules_mapping names it as
+    itself): candidates' greedy outputs equal the transformers engine's in float32."""
+    import torch
+
+    from esrepro.essa.engine import ESSAEngine
+    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.svd import SingularValueSpace
+    from esrepro.essa.vllm_engine import ESSAVLLMEngine
+    from esrepro.io import read_json
+    from test_other_families import make_family_dir
+
+    torch.set_num_threads(1)
+    base = make_family_dir(tmp_path / "base", "phi3")
+    summary = sft_lora(base, PAIRS[:64], seed=0, out_dir=tmp_path / "sft", **SFT)
+    assert summary["target_modules"] == ["o_proj", "qkv_proj"]
+    assert read_json(tmp_path / "sft" / "adapter_config.json")["target_modules"] == ["o_proj", "qkv_proj"]
+    space = SingularValueSpace.build(load_lora(base, tmp_path / "sft"), fraction=0.5)
+    space.save(tmp_path / "space.safetensors")
+    v = ESSAVLLMEngine(base, tmp_path / "sft", tmp_path / "space.safetensors", dtype="float32", device="cpu",
+                       kv_cache_memory_bytes=KV, max_loras=8)
+    h = ESSAEngine(base, tmp_path / "sft", tmp_path / "space.safetensors", dtype="float32", device="cpu")
+    try:
+        xs = candidates(v.space, 6, 1.0, seed=1)
+        ref = hf_outputs(h, xs)
+        got = v.generate_candidates(v.prepare_candidates(xs), PROMPTS, MAX_NEW)
+        plain = v.generate(PROMPTS, MAX_NEW)
+    finally:
+        v.close()
+    pairs = [(a, b) for ra, rb in zip(got, ref) for a, b in zip(ra, rb)]
+    flips = [(a, b) for a, b in pairs if a != b]
+    print(f"\nPhi-3, vLLM vs transformers ESSA: {len(flips)} of {len(pairs)} greedy responses differ", flush=True)
+    assert len(set(map(tuple, ref))) > 1, "the candidates should change the outputs (test too weak)"
+    assert len(flips) <= len(pairs) // 20, flips
+    assert plain == got[0]
+
+
 # -- in the pipeline: rewards against the transformers engine, and a killed run's resume ------------------------
 
 from test_essa_train import SPEC, _log, _train_cmd, countdown_model, data_dir  # noqa: E402,F401  (fixtures)

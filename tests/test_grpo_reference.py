@@ -33,12 +33,12 @@ def test_full_policies_under_fsdp_with_a_kl_term_shard_their_reference():
 def test_every_large_paper_grpo_job_with_a_kl_term_shards_its_reference():
     paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
     from esrepro.resume_cost import rl_runs
-    from esrepro.scaling import parameters
+    from esrepro.scaling import model_parameters
 
     checked = 0
     for task, model, method in rl_runs(paper):
         s = paper.method_settings(model, task, method).as_dict()
-        if s.get("algorithm") == "ppo" or parameters(paper.model(model).size) < 7e9 or not float(s.get("beta") or 0):
+        if s.get("algorithm") == "ppo" or model_parameters(paper, model) < 7e9 or not float(s.get("beta") or 0):
             continue
         assert s.get("sharding") == "fsdp" and shards_reference(s, fsdp=True, adapter=False), (model, method)
         checked += 1

@@ -156,8 +156,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("steps", ("esrepro.preflight", "esrepro.rehearsal", "esrepro.steps", "esrepro.cli", "esrepro.forkserver")),
 ]
 
-#: ``rehearsal.families`` (the hub models' config facts, data without imports) serves the memory model too.
-PACKAGE_LAYERS = {"esrepro.provenance": "foundation", "esrepro.rehearsal.families": "foundation"}
+#: ``models.architecture`` (a model read off its transformers config; it imports no esrepro module) serves the
+#: memory model in the foundation; ``rehearsal.families`` (replica tokenizer facts, data without imports) serves the
+#: rehearsal's registry; ``models.add`` writes a registry entry and reads the registry back (esrepro.config).
+PACKAGE_LAYERS = {"esrepro.provenance": "foundation", "esrepro.models.architecture": "foundation",
+                  "esrepro.rehearsal.families": "rehearsal registry", "esrepro.models.add": "read"}
 
 
 def _layer(module: str) -> int:
@@ -298,7 +301,6 @@ KNOWN_LIGHT: dict[str, set[str]] = {
         'esrepro.memory', 'esrepro.population.placement', 'esrepro.population.spec', 'esrepro.provenance.manifest'},
     'esrepro.essa.vllm_engine': {'esrepro.devices', 'esrepro.models.decoding'},
     'esrepro.forkserver': {'esrepro.lifeline'},
-    'esrepro.memory': {'esrepro.rehearsal.families'},
     'esrepro.models.tiny': {'esrepro.models.warm_start', 'esrepro.tasks.countdown'},
     'esrepro.models.warm_start': {'esrepro.tasks.arc', 'esrepro.tasks.countdown', 'esrepro.tasks.gsm8k_data',
         'esrepro.tasks.math', 'esrepro.tasks.math_train', 'esrepro.tasks.sudoku'},

@@ -124,7 +124,8 @@ def test_verify_build_rebuilds_equal_and_names_a_file_that_differs(built, tmp_pa
 def test_pinned_needs_a_built_model_and_a_sha256():
     entry = {"display": "x", "dtype": "float32", "resources": {"default": {}}}
     with pytest.raises(ValueError, match="pinned applies to a locally built model"):
-        ModelEntry(**entry, hub_id="a/b", revision="main", pinned={"path": "p", "sha256": "a" * 64})
+        ModelEntry(**entry, hub_id="a/b", revision="main", config={"model_type": "qwen2"},
+                   pinned={"path": "p", "sha256": "a" * 64})
     with pytest.raises(ValueError, match="sha256"):
         ModelEntry(**entry, build=MODEL["build"], pinned={"path": "p", "sha256": "abc"})
 

@@ -4,12 +4,14 @@ vLLM's context, ESSA's batch and vLLM share on Qwen2.5-32B, PPO's whole-model lo
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from esrepro import memory as M
 from esrepro import plan_check as pc
@@ -46,13 +48,14 @@ def test_every_gpu_job_of_the_paper_config_is_built_and_fits(paper):
     assert ppo.processes == 8 and ppo.peak.name == "policy forward and backward"
 
 
-def test_model_shapes_count_the_hub_models_parameters():
-    """Parameter counts of the meta-device models equal the hub models' (their model cards: 7.62B, 8.03B, 32.8B,
-    0.49B with tied embeddings)."""
-    assert M.model_facts("qwen2", "7B", "Qwen/Qwen2.5-7B-Instruct").params == 7_615_616_512
-    assert M.model_facts("llama", "8B", "meta-llama/Llama-3.1-8B-Instruct").params == 8_030_261_248
-    assert M.model_facts("qwen2", "32B", "Qwen/Qwen2.5-32B").params == 32_763_876_352
-    small = M.model_facts("qwen2", "0.5B", "Qwen/Qwen2.5-0.5B-Instruct")
+def test_model_shapes_count_the_hub_models_parameters(paper):
+    """Parameter counts of the registry entries' configs built on the meta device equal the hub models' (their model
+    cards: 7.62B, 8.03B, 32.8B, 0.49B with tied embeddings)."""
+    p, _ = paper
+    assert M.entry_facts(p.model("qwen2.5-7b-instruct")).params == 7_615_616_512
+    assert M.entry_facts(p.model("llama-3.1-8b-instruct")).params == 8_030_261_248
+    assert M.entry_facts(p.model("qwen2.5-32b")).params == 32_763_876_352
+    small = M.entry_facts(p.model("qwen2.5-0.5b-instruct"))
     assert small.tied and small.params == 494_032_768 and small.decoder_layer == "Qwen2DecoderLayer"
 
 
@@ -129,7 +132,7 @@ def test_essa_int8_at_batch_200_on_qwen32b_fails_and_the_fitted_batch_fits(paper
     old = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_int8")
     pc.check_essa(old, p, cfg, fitted=False)
     assert "batch_size 200" in old.message() and "essa_int8" in old.message()
-    m = M.model_facts("qwen2", "32B", "Qwen/Qwen2.5-32B")
+    m = M.entry_facts(p.model("qwen2.5-32b"))
     kv = 200 * (512 + 1024) * m.kv_bytes_per_token
     assert 70 * M.GiB < kv < 80 * M.GiB  # 0.25 MiB a token
     new = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_int8")
@@ -235,15 +238,25 @@ def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
     assert any("reference shard" in k for k in phases[0].parts)
 
 
-def test_a_job_whose_model_has_no_known_shape_is_named(paper, monkeypatch):
-    """A registry model the memory model has no shape for stops the plan, naming the job, rather than raising."""
-    p, _ = paper
-    monkeypatch.delitem(M.SHAPES, ("qwen2", "14B"))
-    M.model_facts.cache_clear()
-    try:
-        checked = pc.jobs(p, {("train", "qwen2.5-14b-instruct"), ("evaluate", "qwen2.5-14b-instruct")})
-    finally:
-        M.model_facts.cache_clear()
+def test_a_model_whose_config_transformers_cannot_build_is_named(tmp_path):
+    """A registry entry whose config names a model_type transformers does not know stops the run before any job,
+    naming the model and the field; its jobs, checked anyway, are named as jobs that cannot be checked."""
+    from esrepro.config import load_registry
+    from esrepro.settings.layers import ConfigError
+
+    registry = yaml.safe_load((REPO / "config" / "models.yaml").read_text())
+    stated = json.loads((REPO / "config" / "model_configs" / "qwen2.5-14b-instruct.json").read_text())
+    registry["models"]["qwen2.5-14b-instruct"]["config"] = {**stated, "model_type": "qwen2_5_unknown"}
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(registry))  # the others' config files: the repository's
+    cfg = read_config(str(PAPER))
+    cfg["registry"] = str(tmp_path / "models.yaml")
+    with pytest.raises(ConfigError, match=r"models\.qwen2\.5-14b-instruct\.config\.model_type: model_type "
+                                          r"'qwen2_5_unknown'"):
+        load_pipeline(cfg, str(PAPER))
+    p = load_pipeline(read_config(str(PAPER)), str(PAPER))
+    p.registry["qwen2.5-14b-instruct"] = load_registry(tmp_path / "models.yaml", root=REPO)["qwen2.5-14b-instruct"]
+    checked = pc.jobs(p, {("train", "qwen2.5-14b-instruct"), ("evaluate", "qwen2.5-14b-instruct")})
     bad = pc.failures(checked)
-    assert bad and all("cannot be checked" in j.message() and "qwen2.5-14b-instruct" in j.message() for j in bad)
+    assert bad and all("cannot be checked" in j.message() and "qwen2.5-14b-instruct" in j.label
+                       and "model_type 'qwen2_5_unknown'" in j.message() for j in bad)
     assert {j.rule for j in bad} == {"train", "evaluate"}

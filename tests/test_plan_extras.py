@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -229,6 +230,7 @@ def test_registry_cells_are_checked(tmp_path):
     reg["models"]["tiny"]["methods"] = {"grpo8": {"cells": [{"learning_rate": 1e-3, "nope": 1}]}}
     root = tmp_path / "repo"
     (root / "config").mkdir(parents=True)
+    shutil.copytree(REPO / "config" / "model_configs", root / "config" / "model_configs")
     (root / "config" / "models.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
     (root / "config" / "published.yaml").write_text((REPO / "config" / "published.yaml").read_text())
     with pytest.raises(ConfigError) as err:

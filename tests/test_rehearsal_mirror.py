@@ -78,7 +78,8 @@ def token_ids(model_dir: Path, *tokens: str) -> list[int]:
 def test_replica_bytes_depend_only_on_the_seed(tmp_path):
     from esrepro.rehearsal.replicas import build_replica
 
-    entry = {"hub_id": LLAMA, "family": "llama", "size": "1B", "dtype": "bfloat16"}
+    config = json.loads((REPO / "config" / "model_configs" / "llama-3.2-1b-instruct.json").read_text())
+    entry = {"hub_id": LLAMA, "dtype": "bfloat16", "config": config}
     digests = []
     for run in ("a", "b"):
         summary = build_replica("llama", entry, tmp_path / run, seed=3)
@@ -150,6 +151,29 @@ def test_gated_llama_needs_a_token(mirror):
                          "<|start_header_id|>assistant<|end_header_id|>\n\n")
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [end, eom, eot]
     assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "LlamaForCausalLM"
+
+
+def test_the_rehearsal_registry_states_the_config_the_mirror_serves(mirror):
+    """A fetch checks the downloaded config.json against its entry's config: the rehearsal's registry states each hub
+    model by its replica's, so the rehearsal's fetch passes that check, where the real model's config is refused
+    field by field (nothing written)."""
+    from esrepro.config import read_config
+    from esrepro.pipeline.load import load_pipeline
+    from esrepro.rehearsal.registry import rehearsal_registry
+    from esrepro.settings.pipeline import Rehearsal
+
+    p = load_pipeline(read_config(mirror["tmp"] / "small.yaml", REPO), mirror["tmp"] / "small.yaml", root=REPO)
+    real = p.model("qwen2.5-0.5b-instruct")
+    rehearsed = rehearsal_registry({"qwen2.5-0.5b-instruct": real}, Rehearsal())["qwen2.5-0.5b-instruct"]
+    for name, config, ok in (("rehearsed", rehearsed.config, True), ("real", real.config, False)):
+        out = mirror["tmp"] / "fetched-checked" / name
+        code = ("import json; from esrepro.models.fetch import fetch_hub_model; "
+                f"print(json.dumps(fetch_hub_model('qwen2.5-0.5b-instruct', {QWEN!r}, 'main', {str(out)!r}, "
+                f"config={config!r})))")
+        proc = hub_python(mirror, code)
+        assert (proc.returncode == 0) == ok, proc.stderr[-2000:]
+        assert out.is_dir() == ok
+    assert "hidden_size: stated 896, the model's config.json has 128" in proc.stderr
 
 
 def test_url_sources_come_from_the_mirror_verified(mirror, tmp_path, monkeypatch):

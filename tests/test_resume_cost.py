@@ -36,9 +36,10 @@ def test_paper_runs_save_within_three_percent_and_wait_longer_than_a_save(paper)
         assert c.save_share <= MAX_SAVE_SHARE + 1e-12 or c.interval == 1, c
         assert c.timeout_s >= max(MIN_TIMEOUT_S, 3 * c.save_seconds)
     ppo8 = costs["llama-3.1-8b-instruct", "ppo"]  # actor and critic, float32 weights and AdamW: 24 bytes a parameter
-    assert ppo8.state_bytes == 24 * 8e9 and ppo8.bytes_per_rank == 24e9  # sharded over 8 GPUs, no rank writes it all
+    params = 8_030_261_248  # Llama-3.1-8B-Instruct, counted from its config
+    assert ppo8.state_bytes == 24 * params and ppo8.bytes_per_rank == 24 * params / 8  # sharded: no rank writes it all
     assert ppo8.interval > 50 and ppo8.saves <= 60  # not every 50 steps
-    assert costs["qwen2.5-7b-instruct", "grpo8"].state_bytes == 12 * 7e9  # one copy of the model, not two
+    assert costs["qwen2.5-7b-instruct", "grpo8"].state_bytes == 12 * 7_615_616_512  # one copy of the model, not two
 
 
 def test_interval_follows_the_save_and_step_times():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -135,6 +136,7 @@ def test_a_grid_key_must_be_a_setting_of_the_method(tmp_path):
     reg = load_yaml(REPO / "config" / "models.yaml")
     reg["models"]["tiny"]["methods"]["grpo8"]["grid"] = {"learnig_rate": [1e-4]}
     (tmp_path / "models.yaml").write_text(json.dumps(reg))
+    shutil.copytree(REPO / "config" / "model_configs", tmp_path / "config" / "model_configs")  # the hub entries'
     for name in ("published.yaml",):
         (tmp_path / name).write_text((REPO / "config" / name).read_text())
     cfg = read_config(REPO / "config" / "config.yaml", root=REPO)

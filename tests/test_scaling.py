@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO
 from esrepro.config import load_yaml
 from esrepro.pipeline.load import load_pipeline
-from esrepro.scaling import attempts, job_cost, markdown_table, parameters, table1_costs
+from esrepro.scaling import attempts, job_cost, markdown_table, model_parameters, table1_costs
 
 GPU_GB = 80
 
@@ -17,10 +17,19 @@ def paper():
     return load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
 
 
-def test_parameters():
-    assert parameters("0.5B") == 5e8 and parameters("1.0M") == 1e6 and parameters("32B") == 3.2e10
-    with pytest.raises(ValueError, match="registry size 'big'"):
-        parameters("big")
+def test_parameters_are_counted_from_the_config_not_the_size_text(paper):
+    """A model's P is its entry's config built on the meta device (Qwen2.5-7B-Instruct: 7.62B, not its size "7B");
+    the size text is display only: another text prices the same."""
+    assert model_parameters(paper, "qwen2.5-7b-instruct") == 7_615_616_512
+    assert model_parameters(paper, "llama-3.2-1b-instruct") == 1_235_814_400
+    before = job_cost(paper, "countdown", "qwen2.5-7b-instruct", "es")
+    entry = paper.registry["qwen2.5-7b-instruct"]
+    paper.registry["qwen2.5-7b-instruct"] = entry.model_copy(update={"size": "about seven billion"})
+    try:
+        assert job_cost(paper, "countdown", "qwen2.5-7b-instruct", "es") == before
+    finally:
+        paper.registry["qwen2.5-7b-instruct"] = entry
+    assert before.memory_gb == {"weights (bf16)": round(2 * 7_615_616_512 / 1e9, 1)}
 
 
 def test_docs_table_is_the_arithmetic_of_the_paper_config(paper):
@@ -39,13 +48,14 @@ def test_every_table1_run_fits_its_gpus_and_finishes_within_its_attempts(paper):
 
 
 def test_unsharded_rl_would_not_fit(paper):
-    """16 bytes a parameter of float32 master, gradients and AdamW: 7B PPO (actor and critic) needs ~240 GB on
+    """16 bytes a parameter of float32 master, gradients and AdamW: 7.6B PPO (actor and critic) needs ~244 GB on
     one GPU under ddp, which is why the paper config shards."""
+    params = 7_615_616_512  # Qwen2.5-7B-Instruct, counted from its config
     cost = job_cost(paper, "countdown", "qwen2.5-7b-instruct", "ppo")
-    assert cost.memory_gb["float32 master, gradients, AdamW"] == pytest.approx(16 * 7 * 2 / 8, rel=0.01)
+    assert cost.memory_gb["float32 master, gradients, AdamW"] == round(16 * params * 2 / 8 / 1e9, 1) == 30.5
     settings = paper.method_settings("qwen2.5-7b-instruct", "countdown", "ppo")
     assert settings.sharding == "fsdp"
-    assert 16 * 7e9 * 2 / 1e9 > GPU_GB
+    assert 16 * params * 2 / 1e9 > GPU_GB
 
 
 @pytest.mark.parametrize("hours", [0.01, 0.17, 0.3, 0.65, 1.4, 5.0])

@@ -11,6 +11,7 @@ from typing import Callable
 
 from esrepro.cluster import train_job, train_resources_key
 from esrepro.essa.data import baseline_problems_needed
+from esrepro.models.entry_check import entry_problems
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
 from esrepro.population.placement import engines_per_gpu
 from esrepro.rl.budget import check_problem_count
@@ -35,7 +36,8 @@ def _collect(problems: list[str], fn: Callable[[], object]) -> object:
 def check_pipeline(p: Pipeline) -> None:
     """Raise ConfigError listing every problem of ``p``'s config and registry (nothing when all is well)."""
     problems: list[str] = []
-    for check in (_models, _tasks, _methods, _engines, _evaluation, _studies, _sizes, _essa_study, _per_task):
+    for check in (_models, _model_sources, _tasks, _methods, _engines, _evaluation, _studies, _sizes, _essa_study,
+                  _per_task):
         check(p, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
@@ -50,6 +52,15 @@ def _registry_keys(p: Pipeline, out: list[str], keys: list[str], *field: str) ->
 
 def _models(p: Pipeline, out: list[str]) -> None:
     _registry_keys(p, out, p.cfg.models, "models")
+
+
+def _model_sources(p: Pipeline, out: list[str]) -> None:
+    """Every hub or folder model the run touches is a causal LM transformers builds (its stated config, or its
+    folder's config.json, weights and tokenizer, and the two agreeing): :func:`esrepro.models.entry_check.
+    entry_problems`, a meta-device build, no weights read."""
+    models = _collect(out, p.all_models) or []
+    for key in models:
+        out += entry_problems(key, p.model(key), p.registry_source)
 
 
 def _tasks(p: Pipeline, out: list[str]) -> None:

@@ -141,6 +141,18 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "title": ("--title", dict(default="", help="a figure's title")),
     "kind": ("--kind", dict(default="points", choices=["points", "relative"],
                             help="improvement in percentage points (the paper's bars) or relative to the base")),
+    # adding a model to the registry
+    "key": ("key", dict(metavar="KEY", help="registry key of the new entry (letters, digits, '.', '_', '-')")),
+    "hub_id": ("--hub-id", dict(default=None, metavar="ID", help="a hub model: its repository id (org/name); its "
+                                "config.json is read through the hub API")),
+    "revision": ("--revision", dict(default=None, metavar="REV", help="with --hub-id: the commit (or a branch, "
+                                    "resolved when the model is fetched) the entry pins")),
+    "from_dir": ("--from-dir", dict(default=None, metavar="DIR", help="a transformers model folder on disk (offline): "
+                                    "the entry's path")),
+    "display": ("--display", dict(default=None, help="the name printed in tables (default: the repository's or the "
+                                  "folder's name)")),
+    "gated": ("--gated", dict(action="store_true", help="the hub repository is gated (fetching it needs a token)")),
+    "force": ("--force", dict(action="store_true", help="replace an entry of the same key")),
 }
 #: Options whose help differs by verb.
 OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
@@ -194,6 +206,13 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("pin-model", "model_dir"): dict(help="the model a build step wrote (results/models/<model>/base)"),
     ("pin-model", "out"): dict(help="the pin folder to write (replaced), e.g. data/pinned/<model>"),
     ("fetch-model", "model"): dict(help="registry key of the model to fetch"),
+    ("local-model", "model"): dict(help="registry key of the model on disk"),
+    ("local-model", "spec"): dict(help="the registry entry as JSON"),
+    ("local-model", "out"): dict(help="the base model folder to write (links to the folder's files)"),
+    ("add-model", "registry"): dict(required=False, default="config/models.yaml",
+                                    help="the registry to add the entry to"),
+    ("add-model", "root"): dict(default=".", help="the repository the entry's paths are relative to (its config "
+                                "facts go to config/model_configs/KEY.json under it)"),
 }
 
 
@@ -224,6 +243,10 @@ VERBS: dict[str, Verb] = {
                          "its pinned build"),
     "pin-model": Verb("esrepro.steps.models:pin_model", "make a built tiny model the registry's pinned build"),
     "fetch-model": Verb("esrepro.steps.models:fetch_model", "download a hub model at its registry revision"),
+    "local-model": Verb("esrepro.steps.models:local_model", "link a model folder on disk as a registry model's base, "
+                        "every file's sha256 recorded"),
+    "add-model": Verb("esrepro.steps.models:add_model", "add a hub model or a model folder to the registry, with "
+                      "its config, size and resources"),
     "train": Verb("esrepro.steps.train:train", "train one run (es, grpo, dr_grpo, verl_grpo, verl_dr_grpo, ppo, essa) into a run directory"),
     "select": Verb("esrepro.steps.train:select", "keep the best grid cell of an RL method as its run"),
     "evaluate": Verb("esrepro.steps.evaluate:evaluate", "greedy evaluation of a checkpoint on a task split"),

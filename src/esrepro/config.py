@@ -65,16 +65,28 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
-def load_registry(path: str | Path, shown: str | None = None) -> dict[str, ModelEntry]:
+def _config_file(registry: Path, name: str, root: str | Path | None) -> Path:
+    """The file an entry's ``config`` names, relative to the repository: ``root`` where given and it holds the file,
+    else the nearest folder at or above the registry's that holds it (the repository a registry file lives in)."""
+    if root is not None and (Path(root) / name).is_file():
+        return Path(root) / name
+    for folder in (registry.absolute().parent, *registry.absolute().parents):
+        if (folder / name).is_file():
+            return folder / name
+    return Path(root if root is not None else registry.parent) / name
+
+
+def load_registry(path: str | Path, shown: str | None = None, root: str | Path | None = None) -> dict[str, ModelEntry]:
     """Load and validate the model registry; returns ``{model_key: entry}`` (errors name ``shown`` or ``path``).
 
-    An entry whose ``config`` names a file (relative to the registry's folder) gets that file's mapping."""
+    An entry whose ``config`` names a file (relative to the repository: ``root``, else the folder at or above the
+    registry's that holds it) gets that file's mapping."""
     shown = shown or str(path)
     data = load_yaml(path)
     problems = []
     for key, entry in ((data or {}).get("models") or {}).items() if isinstance(data, dict) else ():
         if isinstance(entry, dict) and isinstance(entry.get("config"), str):
-            file = Path(path).parent / entry["config"]
+            file = _config_file(Path(path), entry["config"], root)
             try:
                 entry["config"] = json.loads(file.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as exc:

@@ -24,7 +24,7 @@ from esrepro.io import write_text
 from esrepro.jobs import SHARED, Job, plan_jobs
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.pipeline.load import load_pipeline
-from esrepro.scaling import STEP_RULES, job_cost, kept_snapshots, step_cost, weight_bytes
+from esrepro.scaling import STEP_RULES, job_cost, kept_snapshots, model_parameters, step_cost, weight_bytes
 from esrepro.settings.methods import GRPO_ALGORITHMS
 
 #: The registry entry of each rule's jobs without an estimate (esrepro.pipeline.models.Pipeline.resources).
@@ -88,8 +88,7 @@ def _training_row(p: Pipeline, job: Job) -> Row:
     study = p.essa_study()
     adapter = method == ESSA_GRPO and study is not None and study.grpo_trains == "adapter"
     snapshots = kept_snapshots(p, task, model, method, cell)
-    params = weights / (4 if p.model(model).dtype == "float32" else 2)
-    resume = params * RESUME_BYTES[c.algorithm] if not adapter else 0.0
+    resume = model_parameters(p, model) * RESUME_BYTES[c.algorithm] if not adapter else 0.0
     requested = c.gpus * c.runtime_hours * c.attempts
     return Row(job.group, 1, 1, c.gpus, requested, c.gpus * c.hours, requested, 0.0, c.attempts,
                weights * (1 + snapshots) / 1e12, resume / 1e12)

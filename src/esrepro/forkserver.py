@@ -77,7 +77,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 #: What the server loads before it serves: the libraries whose import dominates a tiny job, then every
 #: esrepro module but those under :data:`NOT_PRELOADED`. pandas (the report modules) is left out: it loads
-#: pyarrow, whose allocator starts a thread; TRL too (it loads pyarrow through datasets). Jobs import them.
+#: pyarrow, whose allocator starts a thread; TRL too (it loads pyarrow through datasets). Jobs import them. The one
+#: model family named: Qwen2's modeling module, the tiny default's architecture (any other is imported by its job).
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "peft", "math_verify")
 NOT_PRELOADED = ("esrepro.report", "esrepro.forkserver")
 #: What a forked child runs with the job's arguments (``module:function``, resolved in the child).

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from esrepro.cluster import layout, slurm_resource
+from esrepro.models.architecture import ArchitectureError
 from esrepro.pipeline import Pipeline
 from esrepro.scaling import STEP_RULES, job_cost, step_cost
 from esrepro.settings.registry import Resources
@@ -37,6 +38,8 @@ def timed_step(p: Pipeline, rule: str, wildcards: dict) -> Resources:
         return res
     try:
         minutes = round(step_cost(p, rule, wildcards).runtime_hours * 60)
+    except ArchitectureError:  # a model whose config cannot be built: named, never priced at the ceiling
+        raise
     except ValueError:  # a split whose size only its prepared data can tell: the registry's runtime
         return res
     return res.model_copy(update={"runtime": minutes})

@@ -146,11 +146,16 @@ def _reports(plan: Plan) -> list[Job]:
     return out + [Job(rule, SHARED) for rule in ("claims", "eval_summary", "report_notebook", "ro_crate", "all")]
 
 
+def _base_rule(p: Pipeline, model: str) -> str:
+    """The rule that makes a model's base folder: a build, a download, or links to a folder on disk."""
+    entry = p.model(model)
+    return "build_tiny" if entry.build is not None else "local_model" if entry.path is not None else "fetch_model"
+
+
 def plan_jobs(p: Pipeline) -> list[Job]:
     """Every job ``snakemake`` runs for this config from nothing (``-F``), each once."""
     plan, groups = Plan(p), Groups(p)
-    out = [Job("build_tiny" if p.model(m).build is not None else "fetch_model", SHARED, {"model": m})
-           for m in p.all_models()]
+    out = [Job(_base_rule(p, m), SHARED, {"model": m}) for m in p.all_models()]
     downloaded = set(plan.downloaded_tasks())
     out += [Job("download_data" if task in downloaded else "prepare_data", SHARED, {"task": task})
             for task in (d.rsplit("/", 1)[-1] for d in plan.datasets())]

@@ -59,6 +59,9 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from esrepro.models.architecture import (ArchitectureError, config_from_facts, decoder_layers, entry_config_facts,
+                                         facts_key, meta_model)
+
 GiB = 2**30
 GPU_BYTES = 81_559 * 2**20  # H100 SXM 80GB: nvidia-smi's total, 79.6 GiB
 MARGIN = 0.10
@@ -126,17 +129,22 @@ class ModelFacts:
 
 @functools.lru_cache(maxsize=64)
 def _facts_of(key: str) -> ModelFacts:
-    from esrepro.models.architecture import config_from_facts
-
     return facts_from_config(config_from_facts(json.loads(key)))
 
 
 def entry_facts(entry, key: str = "") -> ModelFacts:
     """:class:`ModelFacts` of a registry entry, from its config (:func:`esrepro.models.architecture.
-    entry_config_facts`: a hub model's stated config.json, a folder's own, a build's), counted once per config."""
-    from esrepro.models.architecture import entry_config_facts, facts_key
+    entry_config_facts`: a hub model's stated config.json, a folder's own, a build's), counted once per config; a
+    config transformers cannot build is an :class:`~esrepro.models.architecture.ArchitectureError` naming the
+    model (``key``, else its display name)."""
+    from huggingface_hub.errors import StrictDataclassError  # transformers 5's configs validate their fields with it
 
-    return _facts_of(facts_key(entry_config_facts(entry, key)))
+    facts = entry_config_facts(entry, key)
+    try:
+        return _facts_of(facts_key(facts))
+    except (ValueError, TypeError, KeyError, StrictDataclassError) as exc:
+        name = key or getattr(entry, "display", "") or "model"
+        raise ArchitectureError(f"model {name!r}: {exc}") from exc
 
 
 def prompt_tokens(task: str) -> int:
@@ -332,8 +340,6 @@ def facts_from_config(config) -> ModelFacts:
     any causal LM transformers builds, its decoder blocks found by :func:`esrepro.models.architecture.
     decoder_layers`."""
     import torch
-
-    from esrepro.models.architecture import decoder_layers, meta_model
 
     model = meta_model(config)
     params = sum(p.numel() for p in model.parameters())

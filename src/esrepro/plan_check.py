@@ -27,6 +27,7 @@ from typing import Any
 
 from esrepro import memory as M
 from esrepro.memory import GiB, Phase
+from esrepro.models.architecture import entry_config, entry_config_facts, facts_key
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.resume_cost import job_settings
 from esrepro.rl import phases as PH
@@ -79,8 +80,6 @@ def config_dir(entry) -> Path:
     """A folder holding the model's ``config.json`` (no weights; :func:`esrepro.models.architecture.entry_config`),
     for the functions that read a model folder."""
     import hashlib
-
-    from esrepro.models.architecture import entry_config, entry_config_facts, facts_key
 
     global _TMP
     key = hashlib.sha256(facts_key(entry_config_facts(entry)).encode()).hexdigest()[:16]

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from esrepro.cluster import layout
 from esrepro.cost import RESUME_BYTES
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.scaling import STARTUP_SECONDS, job_cost, parameters, run_steps
+from esrepro.scaling import STARTUP_SECONDS, job_cost, model_parameters, run_steps
 from esrepro.settings.methods import MethodSettings
 
 WRITE_BYTES_PER_S = 1e9  # one node's sustained write to the shared file system (assumed)
@@ -99,7 +99,7 @@ def resume_cost(p: "Pipeline", task: str, model: str, method: str, cell: str | N
     res = layout(p, task, model, method, cell)
     study = p.essa_study()
     adapter = method == ESSA_GRPO and study is not None and study.grpo_trains == "adapter"
-    size = state_bytes(c.algorithm, parameters(p.model(model).size), adapter)
+    size = state_bytes(c.algorithm, model_parameters(p, model), adapter)
     sharded = s.get("sharding") == "fsdp"
     writers = res.nodes if sharded else 1
     per_rank = size / c.gpus if sharded else size

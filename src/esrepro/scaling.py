@@ -1,5 +1,8 @@
 """Memory and time arithmetic of a training job at the paper's scale (the tables of docs/scaling.md).
 
+A model's parameter count P is that of its registry entry's config, counted on torch's meta device
+(:func:`model_parameters`); the entry's ``size`` text is never read.
+
 Memory is per GPU, in GB (1e9 bytes), before activations and the KV cache:
 
 - ES and ESSA engines hold the model in its registry dtype (2 bytes a parameter in bf16) on each GPU.
@@ -36,11 +39,11 @@ READ_BYTES_PER_S; they ask for MARGIN x the estimate in one attempt (:func:`step
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 from esrepro.cluster import layout
 from esrepro.essa.data import essa_sample_budget
+from esrepro.memory import entry_facts
 from esrepro.pipeline import BASE, ESSA_GRPO, Pipeline
 from esrepro.rl.budget import es_sample_budget, samples_per_step
 from esrepro.settings.methods import ES_ALGORITHMS
@@ -65,12 +68,11 @@ STARTUP_SECONDS = 600  # loading the model, starting engines and processes (assu
 MARGIN = 1.25
 
 
-def parameters(size: str) -> float:
-    """A registry ``size`` (``0.5B``, ``7B``, ``1.0M``) as a parameter count."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([MB])\s*", size or "")
-    if not m:
-        raise ValueError(f"registry size {size!r}: expected a number and M or B, e.g. 7B")
-    return float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6)
+def model_parameters(p: Pipeline, model: str) -> float:
+    """``model``'s parameter count, from its registry entry's config counted on the meta device
+    (:func:`esrepro.memory.entry_facts`; a built model's config is its build block). The entry's ``size`` is
+    display text only."""
+    return float(entry_facts(p.model(model), model).params)
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,7 @@ def schedule(hours: float, ceiling: int) -> tuple[int, int]:
 def job_cost(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> JobCost:
     """The arithmetic of one ``task`` x ``model`` x ``method`` training run of the pipeline's config (one grid
     ``cell`` of an RL method with ``cell``)."""
-    entry = p.model(model)
-    params = parameters(entry.size)
+    params = model_parameters(p, model)
     s = p.method_settings(model, task, method, cell).as_dict()
     algo = p.algorithm_of(task, method).name
     res = layout(p, task, model, method, cell)
@@ -269,8 +270,7 @@ def _load_seconds(p: Pipeline, model: str, copies: int = 1) -> float:
 
 def weight_bytes(p: Pipeline, model: str) -> float:
     """A checkpoint's bytes in the registry dtype."""
-    entry = p.model(model)
-    return parameters(entry.size) * (4 if entry.dtype == "float32" else 2)
+    return model_parameters(p, model) * (4 if p.model(model).dtype == "float32" else 2)
 
 
 def run_steps(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> int:
@@ -301,7 +301,7 @@ def evaluate_seconds(p: Pipeline, task: str, model: str) -> tuple[float, int]:
     """(seconds, generated tokens) of a greedy evaluation: the split's prompts x ``max_new_tokens``."""
     s = p.eval_settings(task)
     prompts = split_rows(p, task, s.split, s.limit)
-    params = parameters(p.model(model).size)
+    params = model_parameters(p, model)
     return _decoding_seconds(prompts, s.max_new_tokens, s.batch_size, params), prompts * s.max_new_tokens
 
 
@@ -311,7 +311,7 @@ def kl_seconds(p: Pipeline, task: str, model: str, method: str) -> tuple[float, 
     every sampled response (prompt and response tokens)."""
     s = p.kl_settings(task)
     prompts = split_rows(p, task, s.split, s.limit)
-    params = parameters(p.model(model).size)
+    params = model_parameters(p, model)
     checkpoints = 1 if method == BASE or _selected(p, task, method) else 1 + kept_snapshots(p, task, model, method)
     greedy = s.eval_max_new_tokens or s.max_new_tokens
     sampled = prompts * s.n_samples

@@ -1,7 +1,11 @@
-# Base models: built locally (registry `build`) or fetched from the hub (`hub_id`, `revision`). fetch_model is a
-# local rule: downloads run on the submitting host, as compute nodes often have no internet (docs/scaling.md,
-# "Before the first job"). A built model with a pinned build (registry `pinned`) is copied from it, each file
-# checked, when the pin was built from the same settings and data; verify_models rebuilds it and compares.
+# Base models: built locally (registry `build`), fetched from the hub (`hub_id`, `revision`) or linked from a folder
+# on disk (`path`). fetch_model is a local rule: downloads run on the submitting host, as compute nodes often have no
+# internet (docs/scaling.md, "Before the first job"). local_model is one too: it links the folder's files and hashes
+# them on the host that validated the folder before any job (docs/models.md). A built model with a pinned build
+# (registry `pinned`) is copied from it, each file checked, when the pin was built from the same settings and data;
+# verify_models rebuilds it and compares.
+
+from esrepro.plan import keys_regex
 
 
 rule build_tiny:
@@ -78,3 +82,21 @@ rule fetch_model:
         f"{R.LOGS}/fetch_model/{{model}}.log",
     shell:
         "esrepro fetch-model --model {wildcards.model} --spec {params.spec:q} --out {output} > {log} 2>&1"
+
+
+rule local_model:
+    output:
+        directory(R.BASE_MODEL),
+    wildcard_constraints:
+        model=keys_regex(PIPELINE.local_models()),
+    params:
+        spec=lambda w: specs.as_json(specs.model_spec(PIPELINE, w.model)),
+    localrule: True
+    resources:
+        **resources_of("fetch"),
+    conda:
+        ENV
+    log:
+        f"{R.LOGS}/local_model/{{model}}.log",
+    shell:
+        "esrepro local-model --model {wildcards.model} --spec {params.spec:q} --out {output} > {log} 2>&1"

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import torch
 
+from esrepro.backends.vllm_probe import probe_worker_shards
 from esrepro.backends.vllm_layout import (
     HFTensor,
     ShardSpec,
@@ -49,6 +50,7 @@ from esrepro.perturb.lowrank import check_rank
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 from esrepro.io import atomic_path
+from esrepro.models.architecture import linear_weight_names, meta_model
 from esrepro.models.decoding import model_greedy_rule
 from esrepro.models.tokens import prompt_ids
 
@@ -345,16 +347,12 @@ class ESWorkerExtension:
         from transformers import AutoConfig
         from vllm.distributed import get_pp_group, get_tp_group
 
-        from esrepro.backends.vllm_probe import probe_worker_shards
-
         if os.getpid() != driver_pid:
             from esrepro.lifeline import die_with_parent
 
             die_with_parent(expected_parent=driver_pid)
         if get_pp_group().world_size != 1:
             raise ValueError("the ES vLLM engine supports tensor parallelism only (pipeline_parallel_size must be 1)")
-        from esrepro.models.architecture import linear_weight_names, meta_model
-
         config = AutoConfig.from_pretrained(model_dir)
         with _vllm_config_context(self.vllm_config):
             hf = hf_parameters(config)

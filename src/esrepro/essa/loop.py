@@ -42,8 +42,12 @@ class Problems:
 
 def essa_state_key(cfg: ESSASettings, seed: int, extra: dict | None = None) -> dict:
     """What a resume state must have been written with: the settings that shape the run, the seed, and ``extra``
-    (e.g. the SFT adapter's hash)."""
-    return state_key(cfg, seed, NOT_IN_STATE, extra)
+    (e.g. the SFT adapter's hash). ``lora_targets`` enters it only when it is not the default ``attention``: the
+    key states had before the setting."""
+    key = state_key(cfg, seed, NOT_IN_STATE, extra)
+    if key.get("lora_targets") == ESSASettings.model_fields["lora_targets"].default:
+        del key["lora_targets"]
+    return key
 
 
 def _save_state(state_dir: Path, key: dict, strategy: CMAStrategy, log: list[dict], meta: dict) -> None:

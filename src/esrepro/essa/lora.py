@@ -1,6 +1,11 @@
 """ESSA's first stage: LoRA supervised fine-tuning on the attention projections, and
 reading a saved adapter back as per-module factors (A, B, scaling).
 
+The adapted modules are read off the model (:func:`lora_target_modules`, through
+:mod:`esrepro.models.architecture`): by default the linear layers of its decoder blocks' attention (ESSA's
+LoRA on the attention projections: q, k, v and o in Qwen2 and Llama, Phi-3's fused ``qkv_proj`` and ``o_proj``),
+or every linear of the blocks, or the modules a list names (the ESSA setting ``lora_targets``).
+
 Training goes through TRL's ``SFTTrainer`` with a peft ``LoraConfig``: it is the
 maintained tool for this stage at the papers' scale, and on CPU it is deterministic
 for a seed (same losses and bit-identical adapter weights, checked by the tests) and
@@ -16,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Literal, Sequence
 
 import torch
 from safetensors import safe_open
@@ -24,10 +29,14 @@ from safetensors.torch import load_file
 
 from esrepro import numerics
 from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
+from esrepro.models.architecture import ArchitectureError, decoder_linears
 from esrepro.models.loading import save_adapter
 
-#: ESSA adapts the attention query, key, value and output projections.
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+#: What ESSA adapts (the setting ``lora_targets``): the decoder blocks' attention linears, all their linears, or
+#: the linear modules of the blocks a list names (by their own names, as peft's ``target_modules`` takes them).
+LoraTargets = Literal["attention", "all"] | Sequence[str]
+#: ESSA adapts the attention projections (ESSA Sec. 4.2: q, k, v and o).
+DEFAULT_TARGETS = "attention"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 SUMMARY = "sft_summary.json"
@@ -55,6 +64,36 @@ class LoraFactors:
         return int(self.A.shape[0])
 
 
+def lora_target_modules(model: torch.nn.Module, targets: LoraTargets = DEFAULT_TARGETS) -> list[str]:
+    """The module names peft's ``target_modules`` takes for ``targets`` on ``model``: the distinct own names of
+    the linear layers :func:`esrepro.models.architecture.decoder_linears` finds in its decoder blocks, in module
+    order (Qwen2's attention: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; Phi-3's: ``o_proj``, ``qkv_proj``).
+
+    A list must name linear layers of the decoder blocks, each of its names; ValueError naming the ESSA setting
+    ``lora_targets`` otherwise (and where the model has no such layers at all).
+    """
+    def own_names(scope: Any) -> list[str]:
+        try:
+            return list(dict.fromkeys(name.rsplit(".", 1)[-1] for name in decoder_linears(model, scope)))
+        except ArchitectureError as exc:
+            raise ValueError(f"ESSA setting lora_targets: {exc}") from exc
+
+    if isinstance(targets, str):
+        if targets not in ("attention", "all"):
+            raise ValueError(f"ESSA setting lora_targets: {targets!r} is neither attention nor all (a list names "
+                             "modules: [q_proj, v_proj])")
+        return own_names(targets)
+    wanted = list(targets)
+    if not wanted or not all(isinstance(n, str) and n for n in wanted):
+        raise ValueError(f"ESSA setting lora_targets: {wanted!r}: expected a non-empty list of module names")
+    known = own_names("all")
+    missing = [n for n in wanted if n not in known]
+    if missing:
+        raise ValueError(f"ESSA setting lora_targets: no linear layer of {type(model).__name__}'s decoder blocks is "
+                         f"named {', '.join(missing)} (theirs: {', '.join(known)})")
+    return [n for n in known if n in wanted]
+
+
 def _lora_config(rank: int, alpha: float, targets: Sequence[str]):
     from peft import LoraConfig
 
@@ -80,10 +119,13 @@ def sft_lora(
     seed: int,
     out_dir: str | Path,
     max_length: int | None = None,
-    targets: Sequence[str] = TARGET_MODULES,
+    targets: LoraTargets = DEFAULT_TARGETS,
     dtype: str = "float32",
 ) -> dict:
     """LoRA-SFT the model in ``model_dir`` on (prompt, completion) pairs; write the adapter to ``out_dir``.
+
+    ``targets`` (the ESSA setting ``lora_targets``) chooses the adapted linear layers, read off the loaded model
+    (:func:`lora_target_modules`; refused before any training when they name no linear layer of it).
 
     ``batch_size`` is the total per optimiser step: under a distributed launcher (one process per GPU,
     :mod:`esrepro.distributed`) each process takes its share, and only the main process writes ``out_dir``.
@@ -118,6 +160,7 @@ def sft_lora(
     per_process = split_batch(batch_size, place.world_size, "sft_prompts_per_step")
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=dtype)
+    modules = lora_target_modules(model, targets)
     if max_length is None:
         max_length = int(model.config.max_position_embeddings)
     too_long = sum(len(tokenizer(p + c)["input_ids"]) >= max_length for p, c in pairs)
@@ -157,7 +200,7 @@ def sft_lora(
             train_dataset=dataset,
             eval_dataset=dataset,
             processing_class=tokenizer,
-            peft_config=_lora_config(rank, alpha, targets),
+            peft_config=_lora_config(rank, alpha, modules),
         )
         trainer.remove_callback(PrinterCallback)
         if trainer.args.n_gpu > 1:  # transformers' nn.DataParallel: n_gpu times the batch on one process
@@ -175,7 +218,7 @@ def sft_lora(
             "rank": rank,
             "lora_alpha": alpha,
             "scaling": alpha / rank,
-            "target_modules": list(targets),
+            "target_modules": modules,
             "epochs": epochs,
             "learning_rate": learning_rate,
             "batch_size": batch_size,
@@ -236,7 +279,7 @@ def natural_key(name: str) -> tuple:
 def load_lora(model_dir: str | Path, adapter_dir: str | Path) -> dict[str, LoraFactors]:
     """The adapter in ``adapter_dir`` as {module name in the base model: LoraFactors}.
 
-    Module names are those of the plain transformers model (``model.layers.0.self_attn.q_proj``),
+    Module names are those of the plain transformers model (e.g. ``model.layers.0.self_attn.q_proj``),
     in natural layer order. Shapes are checked against the base model's weights in
     ``model_dir`` (read from safetensors headers, no weights loaded). Only plain LoRA on
     linear layers is accepted: no DoRA, no per-module rank/alpha patterns, no

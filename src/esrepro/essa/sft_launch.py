@@ -37,7 +37,8 @@ class SFTJob:
     seed: int
     out_dir: str
     dtype: str = "float32"
-    extra: dict = field(default_factory=dict)  # further sft_lora keywords (max_length, targets)
+    targets: str | list[str] = "attention"  # the ESSA setting lora_targets: attention, all or module names
+    extra: dict = field(default_factory=dict)  # further sft_lora keywords (max_length)
 
     def run_here(self) -> dict:
         """The SFT in this process (one of a launched group, or the whole of it)."""
@@ -45,7 +46,7 @@ class SFTJob:
 
         return sft_lora(self.model_dir, [tuple(p) for p in self.pairs], rank=self.rank, alpha=self.alpha,
                         epochs=self.epochs, learning_rate=self.learning_rate, batch_size=self.batch_size,
-                        seed=self.seed, out_dir=self.out_dir, dtype=self.dtype, **self.extra)
+                        seed=self.seed, out_dir=self.out_dir, dtype=self.dtype, targets=self.targets, **self.extra)
 
 
 def sft_processes() -> int:

@@ -12,7 +12,8 @@ class ESSAEngineSpec:
 
     Every engine merges the same SFT adapter into the same base (``precision: native``) or
     keeps it unmerged on a bitsandbytes-quantised base (``int8``/``int4``, CUDA only), and
-    loads the same saved factorisation, so candidates (flat vectors) are all that travels.
+    loads the same saved factorisation, so candidates (flat vectors) are all that travels. The adapted modules are
+    the SFT adapter's own (its ``adapter_config.json``: the setting ``lora_targets``, read off the model at the SFT).
     """
 
     base_dir: str

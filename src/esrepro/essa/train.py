@@ -26,6 +26,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.io import atomic_path, read_json, sha256_file, write_json
+from esrepro.settings.methods import ESSASettings
 from esrepro.train.context import TrainContext, TrainOutcome
 from esrepro.train.resume import clear_state, has_state
 
@@ -37,12 +38,16 @@ ADAPTER = "adapter"  # the final solution as a peft adapter, beside checkpoint/
 #: ESSASettings fields the SFT adapter and the space depend on.
 SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_prompts_per_step",
               "fraction", "selection")
+#: The default of ``lora_targets`` (the attention linears), which keys leave out: the keys from before the setting.
+DEFAULT_TARGETS = ESSASettings.model_fields["lora_targets"].default
 
 
 def sft_key(ctx: TrainContext) -> dict:
-    """What the SFT cache must have been made with."""
+    """What the SFT cache must have been made with (``lora_targets`` only when it is not the default
+    ``attention``: the key a cache had before the setting)."""
     cfg = ctx.settings.as_dict()
-    return {**{k: cfg[k] for k in SFT_FIELDS}, "seed": ctx.seed, "base_model": str(ctx.model_dir),
+    targets = {} if cfg["lora_targets"] == DEFAULT_TARGETS else {"lora_targets": cfg["lora_targets"]}
+    return {**{k: cfg[k] for k in SFT_FIELDS}, **targets, "seed": ctx.seed, "base_model": str(ctx.model_dir),
             "task": ctx.task.name, "chat": ctx.chat}
 
 
@@ -69,7 +74,8 @@ def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> 
     t0 = time.perf_counter()
     job = SFTJob(model_dir=str(ctx.model_dir), pairs=list(pairs), rank=cfg.rank, alpha=cfg.lora_alpha,
                  epochs=cfg.sft_epochs, learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_prompts_per_step,
-                 seed=ctx.seed, out_dir=str(root / SFT_ADAPTER), dtype=sft_dtype(ctx.dtype, ctx.device))
+                 seed=ctx.seed, out_dir=str(root / SFT_ADAPTER), dtype=sft_dtype(ctx.dtype, ctx.device),
+                 targets=cfg.lora_targets if isinstance(cfg.lora_targets, str) else list(cfg.lora_targets))
     summary = run_sft(job, sft_processes())
     t1 = time.perf_counter()
     space = SingularValueSpace.build(load_lora(ctx.model_dir, root / SFT_ADAPTER), cfg.fraction, cfg.selection)

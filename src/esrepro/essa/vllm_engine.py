@@ -17,9 +17,16 @@ greedy token can flip where two logits are within rounding of each other. tests/
 measures it on the tiny model: none in float32, a few percent of responses in bfloat16.
 
 The adapters are served by the multi-LoRA piece ES's low-rank members share
-(:class:`esrepro.backends.vllm_lora.AdapterBatch`, whose docstring lists the vLLM API used). Qwen2 supports
-LoRA on its packed ``qkv_proj`` / ``gate_up_proj`` and on ``o_proj`` / ``down_proj``
-(``packed_modules_mapping``), so q, k, v and o adapters load as they are.
+(:class:`esrepro.backends.vllm_lora.AdapterBatch`, whose docstring lists the vLLM API used). An adapter holds the
+modules the SFT adapted, read off the architecture (the setting ``lora_targets``,
+:func:`esrepro.essa.lora.lora_target_modules`), under the transformers model's names; vLLM maps them onto its own
+layers through the model class's ``packed_modules_mapping`` (``vllm/lora/model_manager.py``,
+``_register_packed_modules``, lines 825-836), so any model class with vLLM LoRA support serves them as they are.
+Qwen2, Qwen3 and Llama pack q, k and v into ``qkv_proj`` and gate and up into ``gate_up_proj``
+(``vllm/model_executor/models/qwen2.py`` lines 462-465, ``qwen3.py`` 284-287, ``llama.py`` 475-478): their q, k,
+v and o adapters are packed into those layers' slices. Phi-3's checkpoint is fused already and its mapping names
+``qkv_proj`` and ``gate_up_proj`` as themselves (``phi3.py`` lines 11-18): its ``qkv_proj`` adapter is one slice of
+vLLM's ``QKVParallelLinearWithLoRA`` (``vllm/lora/layers/column_parallel_linear.py`` lines 388 and 440-450).
 
 Quantised bases (ESSA Sec. 4.3 and Fig. 9: INT8/INT4 through bitsandbytes, inference on vLLM). vLLM 0.32.0 has no
 bitsandbytes in its core: ``quantization="bitsandbytes"`` is not among ``QuantizationMethods``
@@ -42,8 +49,8 @@ vllm-project's out-of-tree ``vllm-bnb-plugin`` (vllm-project/vllm#43529), which 
 - LoRA: vLLM's LoRA layers wrap any quantised linear layer, calling its method's ``apply`` and adding the
   adapter's product (``vllm/lora/layers/base_linear.py`` lines 190-211; the adapters' device from the layer's
   ``weight``, ``vllm/lora/layers/utils.py`` lines 45-53, which bitsandbytes' packed weight is); the model needs a
-  ``packed_modules_mapping`` (plugin loader lines 580-590), which Qwen2 has (``vllm/model_executor/models/qwen2.py``
-  lines 462-465). Neither vLLM's nor the plugin's tests run LoRA over a bitsandbytes base; tests/test_essa_vllm.py
+  ``packed_modules_mapping`` (plugin loader lines 580-590), which every model class with vLLM LoRA support has
+  (above). Neither vLLM's nor the plugin's tests run LoRA over a bitsandbytes base; tests/test_essa_vllm.py
   does, on vLLM's CPU build with bitsandbytes' CPU backend (0.50.2 quantises and multiplies NF4 on a CPU), and
   checks the engine's arguments against vLLM's own validation. The paper's runs use bitsandbytes' CUDA kernels,
   which no test here reaches.

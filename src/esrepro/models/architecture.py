@@ -2,8 +2,8 @@
 device, never from a table typed per family.
 
 A registry entry states its config three ways (:func:`entry_config_facts`): a locally built model's ``build``
-block (the tiny builder's architecture), a hub model's ``config`` (its ``config.json`` as a mapping, or a file next
-to the registry holding it: planning runs before any download), or a local folder's own ``config.json``
+block (the tiny builder's architecture), a hub model's ``config`` (its ``config.json`` as a mapping, or a JSON file
+of the repository holding it: planning runs before any download), or a local folder's own ``config.json``
 (``path``). :func:`config_from_facts` turns such a mapping into the transformers config ``AutoConfig`` would read
 from that ``config.json``; :func:`meta_model` builds its causal LM without weights.
 
@@ -50,9 +50,10 @@ def config_from_facts(facts: Mapping[str, Any], where: str = "the config"):
     rest = {k: v for k, v in facts.items() if k != "model_type" and k not in BOOKKEEPING}
     try:
         return AutoConfig.for_model(str(model_type), **rest)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError) as exc:  # transformers' message lists every model type it knows: cut it short
+        text = " ".join(str(exc).split())
         raise ArchitectureError(f"{where}: model_type {model_type!r} is not an architecture transformers "
-                                f"knows ({exc})") from exc
+                                f"knows ({text[:200]}{'...' if len(text) > 200 else ''})") from exc
 
 
 def read_config_json(folder: str | Path, where: str | None = None) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def entry_config_facts(entry: Any, key: str = "") -> dict[str, Any]:
     if build is not None:
         return build_config_facts(build.architecture.model_dump(mode="json"), build.tokenizer.vocab_size)
     raise ArchitectureError(f"model {name!r}: no config (a hub model states its config.json as config: a mapping "
-                            "or a file next to the registry; esrepro add-model writes it)")
+                            "or a JSON file under the repository; esrepro add-model writes it)")
 
 
 def entry_config(entry: Any, key: str = ""):

@@ -12,9 +12,10 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from esrepro.io import atomic_path
+from esrepro.models.architecture import config_differences, read_config_json
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -62,30 +63,51 @@ def select_files(repo_files: Iterable[str]) -> list[str]:
                                       ignore_patterns=list(patterns.ignore)))
 
 
-def fetch_hub_model(model: str, hub_id: str, revision: str, out: str | Path) -> dict[str, Any]:
+class ConfigMismatch(ValueError):
+    """A downloaded config.json that differs from the registry entry's ``config``."""
+
+
+def check_config(model: str, hub_id: str, commit: str, stated: Mapping[str, Any], folder: str | Path) -> None:
+    """Raise :class:`ConfigMismatch` naming the entry and each field where ``folder``'s config.json (the download of
+    ``hub_id`` at ``commit``) differs from the entry's ``config`` (:func:`esrepro.models.architecture.
+    config_differences`)."""
+    differences = config_differences(stated, read_config_json(folder, f"model {model!r}"))
+    if differences:
+        raise ConfigMismatch(
+            f"model {model!r}: the config.json of {hub_id}@{commit} differs from the registry entry's config "
+            f"(models.{model}.config): " + "; ".join(differences) + ". Nothing was written: correct the entry's "
+            f"config (esrepro add-model {model} --hub-id {hub_id} --revision {commit} --force writes it from the "
+            "hub), or pin the revision whose config it states")
+
+
+def fetch_hub_model(model: str, hub_id: str, revision: str, out: str | Path,
+                    config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Download what a model needs of ``hub_id`` at ``revision`` (:data:`MODEL_FILES`) into ``out`` atomically.
 
     A revision that is not a 40-hex commit (e.g. ``main``) is resolved first and a warning says the model is not
-    pinned. Returns the record for the model's manifest: the commit actually downloaded, the patterns and the
-    files fetched.
+    pinned. With ``config`` (the registry entry's), the downloaded config.json must agree with it field by field
+    (:func:`check_config`), else nothing is written. Returns the record for the model's manifest: the commit
+    actually downloaded, the patterns and the files fetched.
     """
     from huggingface_hub import HfApi, snapshot_download
 
     commit = revision
-    try:
-        api = HfApi()
-        if not COMMIT.match(revision):
-            commit = api.model_info(hub_id, revision=revision).sha
-            print(f"WARNING: model {model!r}: {hub_id}@{revision} is not a pinned commit; resolved to {commit} "
-                  f"(put revision: {commit} in the registry to pin it)", file=sys.stderr, flush=True)
-        repo_files = api.list_repo_files(hub_id, revision=commit)
-        patterns = file_patterns(repo_files)
-        with atomic_path(out, is_dir=True) as tmp:
+    with atomic_path(out, is_dir=True) as tmp:
+        try:
+            api = HfApi()
+            if not COMMIT.match(revision):
+                commit = api.model_info(hub_id, revision=revision).sha
+                print(f"WARNING: model {model!r}: {hub_id}@{revision} is not a pinned commit; resolved to {commit} "
+                      f"(put revision: {commit} in the registry to pin it)", file=sys.stderr, flush=True)
+            repo_files = api.list_repo_files(hub_id, revision=commit)
+            patterns = file_patterns(repo_files)
             snapshot_download(hub_id, revision=commit, local_dir=tmp, allow_patterns=list(patterns.allow),
                               ignore_patterns=list(patterns.ignore))
             # the hub client's own bookkeeping (file metadata, locks): not part of the model, nor of its hashes
             shutil.rmtree(Path(tmp) / ".cache", ignore_errors=True)
-    except Exception as exc:  # the hub client raises many types; name the model
-        raise OSError(f"model {model!r}: could not fetch {hub_id}@{revision}: {exc}") from exc
+        except Exception as exc:  # the hub client raises many types; name the model
+            raise OSError(f"model {model!r}: could not fetch {hub_id}@{revision}: {exc}") from exc
+        if config is not None:
+            check_config(model, hub_id, commit, config, tmp)
     return {"hub_id": hub_id, "revision": revision, "commit": commit, "allow_patterns": list(patterns.allow),
             "ignore_patterns": list(patterns.ignore), "files": select_files(repo_files)}

@@ -32,7 +32,7 @@ def load_pipeline(config: dict, source: str | Path, root: str | Path = ".") -> P
     source = str(source)
     cfg = validate_block(PipelineConfig, config_base(config, source, root), source)
     root = Path(root)
-    registry = load_registry(root / cfg.registry, cfg.registry)
+    registry = load_registry(root / cfg.registry, cfg.registry, root)
     validate_published(root / cfg.published, cfg.published)
     run_layers = None
     if cfg.rehearsal is not None:

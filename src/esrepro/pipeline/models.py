@@ -25,6 +25,10 @@ class ModelsMixin:
             raise KeyError(f"{key!r} is not in the registry {self.registry_source}")
         return self.registry[key]
 
+    def local_models(self) -> list[str]:
+        """Registry keys of the models on disk (``path``): their base folder links to the folder's files."""
+        return [k for k, e in self.registry.items() if e.path is not None]
+
     def resources(self, model: str, rule: str) -> Resources:
         """Cluster resources of ``rule``'s jobs for ``model``; a CPU-only rule (:data:`CPU_ONLY_RULES`) never holds
         a GPU: it keeps the entry's CPU threads (one for a download or a selection) and at most its memory cap."""

@@ -32,7 +32,7 @@ from esrepro.provenance.audit import AuditError, _norm, _producer, index_manifes
 #: The stage of each manifest kind, in pipeline order (an unknown kind is a report).
 STAGES: dict[str, str] = {
     "prepare_data": "data",
-    "build_tiny": "model build", "fetch_model": "model build",
+    "build_tiny": "model build", "fetch_model": "model build", "local_model": "model build",
     "train": "run", "select": "run",
     "evaluate": "evaluation",
     "kl": "kl", "param_shift_histogram": "kl",

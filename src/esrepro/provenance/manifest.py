@@ -10,7 +10,7 @@ import os
 import platform
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from esrepro.io import sha256_file
@@ -37,13 +37,26 @@ def sha256_tree(path: str | os.PathLike) -> str:
         return sha256_file(path)
     if not path.is_dir():
         raise FileNotFoundError(f"cannot hash {path}: not found")
-    h = hashlib.sha256()
+    return tree_digest(file_digests(path))
+
+
+def file_digests(path: str | os.PathLike) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under directory ``path`` (symbolic links followed: a link's
+    digest is its target's bytes), its own :data:`UNHASHED` files left out, sorted by path."""
+    path = Path(path)
     skip = {path / name for name in UNHASHED}
     files = sorted(p for p in path.rglob("*") if p.is_file() and p not in skip)
     # hashlib releases the GIL on large reads: a sharded checkpoint's files hash in parallel
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
-        for f, digest in zip(files, pool.map(sha256_file, files)):
-            h.update(f"{f.relative_to(path).as_posix()}\0{digest}\n".encode())
+        return {f.relative_to(path).as_posix(): digest for f, digest in zip(files, pool.map(sha256_file, files))}
+
+
+def tree_digest(files: dict[str, str]) -> str:
+    """A directory's sha256 (:func:`sha256_tree`) from its files' digests (``{relative path: sha256}``), in path
+    order (component by component, as paths sort)."""
+    h = hashlib.sha256()
+    for rel in sorted(files, key=lambda r: PurePosixPath(r).parts):
+        h.update(f"{rel}\0{files[rel]}\n".encode())
     return h.hexdigest()
 
 
@@ -109,25 +122,61 @@ class IntegrityError(ValueError):
     """An input's bytes differ from what the step that produced it recorded."""
 
 
+def _producer(path: Path) -> tuple[dict[str, Any], str, dict[str, Any]] | None:
+    """The output record the step which produced ``path`` wrote for it, its manifest's path and the manifest."""
+    candidates = ([path / MANIFEST] if path.is_dir() else []) + [path.parent / MANIFEST]
+    for manifest in candidates:
+        if not manifest.is_file() or manifest.resolve() == path.resolve():
+            continue
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            continue
+        for rec in (data.get("outputs") or {}).values():
+            if isinstance(rec, dict) and rec.get("sha256") and Path(rec.get("path", "")).resolve() == path.resolve():
+                return rec, str(manifest), data
+    return None
+
+
 def producer_record(path: str | os.PathLike) -> tuple[str, str] | None:
     """(sha256, manifest) that the step which produced ``path`` recorded for it, if any.
 
     The producer's manifest is ``path/manifest.json`` (a model directory) or the one beside
     ``path`` (a run's checkpoint, a prepared split).
     """
-    path = Path(path)
-    candidates = ([path / MANIFEST] if path.is_dir() else []) + [path.parent / MANIFEST]
-    for manifest in candidates:
-        if not manifest.is_file() or manifest.resolve() == path.resolve():
-            continue
-        try:
-            outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
-        except (ValueError, OSError):
-            continue
-        for rec in outputs.values():
-            if isinstance(rec, dict) and rec.get("sha256") and Path(rec.get("path", "")).resolve() == path.resolve():
-                return rec["sha256"], str(manifest)
-    return None
+    found = _producer(Path(path))
+    return None if found is None else (found[0]["sha256"], found[1])
+
+
+def file_changes(now: dict[str, str], recorded: dict[str, str]) -> list[str]:
+    """Each file whose digest differs between ``recorded`` and ``now`` (``{relative path: sha256}``), in words."""
+    out = []
+    for rel in sorted(set(now) | set(recorded), key=lambda r: PurePosixPath(r).parts):
+        if rel not in now:
+            out.append(f"{rel} is missing (recorded sha256 {recorded[rel]})")
+        elif rel not in recorded:
+            out.append(f"{rel} is new (sha256 {now[rel]})")
+        elif now[rel] != recorded[rel]:
+            out.append(f"{rel} changed (sha256 {now[rel]}, recorded {recorded[rel]})")
+    return out
+
+
+def _mismatch(path: Path, got: str, digests: dict[str, str] | None, rec: dict[str, Any], manifest: str,
+              data: dict[str, Any]) -> str:
+    """Why ``path`` is not what its producer recorded: the files that differ where the record lists them (a model
+    folder's, :mod:`esrepro.models.local`: named in the folder it links to, with the registry entry)."""
+    recorded = rec.get("files")
+    if not isinstance(recorded, dict) or digests is None:
+        return f"{path}: sha256 {got} does not match {rec['sha256']} recorded in {manifest}"
+    changes = file_changes(digests, recorded)
+    source = rec.get("source")
+    model = (data.get("settings") or {}).get("model")
+    if source and model:
+        return (f"model {model!r}: the folder {source} (its registry path) changed since {path} was made from it "
+                f"({manifest}): " + "; ".join(f"{Path(source) / c}" for c in changes) + ". Restore it; or, if the "
+                f"change is meant, rerun the job that made {path} and every job that read it (snakemake --forcerun "
+                f"{path}), which records the folder as it is now")
+    return f"{path}: sha256 {got} does not match {rec['sha256']} recorded in {manifest}: " + "; ".join(changes)
 
 
 def input_record(path: str | os.PathLike) -> dict[str, str]:
@@ -136,16 +185,19 @@ def input_record(path: str | os.PathLike) -> dict[str, str]:
     Every byte is hashed (a kept modification time cannot hide a change): the cost is one
     read of each input per job, a small fraction of loading and using it. Raises
     :class:`IntegrityError` naming the file, both hashes and the producer's manifest when
-    they differ, and FileNotFoundError when ``path`` is missing.
+    they differ (each file that differs, where the record lists its files' digests), and
+    FileNotFoundError when ``path`` is missing.
     """
     path = Path(path)
-    got = sha256_tree(path)
-    found = producer_record(path)
+    digests = file_digests(path) if path.is_dir() else None
+    got = tree_digest(digests) if digests is not None else sha256_tree(path)
+    found = _producer(path)
     if found is None:
         return {"path": str(path), "sha256": got}
-    if found[0] != got:
-        raise IntegrityError(f"{path}: sha256 {got} does not match {found[0]} recorded in {found[1]}")
-    return {"path": str(path), "sha256": got, "verified_against": found[1]}
+    rec, manifest, data = found
+    if rec["sha256"] != got:
+        raise IntegrityError(_mismatch(path, got, digests, rec, manifest, data))
+    return {"path": str(path), "sha256": got, "verified_against": manifest}
 
 
 def verify_inputs(inputs: dict[str, str | os.PathLike]) -> dict[str, dict[str, str]]:

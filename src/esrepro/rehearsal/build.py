@@ -21,10 +21,6 @@ from esrepro.rehearsal.replicas import build_replica
 from esrepro.tasks.sources import hub_defaults
 from esrepro.tasks.url_sources import url_files
 
-#: Hub organisations whose repositories are gated (a token is required to download their files).
-GATED_ORGS = ("meta-llama",)
-
-
 def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | Path | None = None,
                  workdir: str | Path = ".", seed: int = 0) -> dict[str, Any]:
     """Build the mirror of ``config_path`` (paths in it relative to ``workdir``) at ``root`` (replaced
@@ -55,7 +51,7 @@ def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | P
 def _model(root: Path, name: str, entry: Any, seed: int, index: dict) -> None:
     out = repo_dir(root, "model", entry.hub_id)
     summary = build_replica(name, entry, out, seed)
-    record = repo_record(root, "model", entry.hub_id, entry.revision, gated=entry.hub_id.split("/")[0] in GATED_ORGS,
+    record = repo_record(root, "model", entry.hub_id, entry.revision, gated=entry.gated,
                          origin="replica", built_from=f"esrepro.rehearsal.replicas (registry key {name}, seed {seed}, "
                          f"{summary['architecture']}, random weights)")
     index["repos"][repo_key("model", entry.hub_id)] = record

@@ -1,14 +1,17 @@
-"""What a random-weight replica keeps of a real hub model: its family's special tokens, chat template and end-of-
-sequence semantics, and the config semantics of its size (rope, context length, tied embeddings).
+"""What a random-weight replica's tokenizer keeps of a real hub model: its special tokens, chat template, end-of-
+sequence semantics and pre-tokenizer, chosen by the model's config ``model_type`` (:func:`facts_for`).
 
-The facts are those of the hub repositories' ``config.json``, ``generation_config.json`` and
-``tokenizer_config.json`` (Qwen2.5 instruct and base, Qwen2.5-Math, Llama 3.1 and 3.2); only the structure
-(width, depth, vocabulary) is scaled down.
+The replica's config comes from the registry entry's own config (:func:`esrepro.rehearsal.registry.replica_config`);
+only the tokenizer facts are kept here, and by family only where a family's tokenizer is documented to behave
+differently from a generic byte-level BPE (Qwen's and Llama 3's: their facts are those of the hub repositories'
+``tokenizer_config.json`` and ``generation_config.json``, Qwen2.5 instruct and base, Qwen2.5-Math, Llama 3.1 and
+3.2). Every other model type gets :func:`generic` facts.
+
+Data without imports: the foundation layer may read it.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +19,11 @@ from typing import Any
 #: (2 key-value heads, grouped-query attention as the real models have) is the smallest shape it runs.
 STRUCTURE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2}
+#: A replica tokenizer's BPE vocabulary before the special tokens: the 256 byte symbols and about a hundred merges
+#: (:mod:`esrepro.rehearsal.replica_tokenizer` trains exactly this many on its fixed text); the specials follow.
+BPE_VOCAB = 384
+#: A model this large or larger counts as "large" for :attr:`Facts.generation_large`.
+LARGE_PARAMS = 5e9
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                  "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
@@ -26,6 +34,8 @@ QWEN_PLAIN_ADDED = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_midd
 LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                   "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
                   "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
+#: A generic replica's specials (every model type without its own facts): begin, end and padding.
+GENERIC_SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>"]
 
 QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -63,93 +73,121 @@ LLAMA_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
 
-# Pre-tokenizer patterns: Qwen2 splits digits one by one, Llama 3 in runs of up to three.
+#: A generic replica's chat markup (an entry with ``chat_template: true`` and no family facts): each turn its role
+#: and content, ended by eos; the generation prompt opens the assistant's turn.
+GENERIC_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|' + message['role'] + '|>\\n' + message['content'] + eos_token + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"
+)
+
+# Pre-tokenizer patterns: Qwen2 splits digits one by one, Llama 3 in runs of up to three; the generic one is
+# GPT-2's (byte-level BPE's usual split: contractions, letters, digit runs, other symbols, spaces).
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+GENERIC_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
 @dataclass(frozen=True)
 class Facts:
-    """One real model's semantics that its replica keeps."""
+    """The tokenizer and generation semantics a replica keeps of one real model, and how its repository lays out
+    the tokenizer files."""
 
-    family: str                       # qwen2 | llama
+    kind: str                         # whose facts: a family's (documented to differ) or "generic"
     instruct: bool
-    architecture: str                 # the transformers class in config.json
-    config: dict[str, Any]            # config.json keys beyond the scaled structure and the token ids
     specials: list[str]               # special tokens, in the real id order, after the BPE vocabulary
     plain_added: list[str] = field(default_factory=list)
     eos_token: str = ""               # tokenizer_config's eos
-    bos_token: str | None = None
+    bos_token: str | None = None      # tokenizer_config's bos (None: it names none)
     pad_token: str | None = None
+    config_bos: str = ""              # the token whose id config.json and generation_config.json give as bos
     config_eos: list[str] = field(default_factory=list)       # config.json eos_token_id
     generation_eos: list[str] = field(default_factory=list)   # generation_config.json eos_token_id
     generation: dict[str, Any] = field(default_factory=dict)  # its sampling defaults
+    generation_large: dict[str, Any] = field(default_factory=dict)  # over them, for LARGE_PARAMS or more
     chat_template: str | None = None
     tokenizer_class: str = ""
     split_pattern: str = ""
     add_bos: bool = False             # the tokenizer itself prepends bos
     pad_vocab_to: int = 1             # config vocab_size rounded up to this multiple (Qwen pads its embedding)
+    nfc: bool = False                 # an NFC normaliser before the pre-tokenizer
+    vocab_files: bool = False         # the repository carries vocab.json and merges.txt beside tokenizer.json
+    special_tokens_map: bool = False  # the repository carries special_tokens_map.json
+    tokenizer_config: dict[str, Any] = field(default_factory=dict)  # tokenizer_config.json keys beyond the shared
+    original_folder: bool = False     # the repository carries a consolidated checkpoint under original/
 
 
-def _size_b(size: str) -> float:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([BM])\s*", size or "")
-    if not m:
-        raise ValueError(f"registry size {size!r} is not a number of parameters such as 7B")
-    return float(m.group(1)) * (1.0 if m.group(2) == "B" else 1e-3)
-
-
-def facts_for(hub_id: str, family: str, size: str) -> Facts:
-    """The facts of the real model ``hub_id`` (family ``qwen2`` or ``llama``, registry ``size``)."""
+def facts_for(hub_id: str, model_type: str, chat_template: bool = False) -> Facts:
+    """The tokenizer facts of the real model ``hub_id``: by its config's ``model_type`` where a family's tokenizer
+    is documented to differ (:data:`FAMILY_FACTS`), else :func:`generic` (a chat template when the registry entry
+    says ``chat_template: true``)."""
     name = hub_id.split("/")[-1].lower()
-    instruct = "instruct" in name
-    if family == "qwen2":
-        return _qwen(name, instruct, _size_b(size))
-    if family == "llama":
-        return _llama(name, instruct)
-    raise ValueError(f"{hub_id}: no replica facts for family {family!r} (known: qwen2, llama)")
+    family = FAMILY_FACTS.get(model_type)
+    if family is not None:
+        return family(name)
+    return generic(chat_template)
 
 
-def _qwen(name: str, instruct: bool, billions: float) -> Facts:
-    math = "math" in name
-    if math:
-        context, theta = 4096, 10000.0
-    else:
-        context, theta = (32768 if instruct else 131072), 1000000.0
-    config = {"max_position_embeddings": context, "rope_theta": theta, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": billions < 5, "use_sliding_window": False, "sliding_window": context,
-              "max_window_layers": STRUCTURE["num_hidden_layers"], "hidden_act": "silu",
-              "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True}
+def _qwen(name: str) -> Facts:
+    """Qwen2/Qwen3's byte-level BPE (``Qwen2Tokenizer``): digits split one by one, an NFC normaliser, ChatML turns
+    (``<|im_start|>``/``<|im_end|>``) with a default system turn, eos ``<|im_end|>`` for the post-trained models and
+    ``<|endoftext|>`` (also the pad) for the base ones, the embedding padded to a multiple of 64, vocab.json and
+    merges.txt in the repository. Post-trained: Qwen2.5's ``-Instruct`` models; Qwen3 names its base models
+    ``-Base`` and its post-trained ones without a suffix. Qwen2.5's instruct models of 7B and more ship a lower
+    repetition penalty."""
+    instruct = "instruct" in name or (name.startswith("qwen3") and "base" not in name)
     eos = "<|im_end|>" if instruct else "<|endoftext|>"
     if instruct:
-        generation = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
-                      "repetition_penalty": 1.05 if billions >= 7 else 1.1}
+        generation = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1}
+        large = {"repetition_penalty": 1.05}
         generation_eos = ["<|im_end|>", "<|endoftext|>"]
     else:
-        generation = {"do_sample": False, "max_new_tokens": 2048}
+        generation, large = {"do_sample": False, "max_new_tokens": 2048}, {}
         generation_eos = ["<|endoftext|>"]
-    system = QWEN_MATH_SYSTEM if math else QWEN_SYSTEM
-    return Facts(family="qwen2", instruct=instruct, architecture="Qwen2ForCausalLM", config=config,
-                 specials=QWEN_SPECIALS, plain_added=QWEN_PLAIN_ADDED, eos_token=eos, pad_token="<|endoftext|>",
-                 config_eos=[eos], generation_eos=generation_eos, generation=generation,
+    system = QWEN_MATH_SYSTEM if "math" in name else QWEN_SYSTEM
+    config = {"add_bos_token": False, "add_prefix_space": False, "errors": "replace", "pad_token": "<|endoftext|>",
+              "split_special_tokens": False, "unk_token": None,
+              "additional_special_tokens": [t for t in QWEN_SPECIALS if t != "<|endoftext|>"]}
+    return Facts(kind="qwen", instruct=instruct, specials=QWEN_SPECIALS, plain_added=QWEN_PLAIN_ADDED, eos_token=eos,
+                 pad_token="<|endoftext|>", config_bos="<|endoftext|>", config_eos=[eos],
+                 generation_eos=generation_eos, generation=generation, generation_large=large,
                  chat_template=QWEN_TEMPLATE.replace("SYSTEM", system), tokenizer_class="Qwen2Tokenizer",
-                 split_pattern=QWEN_SPLIT, pad_vocab_to=64)
+                 split_pattern=QWEN_SPLIT, pad_vocab_to=64, nfc=True, vocab_files=True, tokenizer_config=config)
 
 
-def _llama(name: str, instruct: bool) -> Facts:
-    v31 = "3.1" in name
-    rope_scaling = {"factor": 8.0 if v31 else 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                    "original_max_position_embeddings": 8192, "rope_type": "llama3"}
-    config = {"max_position_embeddings": 131072, "rope_theta": 500000.0, "rope_scaling": rope_scaling,
-              "rms_norm_eps": 1e-5, "tie_word_embeddings": not v31, "hidden_act": "silu",
-              "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "pretraining_tp": 1,
-              "initializer_range": 0.02, "use_cache": True}
+def _llama3(name: str) -> Facts:
+    """Llama 3's tiktoken-style BPE (a ``PreTrainedTokenizerFast``): digits in runs of up to three, bos
+    ``<|begin_of_text|>`` prepended by the tokenizer itself, header-delimited chat turns ending in ``<|eot_id|>``
+    (the instruct models' eos, beside ``<|end_of_text|>`` and ``<|eom_id|>`` in their configs), and Meta's
+    ``original/`` consolidated checkpoint in the repository. Every ``llama`` model type gets these facts (the
+    registry's Llama models are Llama 3.1 and 3.2)."""
+    instruct = "instruct" in name
     eos_all = ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"]
-    return Facts(family="llama", instruct=instruct, architecture="LlamaForCausalLM", config=config,
-                 specials=LLAMA_SPECIALS, eos_token="<|eot_id|>" if instruct else "<|end_of_text|>",
-                 bos_token="<|begin_of_text|>", config_eos=eos_all if instruct else ["<|end_of_text|>"],
+    return Facts(kind="llama3", instruct=instruct, specials=LLAMA_SPECIALS,
+                 eos_token="<|eot_id|>" if instruct else "<|end_of_text|>", bos_token="<|begin_of_text|>",
+                 config_bos="<|begin_of_text|>", config_eos=eos_all if instruct else ["<|end_of_text|>"],
                  generation_eos=eos_all if instruct else ["<|end_of_text|>"],
                  generation={"do_sample": True, "temperature": 0.6, "top_p": 0.9},
                  chat_template=LLAMA_TEMPLATE if instruct else None, tokenizer_class="PreTrainedTokenizerFast",
-                 split_pattern=LLAMA_SPLIT, add_bos=True)
+                 split_pattern=LLAMA_SPLIT, add_bos=True, special_tokens_map=True,
+                 tokenizer_config={"model_input_names": ["input_ids", "attention_mask"]}, original_folder=True)
+
+
+def generic(chat_template: bool = False) -> Facts:
+    """A generic replica tokenizer (every model type without family facts): byte-level BPE with GPT-2's split,
+    :data:`GENERIC_SPECIALS` after the BPE vocabulary, eos ``<|eos|>`` (config and generation config alike),
+    bos ``<|bos|>`` not prepended, pad ``<|pad|>``, and :data:`GENERIC_TEMPLATE` only with ``chat_template``."""
+    return Facts(kind="generic", instruct=chat_template, specials=GENERIC_SPECIALS, eos_token="<|eos|>",
+                 bos_token="<|bos|>", pad_token="<|pad|>", config_bos="<|bos|>", config_eos=["<|eos|>"],
+                 generation_eos=["<|eos|>"],
+                 chat_template=GENERIC_TEMPLATE if chat_template else None, tokenizer_class="PreTrainedTokenizerFast",
+                 split_pattern=GENERIC_SPLIT, special_tokens_map=True,
+                 tokenizer_config={"model_input_names": ["input_ids", "attention_mask"], "pad_token": "<|pad|>"})
+
+
+#: The config ``model_type``s whose tokenizers are documented to differ from the generic one, and their facts:
+#: Qwen2 and Qwen3 share Qwen's tokenizer (same vocabulary, specials and ChatML markup); ``llama`` is Llama 3's.
+FAMILY_FACTS = {"qwen2": _qwen, "qwen3": _qwen, "llama": _llama3}

@@ -1,6 +1,7 @@
-"""A replica's tokenizer: a small byte-level BPE trained deterministically on a built-in text, with its family's
-pre-tokenizer, special tokens (in the real id order, after the BPE vocabulary), chat template and the
-``tokenizer_config.json`` class transformers loads for the real model."""
+"""A replica's tokenizer: a small byte-level BPE trained deterministically on a built-in text, with the pre-tokenizer,
+special tokens (in the real id order, after the BPE vocabulary), chat template and ``tokenizer_config.json`` class of
+its facts (:func:`esrepro.rehearsal.families.facts_for`: a family's where its tokenizer is documented to differ, else
+generic)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from esrepro.rehearsal.families import Facts
-
-#: BPE vocabulary before the special tokens: the 256 byte symbols and about a hundred merges.
-BPE_VOCAB = 384
+from esrepro.rehearsal.families import BPE_VOCAB, Facts
 
 _TEXT = """\
 Let x be a real number such that 3x + 5 = 20. Then 3x = 15, so x = 5. The answer is \\boxed{5}.
@@ -43,9 +41,9 @@ def corpus(seed: int = 0) -> list[str]:
 
 
 def train_tokenizer(facts: Facts, seed: int = 0) -> Tokenizer:
-    """The replica's ``tokenizers`` object: BPE on :func:`corpus`, then the family's added tokens."""
+    """The replica's ``tokenizers`` object: BPE on :func:`corpus`, then the facts' added tokens."""
     tok = Tokenizer(models.BPE())
-    if facts.family == "qwen2":
+    if facts.nfc:
         tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(facts.split_pattern), behavior="isolated", invert=False),
@@ -67,37 +65,35 @@ def train_tokenizer(facts: Facts, seed: int = 0) -> Tokenizer:
     return tok
 
 
-def tokenizer_config(facts: Facts, tok: Tokenizer) -> dict:
-    """``tokenizer_config.json`` as the real repository writes it (the class transformers loads, the specials)."""
+def tokenizer_config(facts: Facts, tok: Tokenizer, model_max_length: int) -> dict:
+    """``tokenizer_config.json`` as the real repository writes it (the class transformers loads, the specials);
+    ``model_max_length``: the model's context (its config's ``max_position_embeddings``)."""
     added = {}
     for token in facts.specials + facts.plain_added:
         added[str(tok.token_to_id(token))] = {"content": token, "lstrip": False, "normalized": False,
                                               "rstrip": False, "single_word": False,
                                               "special": token in facts.specials}
     cfg: dict = {"added_tokens_decoder": added, "bos_token": facts.bos_token, "eos_token": facts.eos_token,
-                 "clean_up_tokenization_spaces": False, "model_max_length": facts.config["max_position_embeddings"],
-                 "tokenizer_class": facts.tokenizer_class}
-    if facts.family == "qwen2":
-        cfg.update({"add_bos_token": False, "add_prefix_space": False, "errors": "replace",
-                    "pad_token": facts.pad_token, "split_special_tokens": False, "unk_token": None,
-                    "additional_special_tokens": [t for t in facts.specials if t not in ("<|endoftext|>",)]})
-    else:
-        cfg["model_input_names"] = ["input_ids", "attention_mask"]
+                 "clean_up_tokenization_spaces": False, "model_max_length": model_max_length,
+                 "tokenizer_class": facts.tokenizer_class, **facts.tokenizer_config}
     if facts.chat_template is not None:
         cfg["chat_template"] = facts.chat_template
     return cfg
 
 
-def write_tokenizer(facts: Facts, out: Path, seed: int = 0) -> Tokenizer:
-    """Write ``tokenizer.json``, ``tokenizer_config.json`` (and Qwen's ``vocab.json``/``merges.txt``, Llama's
-    ``special_tokens_map.json``) into ``out``; the tokenizer."""
+def write_tokenizer(facts: Facts, out: Path, model_max_length: int, seed: int = 0) -> Tokenizer:
+    """Write ``tokenizer.json``, ``tokenizer_config.json`` (and, as the facts' repository carries them,
+    ``vocab.json``/``merges.txt`` or ``special_tokens_map.json``) into ``out``; the tokenizer."""
     tok = train_tokenizer(facts, seed)
     tok.save(str(out / "tokenizer.json"), pretty=True)
-    _dump(out / "tokenizer_config.json", tokenizer_config(facts, tok))
-    if facts.family == "qwen2":
-        tok.model.save(str(out))  # vocab.json and merges.txt, as the Qwen repositories carry them
-    else:
-        _dump(out / "special_tokens_map.json", {"bos_token": facts.bos_token, "eos_token": facts.eos_token})
+    _dump(out / "tokenizer_config.json", tokenizer_config(facts, tok, model_max_length))
+    if facts.vocab_files:
+        tok.model.save(str(out))
+    if facts.special_tokens_map:
+        tokens = {"bos_token": facts.bos_token, "eos_token": facts.eos_token}
+        if facts.pad_token and "pad_token" in facts.tokenizer_config:
+            tokens["pad_token"] = facts.pad_token
+        _dump(out / "special_tokens_map.json", tokens)
     return tok
 
 

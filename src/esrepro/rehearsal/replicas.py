@@ -1,5 +1,6 @@
-"""Random-weight replicas of the registry's hub models: the real model's architecture class, config semantics,
-tokenizer family, chat template and end-of-sequence ids, at toy size, written in the hub repository's layout.
+"""Random-weight replicas of the registry's hub models: the real model's config (its architecture class, rope, layer
+kinds, norms) at toy size (:func:`esrepro.rehearsal.registry.replica_config`), its tokenizer's special tokens, chat
+template and end-of-sequence ids (:mod:`esrepro.rehearsal.families`), written in the hub repository's layout.
 
 The weights are random (seeded): a replica exercises the code paths of a real download, load and generation,
 never its results. The same ``seed`` writes the same bytes.
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from esrepro.io import atomic_path
-from esrepro.rehearsal.families import STRUCTURE, Facts, facts_for
+from esrepro.memory import entry_facts
+from esrepro.rehearsal.families import LARGE_PARAMS, Facts
+from esrepro.rehearsal.registry import replica_config, replica_facts, replica_tokens
 from esrepro.rehearsal.replica_tokenizer import write_tokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -33,54 +37,44 @@ real model, at toy size ({layers} layers, hidden size {hidden}, vocabulary {voca
 """
 
 
-def _entry(entry: Any, key: str) -> Any:
-    return entry.get(key) if isinstance(entry, dict) else getattr(entry, key)
-
-
 def build_replica(name: str, entry: Any, out_dir: str | Path, seed: int = 0) -> dict[str, Any]:
-    """Write a replica of registry model ``name`` (its ``entry``: a dict or a ModelEntry with hub_id, family,
-    size, dtype) into ``out_dir`` atomically; a summary (hub_id, architecture, vocab_size, files)."""
-    hub_id, dtype = _entry(entry, "hub_id"), _entry(entry, "dtype")
-    if not hub_id:
-        raise ValueError(f"model {name!r}: not a hub model (no hub_id): nothing to replicate")
+    """Write a replica of registry model ``name`` (its ``entry``: a ModelEntry, or a dict with hub_id, dtype,
+    config and optionally chat_template) into ``out_dir`` atomically; a summary (hub_id, architecture,
+    vocab_size, files)."""
+    source = SimpleNamespace(**entry) if isinstance(entry, dict) else entry
+    _, facts = replica_facts(name, source)
+    hub_id, dtype = source.hub_id, getattr(source, "dtype", None)
     if dtype not in DTYPES:
         raise ValueError(f"model {name!r}: unknown dtype {dtype!r}")
-    facts = facts_for(hub_id, _entry(entry, "family"), _entry(entry, "size"))
+    config = replica_config(name, source)
+    params = entry_facts(source, name).params
     with atomic_path(out_dir, is_dir=True) as tmp:
-        tok = write_tokenizer(facts, tmp, seed)
-        ids = {t: tok.token_to_id(t) for t in facts.specials}
-        vocab = _round_up(tok.get_vocab_size(with_added_tokens=True), facts.pad_vocab_to)
-        config = model_config(facts, ids, vocab, dtype)
+        tok = write_tokenizer(facts, tmp, int(config.get("max_position_embeddings") or 2048), seed)
+        ids, vocab = replica_tokens(facts)
+        trained = {t: tok.token_to_id(t) for t in ids}
+        if trained != ids or vocab < tok.get_vocab_size(with_added_tokens=True):
+            raise RuntimeError(f"model {name!r}: the replica tokenizer's ids {trained} are not the ids its config "
+                               f"states {ids} (esrepro.rehearsal.registry.replica_tokens)")
         _write_weights(config, tmp, seed, DTYPES[dtype])
         _dump(tmp / "config.json", config)
-        _dump(tmp / "generation_config.json", generation_config(facts, ids))
-        if facts.family == "llama":
+        _dump(tmp / "generation_config.json", generation_config(facts, ids, params))
+        if facts.original_folder:
             _write_original(config, tmp / "original", seed)
+        architecture = (config.get("architectures") or [config["model_type"]])[0]
         (tmp / "README.md").write_text(CARD.format(
-            hub_id=hub_id, architecture=facts.architecture, layers=config["num_hidden_layers"],
+            hub_id=hub_id, architecture=architecture, layers=config["num_hidden_layers"],
             hidden=config["hidden_size"], vocab=vocab, seed=seed), encoding="utf-8")
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-    return {"model": name, "hub_id": hub_id, "architecture": facts.architecture, "vocab_size": vocab,
+    return {"model": name, "hub_id": hub_id, "architecture": architecture, "vocab_size": vocab,
             "dtype": dtype, "seed": seed, "files": files}
 
 
-def model_config(facts: Facts, ids: dict[str, int], vocab: int, dtype: str) -> dict[str, Any]:
-    """``config.json`` in the hub repository's format (``rope_theta``/``rope_scaling`` at the top level)."""
-    eos = [ids[t] for t in facts.config_eos]
-    bos = ids[facts.bos_token] if facts.bos_token else ids["<|endoftext|>"]
-    config = {"architectures": [facts.architecture], "model_type": facts.family, **STRUCTURE, **facts.config,
-              "vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos[0] if len(eos) == 1 else eos,
-              "torch_dtype": dtype}
-    if facts.family == "llama":
-        config["head_dim"] = STRUCTURE["hidden_size"] // STRUCTURE["num_attention_heads"]
-    return dict(sorted(config.items()))
-
-
-def generation_config(facts: Facts, ids: dict[str, int]) -> dict[str, Any]:
-    """``generation_config.json``: the real model's eos semantics mapped to the replica's ids."""
+def generation_config(facts: Facts, ids: dict[str, int], params: int) -> dict[str, Any]:
+    """``generation_config.json``: the real model's eos semantics mapped to the replica's ids, and its sampling
+    defaults (those of its size: ``params``, the real model's parameter count)."""
     eos = [ids[t] for t in facts.generation_eos]
-    bos = ids[facts.bos_token] if facts.bos_token else ids["<|endoftext|>"]
-    out = {"bos_token_id": bos, "eos_token_id": eos[0] if len(eos) == 1 else eos, **facts.generation}
+    out = {"bos_token_id": ids[facts.config_bos], "eos_token_id": eos[0] if len(eos) == 1 else eos,
+           **facts.generation, **(facts.generation_large if params >= LARGE_PARAMS else {})}
     if facts.pad_token:
         out["pad_token_id"] = ids[facts.pad_token]
     return dict(sorted(out.items()))
@@ -108,13 +102,9 @@ def _write_original(config: dict[str, Any], out: Path, seed: int) -> None:
              "norm.weight": torch.ones(dim, dtype=torch.bfloat16)}
     torch.save(state, out / "consolidated.00.pth")
     params = {"dim": dim, "n_layers": config["num_hidden_layers"], "n_heads": config["num_attention_heads"],
-              "n_kv_heads": config["num_key_value_heads"], "vocab_size": vocab, "norm_eps": config["rms_norm_eps"],
-              "rope_theta": config["rope_theta"], "use_scaled_rope": True}
+              "n_kv_heads": config["num_key_value_heads"], "vocab_size": vocab, "norm_eps": config.get("rms_norm_eps"),
+              "rope_theta": config.get("rope_theta"), "use_scaled_rope": True}
     _dump(out / "params.json", params)
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def _dump(path: Path, obj: dict) -> None:

@@ -28,7 +28,8 @@ from esrepro.rehearsal.report import (Job, dag_jobs, local_jobs, local_rules, ou
 CONFIG = "config/rehearsal.yaml"
 PAPER = "config/paper.yaml"
 WORKSPACE = "work/rehearsal"
-#: A token the mirror accepts for its gated (meta-llama) repositories, as the hub accepts a user's.
+#: A token the mirror accepts for its gated repositories (the registry's gated entries), as the hub accepts a
+#: user's.
 TOKEN = "hf_rehearsal"
 #: What a machine without slurmdbd needs beside the profile (as tests/test_slurm.py runs it).
 LOCAL_CLUSTER_ARGS = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",

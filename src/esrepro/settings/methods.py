@@ -382,8 +382,13 @@ class ESSASettings(PopulationSettings):
                            "(and after the last)")
     fitness: Literal["accuracy", "reward"] = Field(
         "accuracy", description="what a candidate is scored by: accuracy (the paper) or the task's reward")
-    rank: int = Field(16, ge=1, description="LoRA rank r on q, k, v and o projections (the paper sweeps 4-64; 16 is "
-                      "its text's rank for Fig. 4, whose caption says 32)")
+    rank: int = Field(16, ge=1, description="LoRA rank r of every adapted layer (lora_targets; the paper's q, k, v "
+                      "and o projections; it sweeps 4-64; 16 is its text's rank for Fig. 4, whose caption says 32)")
+    lora_targets: Literal["attention", "all"] | tuple[str, ...] = Field(
+        "attention", description="the linear layers the LoRA adapts, read off the model's decoder blocks: attention "
+        "(the paper: its LoRA on the q, k, v and o projections; each model's own attention linears, Phi-3's fused "
+        "qkv_proj and o_proj), all (every linear of the blocks), or a list of module names (q_proj, v_proj), each "
+        "the name of a linear layer of the blocks")
     lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling alpha / r; the paper does not give it: "
                               "2 x rank 16)")
     sft_epochs: int = Field(2, ge=1, description="LoRA SFT epochs (the paper does not give them)")
@@ -444,6 +449,29 @@ class ESSASettings(PopulationSettings):
             raise FieldProblem("eval_every", "ESSA has no test-split periodic evaluation; its curve is the CMA-ES mean "
                                "on val_examples held-out problems every val_every generations")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_targets(cls, data: Any) -> Any:
+        """lora_targets is attention, all, or a non-empty list of distinct module names (whether the model has them
+        is checked on the model, before the SFT: esrepro.essa.lora.lora_target_modules)."""
+        if not isinstance(data, dict) or "lora_targets" not in data:
+            return data
+        value = data["lora_targets"]
+        if isinstance(value, str) and value not in ("attention", "all"):
+            raise FieldProblem("lora_targets", f"lora_targets {value!r} is neither attention nor all; a list names "
+                               f"modules: [{value}]")
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise FieldProblem("lora_targets", "lora_targets is an empty list: name the linear modules to adapt "
+                                   "(q_proj, v_proj), or say attention or all")
+            bad = [v for v in value if not isinstance(v, str) or not v.strip() or "." in v or v != v.strip()]
+            if bad:
+                raise FieldProblem("lora_targets", f"lora_targets {list(value)!r}: {bad[0]!r} is not a module name "
+                                   "(a linear layer's own name, q_proj, not a path)")
+            if len(set(value)) != len(value):
+                raise FieldProblem("lora_targets", f"lora_targets {list(value)!r}: names must be distinct")
+        return data
 
     @model_validator(mode="after")
     def _vllm_precision(self) -> "ESSASettings":

@@ -141,7 +141,7 @@ class ModelEntry(Settings):
                              "before every job that reads it")
     config: dict[str, Any] | str | None = Field(
         None, description="the model's config.json as a mapping, or a JSON file holding it (relative to the "
-        "registry's folder): shapes and layer kinds for planning before any download; required for a hub model, "
+        "repository, e.g. config/model_configs/<model>.json): shapes and layer kinds for planning before any download; required for a hub model, "
         "checked against the downloaded (or the folder's) config.json, field by field (esrepro add-model writes "
         "it)")
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
@@ -176,6 +176,16 @@ class ModelEntry(Settings):
         if "default" not in self.resources:
             raise ValueError("resources needs a default entry (rules without their own entry use it)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        # an entry states its path or config only when it has one: the entries of the built and hub models dump as
+        # they did before a model could be a folder (the manifests and tables that record them are unchanged)
+        out = handler(self)
+        for key in ("path", "config"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
 
     def rule_resources(self, rule: str) -> Resources:
         """Resources of ``rule``'s jobs: the rule's own entry over ``default``."""

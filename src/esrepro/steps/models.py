@@ -1,4 +1,5 @@
-"""Steps: build the tiny model of a registry entry (or copy its pinned build), or fetch a hub model at its revision."""
+"""Steps: build the tiny model of a registry entry (or copy its pinned build), fetch a hub model at its revision, or
+link a model folder on disk; add a model to the registry."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import json
 import tempfile
 from pathlib import Path
 
-from esrepro.io import read_json, read_jsonl, write_json
+from esrepro.io import atomic_path, read_json, read_jsonl, write_json
 from esrepro.models import pinned as pins
+from esrepro.models.add import add_model as add_registry_entry
+from esrepro.models.entry_check import entry_problems
+from esrepro.models.local import link_folder
 from esrepro.provenance.manifest import build_manifest, now, sha256_tree, verify_inputs
+from esrepro.settings.registry import ModelEntry
 from esrepro.steps import set_threads
 
 
@@ -115,12 +120,47 @@ def pin_model(model: str, model_dir: str, out: str) -> int:
 
 def fetch_model(model: str, spec: dict, out: str) -> None:
     """Download a hub model at its registry revision into ``out`` (only the files it needs,
-    :data:`esrepro.models.fetch.MODEL_FILES`); the resolved commit, the patterns, the files and their hashes are
-    recorded."""
+    :data:`esrepro.models.fetch.MODEL_FILES`), its config.json checked against the entry's ``config`` field by field
+    (a difference stops the step, nothing written); the resolved commit, the patterns, the files and their hashes
+    are recorded."""
     from esrepro.models.fetch import fetch_hub_model
 
     started = now()
-    resolved = fetch_hub_model(model, spec["hub_id"], spec["revision"], out)
+    resolved = fetch_hub_model(model, spec["hub_id"], spec["revision"], out, config=spec.get("config"))
     write_json(Path(out) / "manifest.json", build_manifest(
         "fetch_model", {}, {"model": model, **spec}, started, outputs={"model": out}, extra={"resolved": resolved},
     ))
+
+
+def local_model(model: str, spec: dict, out: str) -> None:
+    """Make ``out`` the base model of a registry entry's folder (``path``): a folder of symbolic links to the files
+    the pipeline loads (:mod:`esrepro.models.local`), with a manifest recording every file's sha256, which each job
+    that reads the model checks before it starts. The folder is checked first as validation checks it (a causal LM
+    transformers builds, weights, a tokenizer, the entry's ``config`` if it states one)."""
+    started = now()
+    entry = ModelEntry.model_validate({**spec, "resources": {"default": {}}})
+    problems = entry_problems(model, entry, "the registry")
+    if problems:
+        raise ValueError("; ".join(problems))
+    with atomic_path(out, is_dir=True) as tmp:
+        resolved = link_folder(model, spec["path"], tmp)
+        manifest = build_manifest("local_model", {}, {"model": model, **spec}, started, extra={"resolved": resolved})
+        # what every job that reads the model checks it against, file by file (esrepro.provenance.manifest)
+        manifest["outputs"] = {"model": {"path": str(out), "sha256": resolved["sha256"], "files": resolved["files"],
+                                         "source": resolved["path"]}}
+        write_json(tmp / "manifest.json", manifest)
+    print(f"{model}: {out} links the {len(resolved['files'])} model files of {resolved['path']} "
+          f"(sha256 {resolved['sha256']}, every file's in {out}/manifest.json)")
+
+
+def add_model(key: str, registry: str = "config/models.yaml", hub_id: str | None = None,
+              revision: str | None = None, from_dir: str | None = None, display: str | None = None,
+              gated: bool = False, force: bool = False, root: str = ".") -> int:
+    """Write registry entry ``key`` for a hub model (``hub_id`` at ``revision``, its config.json read through the hub
+    API) or a model folder on disk (``from_dir``, offline: a ``path`` entry), with its config facts
+    (``config/model_configs/<key>.json`` under ``root``), size, dtype, chat template and resources
+    (:mod:`esrepro.models.add`); prints what it wrote."""
+    written = add_registry_entry(key, registry, hub_id=hub_id, revision=revision, from_dir=from_dir, display=display, gated=gated,
+                  force=force, root=root)
+    print(written.report())
+    return 0
