@@ -38,8 +38,10 @@ READ_BYTES_PER_S; they ask for MARGIN x the estimate in one attempt (:func:`step
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from esrepro.cluster import layout
 from esrepro.essa.data import essa_sample_budget
@@ -69,10 +71,16 @@ MARGIN = 1.25
 
 
 def model_parameters(p: Pipeline, model: str) -> float:
-    """``model``'s parameter count, from its registry entry's config counted on the meta device
-    (:func:`esrepro.memory.entry_facts`; a built model's config is its build block). The entry's ``size`` is
-    display text only."""
-    return float(entry_facts(p.model(model), model).params)
+    """``model``'s parameter count: a pinned build's own (the count its ``build.json`` records: the model as built,
+    its tokenizer's vocabulary included, read without loading torch), else its registry entry's config counted on
+    the meta device (:func:`esrepro.memory.entry_facts`; a built model's config is its build block). The entry's
+    ``size`` is display text only."""
+    entry = p.model(model)
+    if entry.pinned is not None:
+        record = Path(entry.pinned.path) / "build.json"  # relative to the repository, where every step runs
+        if record.is_file():
+            return float(json.loads(record.read_text(encoding="utf-8"))["summary"]["parameters"])
+    return float(entry_facts(entry, model).params)
 
 
 @dataclass(frozen=True)
