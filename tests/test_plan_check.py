@@ -156,6 +156,20 @@ def test_essa_qwen32b_at_the_default_vllm_share_fails(paper):
     assert not ok.problems
 
 
+def test_essa_lora_targets_the_model_lacks_stop_the_plan(paper):
+    """ESSA's LoRA targets are read off the model's meta build before any job: Qwen2.5-32B has no fused qkv_proj
+    (Phi-3's), so that list names the setting and the model's own linears; its attention linears pass."""
+    p, _ = paper
+    cfg = job_settings(p, "qwen2.5-32b", "gsm8k", "essa_ref")
+    bad = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_ref")
+    pc.check_essa(bad, p, cfg.model_copy(update={"lora_targets": ("qkv_proj",)}))
+    assert "ESSA setting lora_targets" in bad.message() and "named qkv_proj" in bad.message()
+    assert "q_proj, k_proj, v_proj, o_proj" in bad.message()
+    ok = _job(p, "train", "gsm8k", "qwen2.5-32b", "essa_ref")
+    pc.check_essa(ok, p, cfg.model_copy(update={"lora_targets": ("q_proj", "v_proj")}))
+    assert not ok.problems, ok.message()
+
+
 def test_ppo_loading_whole_models_on_every_gpu_fails(paper):
     """Finding 9: float32 actor and critic and the bf16 reference whole on each GPU before sharding (75 GiB for
     Llama-3.1-8B), and the reference unsharded afterwards."""

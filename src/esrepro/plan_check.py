@@ -27,7 +27,7 @@ from typing import Any
 
 from esrepro import memory as M
 from esrepro.memory import GiB, Phase
-from esrepro.models.architecture import entry_config, entry_config_facts, facts_key
+from esrepro.models.architecture import cached_meta_model, entry_config, entry_config_facts, facts_key
 from esrepro.pipeline import ESSA_GRPO, Pipeline
 from esrepro.resume_cost import job_settings
 from esrepro.rl import phases as PH
@@ -317,11 +317,17 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     slots, on the base in its precision: bf16, or INT4 through vLLM's bitsandbytes plugin; transformers ``generate``
     on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits, at most ``batch_size``; ``fitted``
     False: at ``batch_size`` itself)."""
+    from esrepro.essa.lora import lora_target_modules  # loads torch
     from esrepro.essa.vllm_engine import quantization_llm_kwargs  # loads torch (through esrepro.backends)
     from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
     w = job.wildcards
     m = M.entry_facts(p.model(w["model"]))
+    try:  # the LoRA's targets, as the SFT reads them off the model (here its meta build)
+        lora_target_modules(cached_meta_model(entry_config_facts(p.model(w["model"]))), cfg.lora_targets)
+    except ValueError as exc:
+        job.problems.append(str(exc))
+        return
     engines = cfg.engines or max(1, job.gpus)
     try:
         sharing = engines_per_gpu(engines, job.gpus)
