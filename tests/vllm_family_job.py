@@ -15,8 +15,8 @@ import sys
 PROMPTS = [f"Using the numbers [{a} {b}], make" for a in range(1, 9) for b in (2, 5)]
 NEW = 10
 KV = 32 * 2**20
-#: The engines' context: replicas keep their real model's (40,960 tokens for Qwen3), whose one sequence would not fit
-#: KV; the prompts and responses here take a few dozen tokens.
+#: The engines' context at most: replicas keep their real model's (40,960 tokens for Qwen3), whose one sequence would
+#: not fit KV; the prompts and responses here take a few dozen tokens. A model with a shorter context keeps its own.
 MAX_LEN = 512
 SIGMA, RANK, ALPHA = 0.1, 2, 0.05
 MEMBERS = [11, 12, 13]
@@ -37,6 +37,8 @@ def es_steps(engine) -> list:
 
 def main() -> None:
     model_dir, tp = sys.argv[1], int(sys.argv[2])
+    with open(os.path.join(model_dir, "config.json")) as f:
+        max_len = min(MAX_LEN, int(json.load(f).get("max_position_embeddings", MAX_LEN)))
     if tp > 1:  # one NUMA node: each rank bound to cores of its own (as tests/test_vllm_engine.py does)
         cpus = sorted(os.sched_getaffinity(0))
         half = max(1, len(cpus) // 2)
@@ -46,13 +48,13 @@ def main() -> None:
     from esrepro.backends.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(model_dir, dtype="float32", device="cpu", tensor_parallel_size=tp, kv_cache_memory_bytes=KV,
-                        call_timeout=300, max_model_len=MAX_LEN)
+                        call_timeout=300, max_model_len=max_len)
     layout = [[[s.name, list(s.shape), [[p.hf.name, list(p.hf.shape), p.dim, p.src, p.dst, p.length] for p in s.pieces]]
                for s in engine.layout.shards(r)] for r in range(tp)]
     result = {"es": es_steps(engine), "model_type": engine.layout.model_type, "layout": layout}
     if tp == 1:
         lowrank = EggrollVLLMEngine(model_dir, rank=RANK, max_loras=len(MEMBERS), dtype="float32", device="cpu",
-                                    kv_cache_memory_bytes=KV, max_model_len=MAX_LEN)
+                                    kv_cache_memory_bytes=KV, max_model_len=max_len)
         handles = lowrank.prepare_members(MEMBERS, SIGMA)
         members = lowrank.generate_members(handles, PROMPTS, NEW)
         lowrank.release_members(handles)

@@ -13,7 +13,9 @@ be one box of the HF tensor placed in one box of the parameter, narrowed along a
 model does not load, or a box narrowed along two dimensions, is refused, naming the model type and the tensor.
 
 Only the parameters' geometry on meta tensors and the marks on the CPU are touched: the probe allocates one HF
-tensor's mark at a time (8 bytes an element) and compares in row chunks.
+tensor's mark at a time (8 bytes an element) and compares in row chunks. Its cost grows with the model: about 8 ns
+an element on this project's 2-core CPU (measured on Qwen2.5-0.5B's embedding, 136M elements, 1.1 s), so about a
+minute per tensor-parallel rank of a 7B model and a few minutes at 32B, at engine start (ranks probe in parallel).
 
 Facts about vLLM used (the version pinned in ``pyproject.toml``, 0.32.0): a model class's ``load_weights(weights)``
 takes an iterable of ``(HF name, tensor)`` pairs (``vllm/model_executor/models/*.py``); model construction
