@@ -25,7 +25,7 @@ from tqdm import tqdm
 from esrepro import paths as P
 from esrepro.essa.data import generation_subset
 from esrepro.essa.strategy import CMAStrategy
-from esrepro.settings.methods import ENGINE_FIELDS, ESSASettings
+from esrepro.settings.methods import ENGINE_FIELDS, ESSASettings, without_default_lora_targets
 from esrepro.train.resume import announce_resume, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the candidates or their rewards (a resume may change them).
@@ -44,10 +44,7 @@ def essa_state_key(cfg: ESSASettings, seed: int, extra: dict | None = None) -> d
     """What a resume state must have been written with: the settings that shape the run, the seed, and ``extra``
     (e.g. the SFT adapter's hash). ``lora_targets`` enters it only when it is not the default ``attention``: the
     key states had before the setting."""
-    key = state_key(cfg, seed, NOT_IN_STATE, extra)
-    if key.get("lora_targets") == ESSASettings.model_fields["lora_targets"].default:
-        del key["lora_targets"]
-    return key
+    return without_default_lora_targets(state_key(cfg, seed, NOT_IN_STATE, extra))
 
 
 def _save_state(state_dir: Path, key: dict, strategy: CMAStrategy, log: list[dict], meta: dict) -> None:

@@ -31,12 +31,11 @@ from esrepro import numerics
 from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
 from esrepro.models.architecture import ArchitectureError, decoder_linears
 from esrepro.models.loading import save_adapter
+from esrepro.settings.methods import DEFAULT_LORA_TARGETS
 
 #: What ESSA adapts (the setting ``lora_targets``): the decoder blocks' attention linears, all their linears, or
 #: the linear modules of the blocks a list names (by their own names, as peft's ``target_modules`` takes them).
 LoraTargets = Literal["attention", "all"] | Sequence[str]
-#: ESSA adapts the attention projections (ESSA Sec. 4.2: q, k, v and o).
-DEFAULT_TARGETS = "attention"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 SUMMARY = "sft_summary.json"
@@ -64,7 +63,7 @@ class LoraFactors:
         return int(self.A.shape[0])
 
 
-def lora_target_modules(model: torch.nn.Module, targets: LoraTargets = DEFAULT_TARGETS) -> list[str]:
+def lora_target_modules(model: torch.nn.Module, targets: LoraTargets = DEFAULT_LORA_TARGETS) -> list[str]:
     """The module names peft's ``target_modules`` takes for ``targets`` on ``model``: the distinct own names of
     the linear layers :func:`esrepro.models.architecture.decoder_linears` finds in its decoder blocks, in module
     order (Qwen2's attention: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; Phi-3's: ``o_proj``, ``qkv_proj``).
@@ -119,7 +118,7 @@ def sft_lora(
     seed: int,
     out_dir: str | Path,
     max_length: int | None = None,
-    targets: LoraTargets = DEFAULT_TARGETS,
+    targets: LoraTargets = DEFAULT_LORA_TARGETS,
     dtype: str = "float32",
 ) -> dict:
     """LoRA-SFT the model in ``model_dir`` on (prompt, completion) pairs; write the adapter to ``out_dir``.

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from esrepro.settings.methods import DEFAULT_LORA_TARGETS
+
 #: The number of SFT processes (one per GPU of the job); the workflow sets it from the registry's GPU count.
 PROCESSES_ENV = "ESREPRO_TRAIN_PROCESSES"
 
@@ -37,7 +39,7 @@ class SFTJob:
     seed: int
     out_dir: str
     dtype: str = "float32"
-    targets: str | list[str] = "attention"  # the ESSA setting lora_targets: attention, all or module names
+    targets: str | list[str] = DEFAULT_LORA_TARGETS  # the ESSA setting lora_targets: attention, all or names
     extra: dict = field(default_factory=dict)  # further sft_lora keywords (max_length)
 
     def run_here(self) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from esrepro import paths as P
 from esrepro.io import atomic_path, read_json, sha256_file, write_json
-from esrepro.settings.methods import ESSASettings
+from esrepro.settings.methods import without_default_lora_targets
 from esrepro.train.context import TrainContext, TrainOutcome
 from esrepro.train.resume import clear_state, has_state
 
@@ -38,17 +38,15 @@ ADAPTER = "adapter"  # the final solution as a peft adapter, beside checkpoint/
 #: ESSASettings fields the SFT adapter and the space depend on.
 SFT_FIELDS = ("sft_examples", "rank", "lora_alpha", "sft_epochs", "sft_learning_rate", "sft_prompts_per_step",
               "fraction", "selection")
-#: The default of ``lora_targets`` (the attention linears), which keys leave out: the keys from before the setting.
-DEFAULT_TARGETS = ESSASettings.model_fields["lora_targets"].default
 
 
 def sft_key(ctx: TrainContext) -> dict:
     """What the SFT cache must have been made with (``lora_targets`` only when it is not the default
     ``attention``: the key a cache had before the setting)."""
     cfg = ctx.settings.as_dict()
-    targets = {} if cfg["lora_targets"] == DEFAULT_TARGETS else {"lora_targets": cfg["lora_targets"]}
-    return {**{k: cfg[k] for k in SFT_FIELDS}, **targets, "seed": ctx.seed, "base_model": str(ctx.model_dir),
-            "task": ctx.task.name, "chat": ctx.chat}
+    return without_default_lora_targets({**{k: cfg[k] for k in SFT_FIELDS}, "lora_targets": cfg["lora_targets"],
+                                         "seed": ctx.seed, "base_model": str(ctx.model_dir), "task": ctx.task.name,
+                                         "chat": ctx.chat})
 
 
 def ensure_sft(ctx: TrainContext, pairs: list[tuple[str, str]], reuse: bool) -> dict:

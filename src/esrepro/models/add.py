@@ -1,14 +1,14 @@
 """``esrepro add-model``: a registry entry written from a model's own config.json.
 
-The model is read where it lives: a hub repository at a revision (its ``config.json``, ``tokenizer_config.json``
-and file list through the hub API, no weights) or a transformers model folder on disk (offline; the entry's
-``path``). The entry states the config facts (``config/model_configs/<key>.json`` in the repository, as every path of
-a config is relative to it: the config.json without :data:`~esrepro.models.architecture.BOOKKEEPING` keys), ``family`` (the ``model_type``), ``size`` (the
-parameter count of a meta-device build), ``dtype`` (the config's, else bfloat16), ``chat_template`` (the
-tokenizer has one) and ``resources`` sized by the memory model (:func:`resources_for`). The entry is appended to
-the registry as text, so its comments and anchors stay as they are; the registry is then read back and the new
-entry checked as validation checks it (:func:`esrepro.models.entry_check.entry_problems`). On any failure both
-files are left as they were.
+The model is read where it lives: a hub repository at a revision (its ``config.json``, ``tokenizer_config.json`` and
+file list through the hub API, no weights) or a transformers model folder on disk (offline; the entry's ``path``).
+The entry states the config facts (``config/model_configs/<key>.json`` in the repository, as every path of a config
+is relative to it: the config.json without :data:`~esrepro.models.architecture.BOOKKEEPING` keys), ``family`` (the
+``model_type``), ``size`` (the parameter count of a meta-device build), ``dtype`` (the config's, else bfloat16),
+``chat_template`` (the tokenizer has one) and ``resources`` sized by the memory model (:func:`resources_for`). The
+entry is appended to the registry as text, so its comments and anchors stay as they are; the registry is then read
+back and the new entry checked as validation checks it (:func:`esrepro.models.entry_check.entry_problems`). On any
+failure both files are left as they were.
 """
 
 from __future__ import annotations

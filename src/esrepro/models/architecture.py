@@ -39,6 +39,13 @@ class ArchitectureError(ValueError):
     """A config transformers cannot build, or a model whose decoder blocks cannot be found."""
 
 
+def one_line(text: object, limit: int = 240) -> str:
+    """An exception's (or any) text on one line, at most ``limit`` characters and ``...`` (transformers' messages
+    list every class it knows)."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
 def config_from_facts(facts: Mapping[str, Any], where: str = "the config"):
     """The transformers config of a ``config.json`` mapping (``model_type`` names its class, as ``AutoConfig``
     reads it); bookkeeping keys (:data:`BOOKKEEPING`) left out."""
@@ -51,9 +58,8 @@ def config_from_facts(facts: Mapping[str, Any], where: str = "the config"):
     try:
         return AutoConfig.for_model(str(model_type), **rest)
     except (ValueError, KeyError) as exc:  # transformers' message lists every model type it knows: cut it short
-        text = " ".join(str(exc).split())
         raise ArchitectureError(f"{where}: model_type {model_type!r} is not an architecture transformers "
-                                f"knows ({text[:200]}{'...' if len(text) > 200 else ''})") from exc
+                                f"knows ({one_line(exc, 200)})") from exc
 
 
 def read_config_json(folder: str | Path, where: str | None = None) -> dict[str, Any]:

@@ -16,18 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esrepro.models.architecture import (ArchitectureError, build_config_facts, cached_meta_model,
-                                         config_differences, config_from_facts, decoder_layers, read_config_json)
+                                         config_differences, config_from_facts, decoder_layers, one_line,
+                                         read_config_json)
 from esrepro.models.local import TOKENIZER_CONFIG, model_files, weight_files
 from esrepro.settings.layers import at
 
 #: Class-name endings of causal LM heads in transformers (``Qwen2ForCausalLM``, ``GPT2LMHeadModel``).
 CAUSAL_LM_CLASSES = ("ForCausalLM", "LMHeadModel")
-
-
-def _short(text: str, limit: int = 240) -> str:
-    """An exception's text on one line, at most ``limit`` characters (transformers lists every class it knows)."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def _field(facts: Mapping[str, Any], message: str) -> str | None:
@@ -72,17 +67,17 @@ def config_problems(facts: Mapping[str, Any], where: str, file: str | None = Non
         return [_line(where, file, "model_type", text)]
     except Exception as exc:  # a value the config class refuses (its own checks raise many types)
         return [_line(where, file, _field(facts, str(exc)),
-                      f"transformers refuses it: {type(exc).__name__}: {_short(exc)}")]
+                      f"transformers refuses it: {type(exc).__name__}: {one_line(exc)}")]
     why = _not_causal(facts, config)
     if why:
         return [_line(where, file, "model_type" if why.startswith("model_type") else "architectures", why)]
     try:
         decoder_layers(cached_meta_model(facts))
     except ArchitectureError as exc:
-        return [_line(where, file, "model_type", _short(exc))]
+        return [_line(where, file, "model_type", one_line(exc))]
     except Exception as exc:  # shapes the model class cannot build
         return [_line(where, file, _field(facts, str(exc)),
-                      f"the model does not build: {type(exc).__name__}: {_short(exc)}")]
+                      f"the model does not build: {type(exc).__name__}: {one_line(exc)}")]
     return []
 
 

@@ -353,6 +353,16 @@ class PPOSettings(RLSettings):
 # --- ESSA (Korotyshova et al., arXiv 2507.04453) ------------------------------------------
 
 
+#: ESSA's default LoRA targets: each model's attention linears (ESSA Sec. 4.2 adapts q, k, v and o).
+DEFAULT_LORA_TARGETS = "attention"
+
+
+def without_default_lora_targets(key: dict[str, Any]) -> dict[str, Any]:
+    """``key`` (a resume state's or an SFT cache's) without ``lora_targets`` where it holds the default: such keys
+    stay those written before the setting existed."""
+    return {k: v for k, v in key.items() if not (k == "lora_targets" and v == DEFAULT_LORA_TARGETS)}
+
+
 class ESSASettings(PopulationSettings):
     """ESSA: LoRA SFT, then CMA-ES over the top singular values of every adapter (esrepro.essa).
 
@@ -385,10 +395,11 @@ class ESSASettings(PopulationSettings):
     rank: int = Field(16, ge=1, description="LoRA rank r of every adapted layer (lora_targets; the paper's q, k, v "
                       "and o projections; it sweeps 4-64; 16 is its text's rank for Fig. 4, whose caption says 32)")
     lora_targets: Literal["attention", "all"] | tuple[str, ...] = Field(
-        "attention", description="the linear layers the LoRA adapts, read off the model's decoder blocks: attention "
-        "(the paper: its LoRA on the q, k, v and o projections; each model's own attention linears, Phi-3's fused "
-        "qkv_proj and o_proj), all (every linear of the blocks), or a list of module names (q_proj, v_proj), each "
-        "the name of a linear layer of the blocks")
+        DEFAULT_LORA_TARGETS,
+        description="the linear layers the LoRA adapts, read off the model's decoder blocks: attention (the paper: its "
+        "LoRA on the q, k, v and o projections; each model's own attention linears, Phi-3's fused qkv_proj "
+        "and o_proj), all (every linear of the blocks), or a list of module names (q_proj, v_proj), each the "
+        "name of a linear layer of the blocks")
     lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling alpha / r; the paper does not give it: "
                               "2 x rank 16)")
     sft_epochs: int = Field(2, ge=1, description="LoRA SFT epochs (the paper does not give them)")

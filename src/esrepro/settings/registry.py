@@ -141,9 +141,9 @@ class ModelEntry(Settings):
                              "before every job that reads it")
     config: dict[str, Any] | str | None = Field(
         None, description="the model's config.json as a mapping, or a JSON file holding it (relative to the "
-        "repository, e.g. config/model_configs/<model>.json): shapes and layer kinds for planning before any download; required for a hub model, "
-        "checked against the downloaded (or the folder's) config.json, field by field (esrepro add-model writes "
-        "it)")
+        "repository, e.g. config/model_configs/<model>.json): shapes and layer kinds for planning before any "
+        "download; required for a hub model, checked against the downloaded (or the folder's) config.json, field "
+        "by field (esrepro add-model writes it)")
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
                                  "at fetch time and recorded in the model's manifest)")
     gated: bool = Field(False, description="the hub repository is gated (e.g. meta-llama): fetching it needs a hub "

@@ -160,7 +160,7 @@ def add_model(key: str, registry: str = "config/models.yaml", hub_id: str | None
     API) or a model folder on disk (``from_dir``, offline: a ``path`` entry), with its config facts
     (``config/model_configs/<key>.json`` under ``root``), size, dtype, chat template and resources
     (:mod:`esrepro.models.add`); prints what it wrote."""
-    written = add_registry_entry(key, registry, hub_id=hub_id, revision=revision, from_dir=from_dir, display=display, gated=gated,
-                  force=force, root=root)
+    written = add_registry_entry(key, registry, hub_id=hub_id, revision=revision, from_dir=from_dir,
+                                 display=display, gated=gated, force=force, root=root)
     print(written.report())
     return 0
