@@ -49,8 +49,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import ray
-
     from es_engine import build_model
+
     from esrepro.backends.spec import EngineSpec
     from esrepro.population.ray_session import ensure_ray
     from esrepro.population.spec import Scoring

@@ -224,7 +224,9 @@ def es_against_inference(args: argparse.Namespace, model_dir: Path, backend: str
         checksum_s = clock(args.device) - t0
     finally:
         evaluator.close()
-        del evaluator  # frees the engine (a vLLM engine in this process) before the next backend's
+        # frees the engine (a vLLM engine in this process) before the next backend's; rebound, not del:
+        # inference_block closes over evaluator (a del reads as an undefined name to pyflakes)
+        evaluator = None
         gc.collect()
 
     total = sum(r["seconds_total"] for r in log)
@@ -310,7 +312,7 @@ def drift(model_dir: Path, cycles: int, sigma: float) -> list[dict]:
                 else:
                     restore_subtract_(params, seed, sigma, "iid")
             secs = time.perf_counter() - t0
-            diffs = [(p.float() - b).abs() for p, b in zip(params, before)]
+            diffs = [(p.float() - b).abs() for p, b in zip(params, before, strict=True)]
             n = sum(d.numel() for d in diffs)
             row = {"dtype": dtype, "restore": mode, "max": max(float(d.max()) for d in diffs),
                    "mean": sum(float(d.sum()) for d in diffs) / n,

@@ -56,11 +56,11 @@ def _model_dir(path: Path, registry: dict) -> Path:
 
 def main() -> None:
     from esrepro.essa.data import sft_pairs, split_examples
-    from esrepro.essa.lora import load_lora, sft_lora
     from esrepro.essa.loop import Problems, run_essa
+    from esrepro.essa.lora import load_lora, sft_lora
+    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.population.spec import IndexedScoring
     from esrepro.tasks.countdown import CountdownTask, generate_problems
 
@@ -118,7 +118,7 @@ def main() -> None:
             _report(backend, log, cfg, space, args, splits, t1 - t0, t2 - t1, t4 - t3)
     if len(logs) == 2:
         a, b = ([x for r in logs[k] for x in r["rewards"]] for k in backends)
-        print(f"\nrewards, vllm vs hf: {sum(x != y for x, y in zip(a, b))} of {len(a)} differ")
+        print(f"\nrewards, vllm vs hf: {sum(x != y for x, y in zip(a, b, strict=False))} of {len(a)} differ")
 
 
 def _report(backend, log, cfg, space, args, splits, sft_s, svd_s, start_s) -> None:

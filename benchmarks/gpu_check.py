@@ -383,7 +383,7 @@ def es_check(device: str, model_dir: Path, args: argparse.Namespace) -> dict:
     cfg = ESSettings(population=4, iterations=2, max_new_tokens=32, train_examples=8, batch_size=8)
     examples = generate_problems(8, seed=123)
     runs = []
-    for k in range(2):
+    for _k in range(2):
         spec = EngineSpec(model_dir=str(model_dir), backend="hf", dtype=dtype, device=device, batch_size=8,
                           noise=cfg.noise, restore=cfg.restore, threads=1)
         evaluator = SerialEvaluator(spec, Scoring(task="countdown", examples=examples, max_new_tokens=32))

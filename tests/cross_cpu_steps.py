@@ -23,7 +23,10 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import SMALL_ARCH, make_model_dir  # noqa: E402
-from test_rl_trainers import GRPO as GRPO_TEST, PPO as PPO_TEST, SHORT as EXAMPLES, LengthTask  # noqa: E402
+from test_rl_trainers import GRPO as GRPO_TEST  # noqa: E402
+from test_rl_trainers import PPO as PPO_TEST  # noqa: E402
+from test_rl_trainers import SHORT as EXAMPLES  # noqa: E402
+from test_rl_trainers import LengthTask  # noqa: E402
 
 
 def _digest(tensors: dict[str, torch.Tensor] | list[torch.Tensor] | np.ndarray) -> str:

@@ -12,11 +12,10 @@ import pytest
 import yaml
 
 from conftest import REPO
-from model_folders import CPU, bert_dir, causal_dir, esrepro
-
 from esrepro.config import ConfigError, load_registry
 from esrepro.memory import entry_facts
 from esrepro.models.add import add_model, resources_for, size_text
+from model_folders import CPU, bert_dir, causal_dir, esrepro
 
 
 @pytest.fixture(scope="module")

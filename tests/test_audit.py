@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import esrepro.provenance.audit as audit_mod
-from esrepro.provenance.audit import AuditError, audit
 from esrepro.io import write_json, write_jsonl, write_text
+from esrepro.provenance.audit import AuditError, audit
 from esrepro.provenance.manifest import build_manifest, now
 from esrepro.steps.provenance import main_audit
 

@@ -13,9 +13,9 @@ from typing import Callable
 import pytest
 import yaml
 
+from conftest import REPO
 from esrepro.config import ConfigError, load_registry, load_yaml, read_config
 from esrepro.pipeline.load import check_config, load_pipeline
-from conftest import REPO
 
 
 @pytest.fixture()

@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO
 from esrepro.cli import main
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
 from esrepro.cost import TOTAL, add, csv_text, job_rows, markdown, summary, within
 from esrepro.jobs import plan_jobs
+from esrepro.pipeline.load import load_pipeline
 from esrepro.scaling import schedule
 
 

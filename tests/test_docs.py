@@ -8,8 +8,8 @@ import pytest
 
 from conftest import REPO
 from esrepro.cli import OPTIONS, VERBS, build_parser, parameters
-from esrepro.settings.docs import BLOCKS, block_text, markdown, schemas
 from esrepro.settings.base import fields_help
+from esrepro.settings.docs import BLOCKS, block_text, markdown, schemas
 
 
 def test_config_readme_is_generated_from_the_settings_classes():

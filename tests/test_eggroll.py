@@ -118,7 +118,6 @@ def test_one_iteration_update_equals_the_papers_equation(tiny_model_dir, tmp_pat
     from esrepro.population.evaluators import SerialEvaluator
     from esrepro.population.spec import Scoring
     from esrepro.settings.methods import EggrollSettings
-
     from esrepro.tasks.conciseness import prepare
 
     prepare(tmp_path / "conciseness", {"kind": "generated"}, seed=0)  # a length reward: varies for a random model
@@ -140,7 +139,7 @@ def test_one_iteration_update_equals_the_papers_equation(tiny_model_dir, tmp_pat
             assert torch.equal(after[name], w0), name
             continue
         step = torch.zeros(w0.shape, dtype=torch.float64)
-        for seed, zi in zip(row["seeds"], z):
+        for seed, zi in zip(row["seeds"], z, strict=True):
             A, B = _factors(w0.shape, seed, k, r)
             step += float(zi) * (A.double() @ B.double().T) / math.sqrt(r)
         expected = w0.double() + cfg.alpha / n * step
@@ -239,11 +238,11 @@ def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
     pass the plan check with a LoRA slot per member counted, and are priced (iterations as ES's)."""
     import copy
 
+    from conftest import REPO
     from esrepro import cost, plan_check, scaling
     from esrepro.cluster import ray_layout
     from esrepro.config import read_config
     from esrepro.pipeline.load import load_pipeline
-    from conftest import REPO
 
     cfg = copy.deepcopy(read_config(str(REPO / "config" / "paper.yaml")))
     cfg.setdefault("methods", {})["eggroll4"] = {"algorithm": "eggroll", "rank": 4}
@@ -267,10 +266,10 @@ def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
 def test_the_extension_config_adds_eggroll_beside_es_and_the_paper_config_has_none():
     """config/paper_eggroll.yaml: eggroll at ranks 1 and 4 on every Table 1 model, each job built and fitting, priced;
     config/paper.yaml itself names no eggroll method (it stays the papers' experiments)."""
+    from conftest import REPO
     from esrepro import cost, plan_check
     from esrepro.config import read_config
     from esrepro.pipeline.load import load_pipeline
-    from conftest import REPO
 
     paper = load_pipeline(read_config(str(REPO / "config/paper.yaml")), "config/paper.yaml", root=REPO)
     assert not [m for t in paper.cfg.train for m in paper.train_methods(t)

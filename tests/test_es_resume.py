@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import kill_once_resumable
+from esrepro.backends.spec import EngineSpec
 from esrepro.es.loop import ResumeMismatch, run_es
 from esrepro.population.evaluators import SerialEvaluator
-from esrepro.backends.spec import EngineSpec
 from esrepro.population.spec import Scoring
 from esrepro.settings.methods import ESSettings
 from esrepro.tasks.countdown import prepare

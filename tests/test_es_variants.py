@@ -104,7 +104,7 @@ def test_the_table_sets_each_rank_beside_full_rank_es(tmp_path):
     df = build_es_variants_table(paths, spec, {"tiny": {"display": "tiny (1M)"}}, tmp_path / "es_variants")
     assert list(df["Method"]) == ["ES", "EGGROLL (rank 1)", "EGGROLL (rank 4)"]
     assert list(df["Rank"]) == ["full", "1", "4"] and set(df["Samples"]) == {768} and set(df["Seeds"]) == {2}
-    for (_, row), method in zip(df.iterrows(), ("es", "eggroll1", "eggroll4")):
+    for (_, row), method in zip(df.iterrows(), ("es", "eggroll1", "eggroll4"), strict=True):
         assert row["Model"] == "tiny (1M)" and row["Original"] == pytest.approx(base)
         assert row["Accuracy"] == pytest.approx(np.mean(drawn[method]))
         assert row["Accuracy std"] == pytest.approx(np.std(drawn[method], ddof=1))

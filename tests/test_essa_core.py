@@ -285,9 +285,9 @@ def test_cma_resume_is_bit_identical(covariance):
     pending = mid.ask()
     again = CMAStrategy.from_state(mid.state_dict())
     assert again.to_bytes() == mid.to_bytes()
-    assert all(np.array_equal(a, b) for a, b in zip(pending, again.ask()))
+    assert all(np.array_equal(a, b) for a, b in zip(pending, again.ask(), strict=True))
     tail2 = run_generations(again, 3, target)
-    assert all(np.array_equal(a, b) for a, b in zip(full[2:], tail2))
+    assert all(np.array_equal(a, b) for a, b in zip(full[2:], tail2, strict=True))
 
 
 def test_cma_covariance_variants_differ_and_are_recorded():
@@ -319,7 +319,7 @@ def test_cma_tell_matches_candidates_in_any_order():
     a.tell(pop_a, rewards)
     perm = np.random.default_rng(0).permutation(10)
     b.tell([pop_b[i] for i in perm], [rewards[i] for i in perm])
-    assert np.array_equal(a.mean, b.mean) and all(np.array_equal(x, y) for x, y in zip(a.ask(), b.ask()))
+    assert np.array_equal(a.mean, b.mean) and all(np.array_equal(x, y) for x, y in zip(a.ask(), b.ask(), strict=True))
     with pytest.raises(ValueError, match="not the population"):
         a.tell([p + 1e-9 for p in a.ask()], rewards)
     with pytest.raises(RuntimeError, match="without ask"):

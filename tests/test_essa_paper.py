@@ -156,7 +156,7 @@ def test_summary_shows_problems_per_generation_and_figures_say_the_papers_readin
             _run(tmp_path, "essa_rank4", {"rank": 4}, [0.6, 0.62])]
     table, curves = R.load_runs(runs), R.load_curves(runs)
     summary = R.summary_table(table, {}, tmp_path / "summary", 0.76, curves)
-    per_gen = dict(zip(summary["method"], summary["problems_per_generation"]))
+    per_gen = dict(zip(summary["method"], summary["problems_per_generation"], strict=True))
     assert per_gen["essa_ref"] == 880 and per_gen["essa_resample100"] == 100
     assert "problems_per_generation" in (tmp_path / "summary.md").read_text()
 

@@ -282,10 +282,10 @@ def test_quantised_precision_runs_engines():
 
 
 def test_ray_candidate_evaluator_matches_serial(straight_run, countdown_model, data_dir):
+    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.population.spec import IndexedScoring
 
     examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]

@@ -92,7 +92,7 @@ def test_vllm_and_hf_essa_engines_generate_the_same(engines):
         single.append(v.generate(PROMPTS, MAX_NEW))
         v.restore()
     assert single == batched[:3], "one candidate per call and all in one call differ"
-    pairs = [(a, b) for ra, rb in zip(batched, ref) for a, b in zip(ra, rb)]
+    pairs = [(a, b) for ra, rb in zip(batched, ref, strict=True) for a, b in zip(ra, rb, strict=True)]
     flips = [(a, b) for a, b in pairs if a != b]
     print(f"\nvLLM vs transformers ESSA: {len(flips)} of {len(pairs)} greedy responses differ", flush=True)
     for a, b in flips[:5]:
@@ -121,7 +121,7 @@ def test_bfloat16_flips_are_measured(essa_model):
         got = v.generate_candidates(v.prepare_candidates(xs), PROMPTS, MAX_NEW)
     finally:
         v.close()
-    pairs = [(a, b) for ra, rb in zip(got, ref) for a, b in zip(ra, rb)]
+    pairs = [(a, b) for ra, rb in zip(got, ref, strict=True) for a, b in zip(ra, rb, strict=True)]
     flips = sum(a != b for a, b in pairs)
     print(f"\nbfloat16, vLLM (base + LoRA) vs transformers (merged): {flips} of {len(pairs)} greedy responses "
           f"differ", flush=True)
@@ -158,7 +158,7 @@ def test_phi3_fused_qkv_adapters_on_vllm_match_transformers(tmp_path):
         plain = v.generate(PROMPTS, MAX_NEW)
     finally:
         v.close()
-    pairs = [(a, b) for ra, rb in zip(got, ref) for a, b in zip(ra, rb)]
+    pairs = [(a, b) for ra, rb in zip(got, ref, strict=True) for a, b in zip(ra, rb, strict=True)]
     flips = [(a, b) for a, b in pairs if a != b]
     print(f"\nPhi-3, vLLM vs transformers ESSA: {len(flips)} of {len(pairs)} greedy responses differ", flush=True)
     assert len(set(map(tuple, ref))) > 1, "the candidates should change the outputs (test too weak)"
@@ -184,14 +184,14 @@ def _run(cmd: list[str], timeout: int = 900) -> None:
 
 
 @pytest.fixture(scope="module")
-def hf_run(countdown_model, data_dir, tmp_path_factory) -> Path:
+def hf_run(countdown_model, data_dir, tmp_path_factory) -> Path:  # noqa: F811 - the imported fixtures
     run = tmp_path_factory.mktemp("essa_hf") / "run"
     _run(_train_cmd(countdown_model, data_dir, run, HF_SPEC))
     return run
 
 
 @pytest.fixture(scope="module")
-def vllm_run(countdown_model, data_dir, tmp_path_factory) -> Path:
+def vllm_run(countdown_model, data_dir, tmp_path_factory) -> Path:  # noqa: F811 - the imported fixtures
     run = tmp_path_factory.mktemp("essa_vllm") / "run"
     _run(_train_cmd(countdown_model, data_dir, run, VLLM_SPEC))
     return run
@@ -200,7 +200,8 @@ def vllm_run(countdown_model, data_dir, tmp_path_factory) -> Path:
 def test_vllm_backend_run_matches_transformers_rewards(hf_run, vllm_run):
     """Same settings, same seed: every candidate's reward, hence the CMA-ES path, is the transformers engine's."""
     hf, vl = _log(hf_run), _log(vllm_run)
-    rewards = [(a, b) for ra, rb in zip(hf, vl) for a, b in zip(ra["rewards"], rb["rewards"])]
+    rewards = [(a, b) for ra, rb in zip(hf, vl, strict=False)
+               for a, b in zip(ra["rewards"], rb["rewards"], strict=False)]
     differ = sum(a != b for a, b in rewards)
     print(f"\nESSA run, vllm vs hf: {differ} of {len(rewards)} candidate rewards differ", flush=True)
     assert len({a for a, _ in rewards}) > 2, "the rewards hardly vary: the comparison would be weak"
@@ -212,9 +213,8 @@ def test_vllm_backend_run_matches_transformers_rewards(hf_run, vllm_run):
         (vllm_run / "adapter" / "adapter_model.safetensors").read_bytes()
 
 
-def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, data_dir, tmp_path):
+def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, data_dir, tmp_path):  # noqa: F811
     from conftest import kill_once_resumable
-
     from esrepro.essa.strategy import CMAStrategy
 
     killed = tmp_path / "killed"
@@ -231,13 +231,14 @@ def test_vllm_backend_killed_run_resumes_identically(vllm_run, countdown_model, 
     assert not (killed / "resume").exists()
 
 
-def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(vllm_run, countdown_model, data_dir):
+def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(
+        vllm_run, countdown_model, data_dir):  # noqa: F811 - the imported fixtures
     """engines: 2 on the vllm backend (Ray actors, each batching its own candidates) == one transformers engine."""
+    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.essa.strategy import CMAStrategy
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.population.spec import IndexedScoring
 
     examples = [json.loads(x) for x in (data_dir / "train.jsonl").read_text().splitlines()][32:48]
@@ -261,11 +262,11 @@ def test_two_vllm_essa_engines_under_ray_match_the_serial_transformers_engine(vl
         ray_eval.close()
 
 
-def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown_model, data_dir):
+def test_a_worker_scores_all_its_candidates_in_one_vllm_call(vllm_run, countdown_model, data_dir):  # noqa: F811
     """PopulationWorker.candidates on the vLLM engine: one LLM.generate for every candidate, phases timed, the
     candidates' adapters dropped afterwards; the rewards are the one-at-a-time apply/generate/restore path's."""
-    from esrepro.essa.strategy import CMAStrategy
     from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.essa.strategy import CMAStrategy
     from esrepro.population.spec import IndexedScoring
     from esrepro.population.worker import PopulationWorker
 
@@ -318,9 +319,10 @@ def test_engine_arguments_pass_vllms_own_validation(tmp_path):
     and takes the same arguments (make test installs it: the next test runs the engine)."""
     from importlib.util import find_spec
 
+    from vllm.engine.arg_utils import EngineArgs
+
     from esrepro.backends.vllm_engine import platform_llm_kwargs
     from esrepro.essa.vllm_engine import essa_llm_kwargs
-    from vllm.engine.arg_utils import EngineArgs
 
     base = make_model_dir(tmp_path / "base", ARCH)
 
@@ -374,7 +376,7 @@ def test_int4_engine_scores_candidates_on_a_base_quantised_as_it_loads(essa_mode
         n.close()
     assert single == got[:2], "one candidate per call and all in one call differ"
     assert len(set(map(tuple, got))) > 1, "the candidates should change the outputs"
-    pairs = [(a, b) for ra, rb in zip(got, bf16) for a, b in zip(ra, rb)]
+    pairs = [(a, b) for ra, rb in zip(got, bf16, strict=True) for a, b in zip(ra, rb, strict=True)]
     flips = sum(a != b for a, b in pairs)
     print(f"\nINT4 (NF4) vs bf16 vLLM ESSA engines: {flips} of {len(pairs)} greedy responses differ", flush=True)
     assert flips <= len(pairs) // 2, "far more flips than 4-bit rounding explains: the base is likely wrong"

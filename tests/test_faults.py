@@ -246,7 +246,7 @@ def test_essa_kills_at_random_points_and_a_corrupted_sft_cache(countdown_model, 
     for delay in sorted(rng.uniform(0.2, 4.0) for _ in range(2)):  # start-up: imports, model load, SFT
         proc = subprocess.Popen(_train_cmd(countdown_model, data_dir, run), env=ENV, stderr=subprocess.DEVNULL)
         end = time.monotonic() + delay
-        seen = _wait_for(lambda: time.monotonic() > end, proc)
+        seen = _wait_for(lambda: time.monotonic() > end, proc)  # noqa: B023 - polled within this iteration
         kill_and_check(proc, seen=seen)
     proc = subprocess.Popen(_train_cmd(countdown_model, data_dir, run), env=ENV, stderr=subprocess.DEVNULL)
     seen = _wait_for(lambda: _generations(run) >= 1, proc)

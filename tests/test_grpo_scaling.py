@@ -392,13 +392,13 @@ def test_paper_grpo_jobs_give_vllm_a_context_sized_from_their_prompts():
     ESSA baselines) at its launched process count: the GRPOConfig arguments of each rollout-by-vLLM run carry a
     context of the longest prompt plus its 1,024 completion tokens (a stated 400-token prompt bound here; the run
     measures its own prompts), far below the 32,768-131,072-token windows of the paper's models."""
+    from conftest import REPO
     from esrepro import preflight
     from esrepro.cluster import rl_job
     from esrepro.config import load_yaml
     from esrepro.pipeline.load import load_pipeline
     from esrepro.plan import Plan
     from esrepro.settings.methods import GRPO_ALGORITHMS
-    from conftest import REPO
 
     paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
     seen: dict[str, int] = {}

@@ -9,7 +9,6 @@ import torch
 
 from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.settings.methods import GRPOSettings
-
 from test_verl_grpo import _logps, _tiny, _trainer, unequal_micro_batch
 
 

@@ -15,7 +15,6 @@ import torch
 from transformers import GenerationConfig
 
 from conftest import SMALL_ARCH, make_model_dir
-
 from esrepro.backends.hf import HFBackend, HFEngine
 from esrepro.backends.spec import EngineSpec
 from esrepro.settings.base import Settings

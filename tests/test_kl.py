@@ -88,7 +88,7 @@ def test_sampling_masks_after_end_of_sequence(tiny_model_dir):
     ids = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
     tokens, mask = sample_responses(model, ids, 32, 12, {eos}, tok.pad_token_id, seed=0, temperature=3.0)
     assert tokens.shape[0] == 32 and tokens.shape[1] <= 12
-    for row, m in zip(tokens.tolist(), mask.tolist()):
+    for row, m in zip(tokens.tolist(), mask.tolist(), strict=True):
         if eos in row:
             stop = row.index(eos)
             assert all(m[: stop + 1]) and not any(m[stop + 1 :])

@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from esrepro.cli import main
 from esrepro import specs
+from esrepro.cli import main
 from esrepro.config import ConfigError, load_yaml
-from esrepro.pipeline.load import check_config, load_pipeline
 from esrepro.io import read_json, write_json, write_jsonl
+from esrepro.pipeline.load import check_config, load_pipeline
+from esrepro.plan import Plan
 from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
 from esrepro.tasks.conciseness import prepare as prepare_conciseness
-from esrepro.plan import Plan
 
 
 @pytest.fixture()
@@ -167,7 +167,7 @@ def _fake_kl(path: Path, algorithm: str, value, seed: int, reward: float, kl: fl
     write_json(path / "kl.json", rec)
     texts = responses or ["Paris", "Red", "Hola"]
     write_jsonl(path / "samples.jsonl", [{"id": "a", "response": t, "reward": reward + d}
-                                         for t, d in zip(texts, (-2, 0, 1) * len(texts))])
+                                         for t, d in zip(texts, (-2, 0, 1) * len(texts), strict=False)])
     return path / "kl.json"
 
 
@@ -358,7 +358,7 @@ def test_reward_distribution_csv_holds_the_plotted_densities(tmp_path):
         assert list(dict.fromkeys(csv.loc[csv["panel"] == panel, "algorithm"])) == algos
     # samples: reward + (-2, 0, 1) per run; the base model's three beside each method's six (two seeds)
     expected = {"base": [-22, -20, -19], "es": [-12, -10, -9, -11, -9, -8], "grpo": [-5, -3, -2] * 2}
-    for (panel, algo), g in csv.groupby(["panel", "algorithm"]):
+    for (_panel, algo), g in csv.groupby(["panel", "algorithm"]):
         assert (g["n"] == len(expected[algo])).all()
         assert (g["density"] * (g["hi"] - g["lo"])).sum() == pytest.approx(1.0)
         edges = [*g["lo"], g["hi"].iloc[-1]]

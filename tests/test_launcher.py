@@ -14,8 +14,8 @@ import pytest
 from conftest import REPO
 from esrepro.cluster import rl_job, torchrun
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
 from esrepro.distributed import split_batch, world
+from esrepro.pipeline.load import load_pipeline
 from esrepro.rl.budget import samples_per_step
 from esrepro.rl.grpo_parallel import process_batch
 from esrepro.rl.shares import per_process

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from esrepro.backends.vllm_layout import HFTensor, Piece, shard_noise, to_hf, to_vllm, VLLMLayout
+from esrepro.backends.vllm_layout import HFTensor, Piece, VLLMLayout, shard_noise, to_hf, to_vllm
 from esrepro.backends.vllm_probe import LayoutError, probe_shards
 from esrepro.perturb.noise import noise_like
 

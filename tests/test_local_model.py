@@ -18,12 +18,11 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo
-from model_folders import CPU, bert_dir, causal_dir, esrepro, run_config, write_registry
-
 from esrepro.config import ConfigError
 from esrepro.pipeline.load import load_pipeline
 from esrepro.provenance.manifest import IntegrityError, verify_inputs
 from esrepro.steps.models import local_model
+from model_folders import CPU, bert_dir, causal_dir, esrepro, run_config, write_registry
 
 BIN = Path(sys.executable).parent
 

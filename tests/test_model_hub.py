@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from model_folders import causal_dir, esrepro, hub_env, serve_folder
-
 from esrepro.models.architecture import BOOKKEEPING
+from model_folders import causal_dir, esrepro, hub_env, serve_folder
 
 REPO_ID = "test-org/tiny-chat"
 

@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 from esrepro.essa.lora import ADAPTER_CONFIG, lora_target_modules
 from esrepro.io import read_json
 from esrepro.models.architecture import meta_model, target_module_names
-
 from test_rl_trainers import GRPO, SHORT, LengthTask
 
 #: The attention linears ESSA adapts by default, in module order (Phi3Attention defines o_proj first).
@@ -127,8 +126,8 @@ def test_grpo_step_trains(family):
 
 
 def test_essa_iteration_adapts_the_attention_linears(family, tmp_path):
-    from esrepro.essa.lora import load_lora, sft_lora
     from esrepro.essa.loop import Problems, run_essa
+    from esrepro.essa.lora import load_lora, sft_lora
     from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.essa.svd import SingularValueSpace
     from esrepro.population.evaluators import SerialEvaluator

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, copy_repo
-from test_numerics import MODEL, SOURCE
 
+from conftest import REPO, copy_repo
 from esrepro import preflight
 from esrepro.models import pinned as pins
 from esrepro.pipeline.load import load_pipeline
@@ -26,6 +25,7 @@ from esrepro.provenance.manifest import IntegrityError, sha256_tree
 from esrepro.settings.registry import ModelEntry
 from esrepro.steps.data import prepare_data
 from esrepro.steps.models import build_tiny, pin_model, verify_build
+from test_numerics import MODEL, SOURCE
 
 BIN = Path(sys.executable).parent
 

@@ -242,10 +242,11 @@ def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
     assert cmp["unmeasured"] == [PH.SAVE] and cmp["phases"][PH.LOAD]["within_bar"]
     assert not cmp["phases"][PH.POLICY_PASS]["within_bar"]
     # the one-process job's phases are the 8-GPU job's at world 1: the reference sharded (a 1/1 share)
+    from transformers import AutoConfig
+
     from esrepro.plan_check import ppo_phases
     from esrepro.rl.ppo import _settings
     from esrepro.rl.shares import per_process
-    from transformers import AutoConfig
 
     m = M.facts_from_config(AutoConfig.from_pretrained(str(model_dir)))
     phases = ppo_phases(m, _settings(settings["ppo"]), per_process(settings["ppo"], 1), 1, True, ppo["prompt_tokens"])

@@ -18,12 +18,10 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo
-from esrepro import paths as P
 from esrepro.config import ConfigError, load_yaml, read_config
-from esrepro.pipeline.load import load_pipeline
 from esrepro.io import write_json
-from esrepro.plan import Plan
-from esrepro.plan import ExtrasPlan
+from esrepro.pipeline.load import load_pipeline
+from esrepro.plan import ExtrasPlan, Plan
 
 BIN = Path(sys.executable).parent
 

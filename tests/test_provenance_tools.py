@@ -20,18 +20,17 @@ try:
 except ImportError:  # not installed: run from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from esrepro.provenance.dvc import DvcError, dvc_command, read_pointer, record, run_dvc
+from conftest import skip_or_fail_in_ci
 from esrepro.io import write_json, write_jsonl, write_text
+from esrepro.provenance.dvc import DvcError, dvc_command, read_pointer, record, run_dvc
+from esrepro.provenance.rocrate import export_crate
 from esrepro.report.notebook import (
     eval_summary,
     execute_report,
     load_eval_metrics,
     ours_vs_paper,
 )
-from esrepro.provenance.rocrate import export_crate
 from esrepro.steps.report import main_eval_summary
-
-from conftest import skip_or_fail_in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "workflow" / "notebooks" / "analysis.ipynb"

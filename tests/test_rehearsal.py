@@ -13,10 +13,18 @@ import pytest
 from conftest import REPO
 from esrepro.config import workflow_config
 from esrepro.pipeline.load import load_pipeline
-from esrepro.rehearsal.report import (dag_jobs, job_stats, local_jobs, local_rules, outputs_work, report_rows, slurm_jobs,
-                                      write_report)
-from esrepro.rehearsal.run import SLICE_METHODS, SLICE_MODELS, slice_targets
 from esrepro.plan import Plan
+from esrepro.rehearsal.report import (
+    dag_jobs,
+    job_stats,
+    local_jobs,
+    local_rules,
+    outputs_work,
+    report_rows,
+    slurm_jobs,
+    write_report,
+)
+from esrepro.rehearsal.run import SLICE_METHODS, SLICE_MODELS, slice_targets
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -116,7 +124,7 @@ def test_report_reads_slurms_and_snakemakes_job_records_and_each_rules_work(tmp_
         f"JobId=1 JobState=COMPLETED RunTime=00:01:05 WorkDir={repo.resolve()} StdOut={logs}/rule_train/a_0/1.log",
         f"JobId=2 JobState=FAILED RunTime=00:00:09 WorkDir={repo.resolve()} StdOut={logs}/rule_train_cell/b/2.log",
         f"JobId=3 JobState=RUNNING RunTime=00:00:02 WorkDir={repo.resolve()} StdOut={logs}/rule_evaluate/c/3.log",
-        f"JobId=4 JobState=COMPLETED RunTime=1-00:00:00 WorkDir=/elsewhere StdOut=/elsewhere/.snakemake/"
+        "JobId=4 JobState=COMPLETED RunTime=1-00:00:00 WorkDir=/elsewhere StdOut=/elsewhere/.snakemake/"
         "slurm_logs/rule_train/d/4.log",
     ])
     jobs = slurm_jobs(scontrol, repo)

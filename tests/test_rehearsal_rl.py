@@ -17,12 +17,12 @@ import pytest
 from conftest import REPO
 from esrepro import cluster, specs
 from esrepro.config import workflow_config
-from esrepro.pipeline.load import load_pipeline
 from esrepro.jobs import plan_jobs
+from esrepro.pipeline.load import load_pipeline
 from esrepro.rehearsal.registry import rl_batch
 from esrepro.rehearsal.transform import rl_jobs, rl_steps
-from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.rl.budget import check_problem_count, rl_budget, samples_per_step
+from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.rl.shares import admits, largest_world, per_process
 from esrepro.settings.methods import GRPO_ALGORITHMS
 

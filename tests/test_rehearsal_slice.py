@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import REPO, copy_repo
+from conftest import copy_repo
 from esrepro.rehearsal.run import SLICE_MODELS, WORKSPACE, rehearsal_slice
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

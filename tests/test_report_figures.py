@@ -302,7 +302,7 @@ def _es_walk_on_tensors(base: dict[str, torch.Tensor], steps: int, population: i
         rewards = rng.standard_normal(population).tolist()
         update_(params, seeds, zscore(rewards).tolist(), alpha, "iid")
         log.append({"iteration": t, "rewards": rewards})
-    return dict(zip(sorted(base), params)), log
+    return dict(zip(sorted(base), params, strict=True)), log
 
 
 def test_es_update_on_unrelated_rewards_matches_the_closed_form(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -370,7 +370,7 @@ def test_build_param_shift_figure_es_and_rl_rows(tiny_model_dir: Path, tmp_path:
     _assert_outputs(build_param_shift([h_es, h_rl], out, sampled_coords=5000, seed=0), out)
     csv = pd.read_csv(out.with_suffix(".csv"))
     assert set(csv["label"]) == {"Tiny / ES", "Tiny / GRPO (8)"}
-    for label, g in csv.groupby("label"):
+    for _label, g in csv.groupby("label"):
         n = g["n_params"].iloc[0]
         assert g["observed"].sum() == pytest.approx(n)  # bins + zero + underflow + overflow
         assert g["walk_expected"].sum() == pytest.approx(n, rel=1e-9)
@@ -413,7 +413,7 @@ def _write_sweep(tmp_path: Path, lr_in_hyper: bool = True) -> list[Path]:
                 hyper = {"beta": beta, **({"learning_rate": lr} if lr_in_hyper else {})}
                 runs.append((name, "grpo", seed, -30.0 + 2e6 * lr - 10 * beta + seed, 0.2 + 1e5 * lr, hyper))
     rng = np.random.default_rng(0)
-    for i, (method, algo, seed, reward, kl, hyper) in enumerate(runs):
+    for _i, (method, algo, seed, reward, kl, hyper) in enumerate(runs):
         d = tmp_path / "kl" / method / f"seed{seed}"
         write_json(d / "kl.json", _kl_record(method, algo, seed, reward, kl, hyper))
         write_jsonl(d / "samples.jsonl", [{"id": str(j), "sample": 0, "reward": float(reward + rng.normal(0, 3))}

@@ -13,8 +13,17 @@ import torch.multiprocessing as mp
 from conftest import REPO
 from esrepro.config import load_yaml
 from esrepro.pipeline.load import load_pipeline
-from esrepro.resume_cost import (MAX_SAVE_SHARE, MIN_TIMEOUT_S, interval, job_settings, markdown_table, resume_cost,
-                                 rl_runs, save_seconds, state_bytes)
+from esrepro.resume_cost import (
+    MAX_SAVE_SHARE,
+    MIN_TIMEOUT_S,
+    interval,
+    job_settings,
+    markdown_table,
+    resume_cost,
+    rl_runs,
+    save_seconds,
+    state_bytes,
+)
 from esrepro.rl.grpo import grpo_config_kwargs
 
 

@@ -15,7 +15,6 @@ from esrepro.rl.grpo import grpo_config_kwargs, reference_state, train_grpo
 from esrepro.rl.phase_trace import PhaseTrace
 from esrepro.rl.ppo import train_ppo
 from esrepro.train.periodic import PeriodicEval
-
 from test_rl_trainers import SHORT, LengthTask  # a reward that varies on an untrained model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,8 +91,8 @@ def paper():
 
 
 def test_the_plan_check_counts_each_rl_job_in_the_code_order(paper):
-    from esrepro.rl.grpo import grpo_config_kwargs as kwargs_of
     from esrepro.resume_cost import job_settings
+    from esrepro.rl.grpo import grpo_config_kwargs as kwargs_of
 
     p, checked = paper
     rl = [j for j in checked if j.kind in ("ppo", "grpo", "grpo_zero", "dr_grpo", "verl_grpo", "verl_dr_grpo")]

@@ -11,8 +11,8 @@ import pytest
 
 from esrepro import specs
 from esrepro.config import ConfigError, load_yaml, read_config
-from esrepro.pipeline.load import check_config, load_pipeline
 from esrepro.pipeline import cell_name
+from esrepro.pipeline.load import check_config, load_pipeline
 from esrepro.plan import Plan
 from esrepro.report.tables import build_table3, table3
 from esrepro.rl.budget import rl_budget, samples_per_step

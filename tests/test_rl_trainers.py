@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from esrepro.rl.grpo import train_grpo
 from esrepro.rl.ppo import train_ppo
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.countdown import prepare
-from safetensors.torch import load_file
 
 
 class LengthTask(Task):
@@ -90,7 +90,7 @@ def test_ppo_seed_reproduces_bit_for_bit(tiny_model_dir, data):
     b, _, rb = train_ppo(tiny_model_dir, task, examples, {**PPO, "beta": 0.01}, steps=2, seed=3, progress=False)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(ra) == strip(rb)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 def test_grpo_seed_reproduces_bit_for_bit(tiny_model_dir, data):
@@ -100,7 +100,7 @@ def test_grpo_seed_reproduces_bit_for_bit(tiny_model_dir, data):
     b, _, rb = train_grpo(tiny_model_dir, task, examples, GRPO, steps=2, seed=5)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(ra) == strip(rb)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 def test_cli_writes_the_es_run_shape_with_the_budget(tiny_model_dir, data, tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from esrepro.tasks import get_task, prepare_task
-from esrepro.tasks.gsm8k import after_hashes, extract_gsm8k_answer, gold_from_solution, last_number
+from esrepro.tasks.gsm8k import GSM8KTask, after_hashes, extract_gsm8k_answer, gold_from_solution, last_number
 from esrepro.tasks.math import (
     QWEN_MATH_TEMPLATE,
     Math500Task,
@@ -27,7 +27,6 @@ from esrepro.tasks.math import (
     qwen_math_prompt,
     verify_answer,
 )
-from esrepro.tasks.gsm8k import GSM8KTask
 from esrepro.tasks.math_data import EMBEDDED_MATH, MATH_SETS
 from esrepro.tasks.sources import EMBEDDED
 

@@ -9,12 +9,11 @@ import json
 
 import pytest
 
+from esrepro.config import ConfigError
+from esrepro.pipeline.load import load_pipeline
 from families import FAMILIES
 from model_folders import esrepro, run_config, write_registry
 from test_numerics import ES, EVAL_SPEC, MODEL, SOURCE
-
-from esrepro.config import ConfigError
-from esrepro.pipeline.load import load_pipeline
 
 DATA, BASE, RUN = "data/prepared/countdown", "results/models/tiny/base", "results/runs/countdown/tiny/es/seed0"
 EVAL = "results/eval/countdown/tiny/es/seed0/test"

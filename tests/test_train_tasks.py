@@ -196,7 +196,7 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
     from esrepro.tasks.arc import last_python_block
     from esrepro.tasks.math import last_boxed
 
-    for (prompt, completion), task in zip(got, groups):
+    for (prompt, completion), task in zip(got, groups, strict=True):
         if task == "math_train":
             assert last_boxed(completion) is not None and prompt.startswith("<|im_start|>system")
         elif task == "sudoku":  # its reward is 1.0: tests/test_tasks_sudoku.py scores sft_completion
@@ -208,7 +208,8 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
     # the synthetic ARC-format tasks: the completion is a transform program that maps the test input to its output
     import random
 
-    from esrepro.tasks.arc import SYNTHETIC_RULES, sft_completion as arc_completion, synthetic_example
+    from esrepro.tasks.arc import SYNTHETIC_RULES, synthetic_example
+    from esrepro.tasks.arc import sft_completion as arc_completion
 
     examples = [synthetic_example(random.Random(k)) for k in range(40)]
     assert {e["rule"] for e in examples} == set(SYNTHETIC_RULES)
@@ -216,8 +217,9 @@ def test_warm_start_pairs_are_correct_and_avoid_the_prepared_rows(tmp_path):
 
 
 def test_multi_format_tiny_build_is_seeded(tmp_path):
-    from esrepro.models.tiny import build_tiny_tasks
     from safetensors.torch import load_file
+
+    from esrepro.models.tiny import build_tiny_tasks
 
     build = {"seed": 0, "tokenizer": {"vocab_size": 400, "corpus_problems": 60},
              "architecture": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,

@@ -11,7 +11,6 @@ from esrepro.models.loading import load_tokenizer
 from esrepro.rl.budget import check_problem_count, prompts_per_generation, rl_budget, samples_per_step
 from esrepro.rl.grpo import grpo_config_kwargs, train_grpo, training_examples
 from esrepro.settings.methods import GRPOSettings
-
 from test_rl_trainers import SHORT, LengthTask  # a reward that varies on an untrained model
 
 

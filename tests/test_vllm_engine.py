@@ -148,10 +148,10 @@ def test_a_generation_setting_only_one_backend_applies_is_refused(model_dir, tmp
 def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring, tmp_path):
     import ray
 
+    from esrepro.backends.spec import EngineSpec
     from esrepro.es.loop import run_es
     from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.ray_session import ensure_ray
-    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
     cfg = ESSettings(iterations=2, population=4, sigma=0.2, alpha=0.1, max_new_tokens=8, train_examples=2,
                      batch_size=2, noise="iid", restore="subtract", resume_every=100, backend="vllm")
@@ -176,9 +176,9 @@ def test_two_vllm_engines_under_ray_end_equal_to_a_serial_run(model_dir, scoring
 
 
 def test_an_interrupted_vllm_run_resumes_bit_identically(model_dir, scoring, tmp_path):
+    from esrepro.backends.spec import EngineSpec
     from esrepro.es.loop import run_es
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
 
     cfg = ESSettings(iterations=3, population=4, sigma=0.2, alpha=0.1, max_new_tokens=8, train_examples=2,
@@ -205,9 +205,9 @@ def test_an_interrupted_vllm_run_resumes_bit_identically(model_dir, scoring, tmp
 
 
 def test_a_resume_on_another_noise_device_is_refused(model_dir, scoring, tmp_path):
+    from esrepro.backends.spec import EngineSpec
     from esrepro.es.loop import ResumeMismatch, run_es
     from esrepro.population.evaluators import SerialEvaluator
-    from esrepro.backends.spec import EngineSpec
     from esrepro.settings.methods import ESSettings
 
     cfg = ESSettings(iterations=2, population=2, sigma=0.1, alpha=0.1, max_new_tokens=4, train_examples=1,
@@ -249,8 +249,16 @@ def test_tensor_parallelism_on_cpu(model_dir, monkeypatch):
 
 @pytest.mark.slow
 def test_a_vllm_es_job_through_snakemake_is_evaluated_by_transformers(tmp_path, tmp_path_factory):
-    from test_workflow_resume import BUILT, RUN, built_cache, keep_built, read_log, reuse_built, run_snakemake
-    from test_workflow_resume import write_small_settings
+    from test_workflow_resume import (
+        BUILT,
+        RUN,
+        built_cache,
+        keep_built,
+        read_log,
+        reuse_built,
+        run_snakemake,
+        write_small_settings,
+    )
 
     repo = copy_repo(tmp_path)
     name = write_small_settings(repo, eval_limit=8)

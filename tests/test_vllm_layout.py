@@ -194,8 +194,8 @@ def test_update_then_convert_equals_convert_then_update(name, make_config, tp, v
 def simulated_ranks(state, layout, **options) -> tuple[list[ShardedWeights], callable]:
     """One ShardedWeights per rank, and a gather that hands rank 0 every rank's copy of a parameter (or master)."""
     ranks = [ShardedWeights(st, layout, r, **options) for r, st in enumerate(shards(state, layout))]
-    where = {id(p): ("params", s.name) for s, p in zip(ranks[0].specs, ranks[0].params)}
-    where.update({id(m): ("masters", s.name) for s, m in zip(ranks[0].specs, ranks[0].masters or [])})
+    where = {id(p): ("params", s.name) for s, p in zip(ranks[0].specs, ranks[0].params, strict=True)}
+    where.update({id(m): ("masters", s.name) for s, m in zip(ranks[0].specs, ranks[0].masters or [], strict=False)})
 
     def gather(t):
         kind, name = where[id(t)]

@@ -108,7 +108,7 @@ def test_both_es_engines_agree_on_every_family(key, tmp_path):
     runs = {tp: _vllm_run(model_dir, tp) for tp in (1, 2)}
     for tp, got in runs.items():
         assert got["model_type"] == model_type and len(got["layout"]) == tp
-        for step, (g, w) in enumerate(zip(got["es"], want)):
+        for step, (g, w) in enumerate(zip(got["es"], want, strict=True)):
             assert g[0] == w[0], f"tp {tp}, step {step}: checksums differ"
             assert g[1] == w[1], f"tp {tp}, step {step}: greedy outputs differ"
     members = runs[1]["lowrank"]
@@ -118,7 +118,7 @@ def test_both_es_engines_agree_on_every_family(key, tmp_path):
         assert {n.rsplit(".", 2)[-2] for n in members["targets"]} == {"qkv_proj", "o_proj", "gate_up_proj",
                                                                       "down_proj"}
     changed = 0
-    for seed, scored in zip(MEMBERS, members["members"]):
+    for seed, scored in zip(MEMBERS, members["members"], strict=True):
         lowrank.perturb(seed, SIGMA)
         written = lowrank.generate(PROMPTS, NEW)
         lowrank.restore(seed, SIGMA)

@@ -74,8 +74,8 @@ def build_layout(config, tp_size: int = 1, hf: Sequence[HFTensor] | None = None)
         shapes: dict[str, tuple[int, ...]] = {}
 
         def put(name: str, shape: tuple[int, ...], piece: Piece) -> None:
-            grouped.setdefault(name, []).append(piece)
-            shapes[name] = shape
+            grouped.setdefault(name, []).append(piece)  # noqa: B023 - put() runs in this iteration only
+            shapes[name] = shape  # noqa: B023
 
         for t in hf:
             if t.name in _VOCAB:

@@ -22,10 +22,10 @@ from esrepro.tasks import known_tasks, split_sizes
 from esrepro.tasks.math_data import MATH_SETS
 
 
-def _collect(problems: list[str], fn: Callable[[], object]) -> object:
-    """Run ``fn``; a ConfigError's lines (or a KeyError's message) become problems."""
+def _collect(problems: list[str], fn: Callable[..., object], *args: object) -> object:
+    """Run ``fn(*args)``; a ConfigError's lines (or a KeyError's message) become problems."""
     try:
-        return fn()
+        return fn(*args)
     except ConfigError as exc:
         problems.extend(exc.problems)
     except KeyError as exc:
@@ -85,11 +85,11 @@ def _methods(p: Pipeline, out: list[str]) -> None:
             if method not in block.methods:
                 out.append(at(p.source, "train", task, method) + f": settings for a method not in train.{task}.methods")
         for method in block.methods:
-            algo = _collect(out, lambda: p.algorithm_of(task, method))
+            algo = _collect(out, p.algorithm_of, task, method)
             if algo is None:
                 continue
             for model in models:
-                _collect(out, lambda: p.method_settings(model, task, method))
+                _collect(out, p.method_settings, model, task, method)
                 _grid(p, out, model, task, method, algo.rl)
     for model in p.all_models():  # registry overrides of methods this config never runs are still checked
         for method, values in p.model(model).methods.items():
@@ -158,16 +158,16 @@ def _grid(p: Pipeline, out: list[str], model: str, task: str, method: str, rl: b
                        f"{len(cells)} listed, {distinct} distinct)")
     if not any(p.startswith(where) for p in out):
         for cell in p.grid_cells(model, method):
-            _collect(out, lambda: p.method_settings(model, task, method, cell))
+            _collect(out, p.method_settings, model, task, method, cell)
 
 
 def _evaluation(p: Pipeline, out: list[str]) -> None:
     for task in p.cfg.evaluate:
-        s = _collect(out, lambda: p.eval_settings(task))
+        s = _collect(out, p.eval_settings, task)
         if s is not None and s.train_task and s.train_task not in p.cfg.train:
             out.append(at(p.source, "evaluate", task, "train_task") + f": no train.{s.train_task} entry")
     for task in p.cfg.kl:
-        _collect(out, lambda: p.kl_settings(task))
+        _collect(out, p.kl_settings, task)
 
 
 def _studies(p: Pipeline, out: list[str]) -> None:
@@ -178,13 +178,13 @@ def _studies(p: Pipeline, out: list[str]) -> None:
             out.append(f"{where}.task: no data.{study.task} entry to train on")
         if study.task not in p.cfg.kl:
             out.append(f"{where}.task: no kl.{study.task} entry saying how KL is measured")
-        methods = _collect(out, lambda: p.study_methods(name)) or {}
+        methods = _collect(out, p.study_methods, name) or {}
         clash = set(methods) & set(p.train_methods(study.task))
         if clash:
             out.append(f"{where}: method names {sorted(clash)} also in train.{study.task}.methods")
         for model in models:
             for method in methods:
-                _collect(out, lambda: p.method_settings(model, study.task, method))
+                _collect(out, p.method_settings, model, study.task, method)
 
 
 def _sizes(p: Pipeline, out: list[str]) -> None:
@@ -199,11 +199,11 @@ def _sizes(p: Pipeline, out: list[str]) -> None:
     runs = [(task, m, meth) for task in p.cfg.train for m in p.train_models(task) if m in p.registry
             for meth in p.train_methods(task)]
     runs += [(s.task, m, meth) for name, s in p.studies().items() for m in s.models if m in p.registry
-             for meth in (_collect([], lambda: p.study_methods(name)) or {})]
+             for meth in (_collect([], p.study_methods, name) or {})]
     sizes = {task: known(task) for task in {t for t, _, _ in runs} if task in p.cfg.data}
     for task, model, method in runs:
         n = sizes.get(task, {}).get("train")
-        s = _collect([], lambda: p.method_settings(model, task, method))
+        s = _collect([], p.method_settings, model, task, method)
         if s is None or n is None or method == BASE:
             continue
         if s.train_examples > n:
@@ -247,9 +247,9 @@ def _essa_task(p: Pipeline, out: list[str], task: str, where: str, path: tuple[s
         except (KeyError, ValueError) as exc:
             out.append(at(p.source, "data", task, "source") + f": {exc}")
     for model in models:
-        ref = _collect(out, lambda: p.method_settings(model, task, ESSA_REF))
+        ref = _collect(out, p.method_settings, model, task, ESSA_REF)
         for method in p.essa_methods(task, model):
-            s = ref if method == ESSA_REF else _collect(out, lambda: p.method_settings(model, task, method))
+            s = ref if method == ESSA_REF else _collect(out, p.method_settings, model, task, method)
             if s is None:
                 continue
             if getattr(s, "precision", "native") != "native" and p.cfg.device == "cpu":
@@ -291,7 +291,7 @@ def _snapshot_ref(p: Pipeline, out: list[str], task: str, ref, where: str, targe
                    "(ES) keep snapshots to start from or evaluate")
         return
     for model in [m for m in p.train_models(task) if m in p.registry]:
-        settings = _collect(out, lambda: p.method_settings(model, task, ref.method))
+        settings = _collect(out, p.method_settings, model, task, ref.method)
         if settings is None:
             continue
         last, every = getattr(settings, "iterations", None), settings.keep_every
@@ -317,10 +317,10 @@ def _snapshots(p: Pipeline, out: list[str]) -> None:
                 out.append(f"{where}: the name of a method of train.{task}; a snapshot needs a name of its own")
             _snapshot_ref(p, out, task, ref, where)
         for method in block.methods:
-            if _collect([], lambda: p.algorithm_of(task, method)) is None:
+            if _collect([], p.algorithm_of, task, method) is None:
                 continue
             for model in [m for m in p.train_models(task) if m in p.registry]:
-                settings = _collect([], lambda: p.method_settings(model, task, method))
+                settings = _collect([], p.method_settings, model, task, method)
                 ref = getattr(settings, "start_from", None)
                 if ref is None:
                     continue
@@ -331,7 +331,7 @@ def _snapshots(p: Pipeline, out: list[str]) -> None:
                 _snapshot_ref(p, out, task, ref, where, target=method)
                 seen, cur = {method}, ref.method
                 while True:  # a chain of starts must end at a run from the base model
-                    nxt = _collect([], lambda: p.start_of(model, task, cur))
+                    nxt = _collect([], p.start_of, model, task, cur)
                     if nxt is None:
                         break
                     if nxt.method in seen:
@@ -358,7 +358,7 @@ def _per_task(p: Pipeline, out: list[str]) -> None:
                     for m in st.methods if m not in p.train_methods(st.task)]
     seen: dict[tuple[str, str], str] = {}
     for name, study in p.studies().items():
-        for method in _collect([], lambda: p.study_methods(name)) or {}:
+        for method in _collect([], p.study_methods, name) or {}:
             other = seen.setdefault((study.task, method), name)
             if other != name:
                 out.append(at(p.source, "studies", name) + f": method {method} on {study.task} is also a method of "

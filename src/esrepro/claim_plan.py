@@ -100,7 +100,7 @@ class ClaimPlan:
             evals = [list(k) for k in dict.fromkeys(map(tuple, evals))]
             out["es_improves_math"] = {"evals": evals}
             out["es_competitive_math"] = {"evals": evals}
-        for task, row in zip(PUZZLES, ("es_lifts_sudoku", "es_lifts_arc")):
+        for task, row in zip(PUZZLES, ("es_lifts_sudoku", "es_lifts_arc"), strict=True):
             if task in p.cfg.train and task in p.evaluated_tasks() and "es" in p.train_methods(task):
                 out[row] = {"evals": [[task, "test", m, meth] for m in p.train_models(task) for meth in ("es", BASE)]}
         return out

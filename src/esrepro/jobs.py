@@ -108,20 +108,20 @@ def _measurements(plan: Plan, groups: Groups) -> list[Job]:
     p = plan.p
     evals = [(t, *r) for t in p.evaluated_tasks() for r in plan.runs(t)]
     evals += [(t, *r) for t in p.essa_tasks() for r in [(m, BASE, 0) for m in p.essa_models(t)] + p.essa_runs(t)]
-    out = [Job("evaluate", groups.of(*k), dict(zip(("task", "model", "method", "seed"), k)))
+    out = [Job("evaluate", groups.of(*k), dict(zip(("task", "model", "method", "seed"), k, strict=True)))
            for k in dict.fromkeys(evals)]
     extras = ExtrasPlan(plan)
     kl = dict.fromkeys(plan.kl_runs())
-    out += [Job("kl", groups.of(*k), dict(zip(("task", "model", "method", "seed"), k))) for k in kl]
+    out += [Job("kl", groups.of(*k), dict(zip(("task", "model", "method", "seed"), k, strict=True))) for k in kl]
     if extras.shift_tasks():
-        out += [Job("param_shift_histogram", SHIFTS, dict(zip(("task", "model", "method", "seed"), k)))
+        out += [Job("param_shift_histogram", SHIFTS, dict(zip(("task", "model", "method", "seed"), k, strict=True)))
                 for k in extras.es_runs()]
     return out
 
 
 def _reports(plan: Plan) -> list[Job]:
     """One job per table or figure the config writes, and the run's summaries."""
-    p, R, ex = plan.p, plan.paths, ExtrasPlan(plan)
+    R, ex = plan.paths, ExtrasPlan(plan)
     targets = set(plan.table_targets())
     made = {stem for stem in (R.TABLE1, R.TABLE3, R.CURVES, R.TABLE2, R.CONCISENESS_STABILITY, R.PARETO, R.DISTRIBUTION,
                               R.LR_SWEEP, R.LR_DISTRIBUTIONS, R.TRAIN_TASKS, R.MATH_TABLE, R.MATH_FIGURE,

@@ -198,7 +198,8 @@ def kl_on_prompts(
         seq_sums = {k: sequence_sums(per_tok[k], mask) for k in ESTIMATORS}
         sums = {k: v.tolist() for k, v in seq_sums.items()}
         lengths = mask.sum(-1).tolist()
-        texts = tokenizer.batch_decode([t[m].tolist() for t, m in zip(tokens, mask)], skip_special_tokens=True)
+        texts = tokenizer.batch_decode([t[m].tolist() for t, m in zip(tokens, mask, strict=True)],
+                                       skip_special_tokens=True)
         for j in range(settings.n_samples):
             response_rows.append({"id": pid, "sample": j, "response": texts[j], "tokens": int(lengths[j]),
                                   **{k: float(sums[k][j]) for k in ESTIMATORS}})

@@ -56,11 +56,16 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import dataclass, field
 
-from esrepro.models.architecture import (ArchitectureError, config_from_facts, decoder_layers, entry_config_facts,
-                                         facts_key, meta_model)
+from esrepro.models.architecture import (
+    ArchitectureError,
+    config_from_facts,
+    decoder_layers,
+    entry_config_facts,
+    facts_key,
+    meta_model,
+)
 
 GiB = 2**30
 GPU_BYTES = 81_559 * 2**20  # H100 SXM 80GB: nvidia-smi's total, 79.6 GiB

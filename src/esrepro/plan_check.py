@@ -19,7 +19,6 @@ A job that cannot be built, or whose peak does not fit an H100 with the margin, 
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,7 +224,6 @@ def check_ppo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None =
         job.problems.append(f"cannot be built: {exc}")
         return
     cfg = ppo._settings(settings)
-    fsdp = cfg.sharding == "fsdp"
     if sharded_load is None:
         sharded_load = ppo.sharded_load(cfg.sharding)
     job.phases = ppo_phases(m, cfg, share, world, sharded_load, M.prompt_tokens(w["task"]),

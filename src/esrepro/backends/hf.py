@@ -37,13 +37,13 @@ import torch
 
 from esrepro.devices import noise_device, synchronize
 from esrepro.models.architecture import linear_weight_names
-from esrepro.perturb.lowrank import check_rank, lowrank_perturb_, lowrank_update_
-from esrepro.perturb.noise import NoiseVariant
-from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.models.decoding import greedy_rule
 from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
+from esrepro.perturb.lowrank import check_rank, lowrank_perturb_, lowrank_update_
+from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.settings.methods import Generation
 
 GENERATION_MODES: tuple[str, ...] = get_args(Generation)
@@ -164,7 +164,7 @@ class HFBackend:
             gen = self.model.generate(**enc, generation_config=config, synced_gpus=self.synced_gpus, **extra)
             new = gen[:, enc["input_ids"].shape[1] :]
             keep = response_mask(new, set(self.eos_ids)).sum(dim=1).tolist()
-            rows.extend(row[:n] for row, n in zip(new.tolist(), keep))
+            rows.extend(row[:n] for row, n in zip(new.tolist(), keep, strict=True))
         return rows
 
     def _static_cache(self, batch: int, length: int):
@@ -318,7 +318,7 @@ class HFEngine(HFBackend):
         else:
             wanted = linear_weight_names(self.model)  # the decoder blocks' linear layers, whatever the architecture
             targets = [k if n in wanted else None for k, (n, _) in enumerate(named)]
-            check_rank(rank, {n: tuple(p.shape) for (n, p), k in zip(named, targets) if k is not None})
+            check_rank(rank, {n: tuple(p.shape) for (n, p), k in zip(named, targets, strict=True) if k is not None})
             self.weights = ESWeights(
                 params, noise, restore, master_weights,
                 perturb_fn=lambda ps, seed, sigma, variant: lowrank_perturb_(ps, targets, seed, sigma, rank, variant),

@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import torch
 
-from esrepro.backends.vllm_probe import probe_worker_shards
 from esrepro.backends.vllm_layout import (
     HFTensor,
     ShardSpec,
@@ -46,13 +45,14 @@ from esrepro.backends.vllm_layout import (
     perturb_shards_,
     update_shards_,
 )
-from esrepro.perturb.lowrank import check_rank
-from esrepro.perturb.noise import NoiseVariant
-from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
+from esrepro.backends.vllm_probe import probe_worker_shards
 from esrepro.io import atomic_path
 from esrepro.models.architecture import linear_weight_names, meta_model
 from esrepro.models.decoding import model_greedy_rule
 from esrepro.models.tokens import prompt_ids
+from esrepro.perturb.lowrank import check_rank
+from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
 
 #: Qualified name vLLM resolves in every worker process.
 WORKER_EXTENSION = "esrepro.backends.vllm_engine.ESWorkerExtension"
@@ -127,7 +127,7 @@ class ShardedWeights(ESWeights):
         Every rank must iterate (the gathers are collective); only where ``gather`` returns the
         per-rank values are tensors yielded, grouped by vLLM parameter (not in HF order).
         """
-        for spec, p in zip(self.specs, self.params):
+        for spec, p in zip(self.specs, self.params, strict=True):
             per_rank = gather(p)
             if per_rank is not None:
                 yield from param_to_hf(spec.name, per_rank, self.layout).items()
@@ -150,7 +150,7 @@ class ShardedWeights(ESWeights):
         out: dict[str, torch.Tensor] = {}
         copies = [("p", self.params)] + ([("m", self.masters)] if self.masters is not None else [])
         for prefix, tensors in copies:
-            for spec, t in zip(self.specs, tensors):
+            for spec, t in zip(self.specs, tensors, strict=True):
                 per_rank = gather(t)
                 if per_rank is not None:
                     for name, hf in param_to_hf(spec.name, per_rank, self.layout).items():

@@ -257,7 +257,10 @@ def lowrank_perturb_shards_(params: Sequence[torch.Tensor], specs: Sequence[Shar
     for p, spec in zip(params, specs, strict=True):
         if lowrank_shard(spec, targets):
             gen = torch.Generator(device=p.device)
-            e = _shard_of(spec, lambda t: member_noise(t.shape, p.device, seed, t.index, rank, variant, gen), p.device)
+            # B023: _shard_of calls the noise function at once, in this iteration (no late binding)
+            e = _shard_of(spec,
+                          lambda t: member_noise(t.shape, p.device, seed, t.index, rank, variant, gen),  # noqa: B023
+                          p.device)
             p.add_(e.to(p.dtype), alpha=sigma)
 
 
@@ -270,8 +273,9 @@ def lowrank_update_shards_(params: Sequence[torch.Tensor], specs: Sequence[Shard
     for j, (p, spec) in enumerate(zip(params, specs, strict=True)):
         if not lowrank_shard(spec, targets):
             continue
-        delta = _shard_of(spec, lambda t: update_delta(t.shape, p.device, seeds, weights, alpha, t.index, rank,
-                                                       variant), p.device)
+        # B023: _shard_of calls the update function at once, in this iteration (no late binding)
+        delta = _shard_of(spec, lambda t: update_delta(t.shape, p.device, seeds, weights, alpha,  # noqa: B023
+                                                       t.index, rank, variant), p.device)
         if masters is not None:
             masters[j].add_(delta)
             p.copy_(masters[j])

@@ -59,11 +59,11 @@ def _box(offset: int, shape: Sequence[int], strides: Sequence[int], base: Sequen
     if len(shape) != len(base):
         return None
     full = _contiguous_strides(base)
-    for n, s, f in zip(shape, strides, full):
+    for n, s, f in zip(shape, strides, full, strict=True):
         if n > 1 and s != f:
             return None
     starts = []
-    for n, f, b in zip(shape, full, base):
+    for n, f, b in zip(shape, full, base, strict=True):
         start, offset = divmod(offset, f)
         if start + n > b:
             return None
@@ -128,9 +128,9 @@ def _pieces_of(t: HFTensor, mark: torch.Tensor, copies, shapes: dict[str, tuple[
         if len(t.shape) != len(shape) or not 0 <= first < mark.numel():
             raise LayoutError(f"{what}: the copy {tuple(shape)} is not a box of the HF tensor")
         src_start = _unravel(first, t.shape)
-        if any(s + n > d for s, n, d in zip(src_start, shape, t.shape)):
+        if any(s + n > d for s, n, d in zip(src_start, shape, t.shape, strict=True)):
             raise LayoutError(f"{what}: the copy {tuple(shape)} is not a box of the HF tensor")
-        expected = mark[tuple(slice(s, s + n) for s, n in zip(src_start, shape))]
+        expected = mark[tuple(slice(s, s + n) for s, n in zip(src_start, shape, strict=True))]
         if not _same_values(src, expected):
             raise LayoutError(f"{what}: the loader permutes, scales or otherwise transforms the values it copies")
         base = shapes[name]

@@ -8,9 +8,14 @@ import shutil
 from pathlib import Path
 
 from esrepro import paths as P
+from esrepro.population.placement import (
+    GPU_MEMORY_UTILIZATION,
+    engine_count,
+    engines_per_gpu,
+    ray_placement,
+    visible_gpus,
+)
 from esrepro.settings.methods import EggrollSettings, ESSettings
-from esrepro.population.placement import (GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu, ray_placement,
-                                          visible_gpus)
 from esrepro.train.context import TrainContext, TrainOutcome
 
 
@@ -26,8 +31,8 @@ def make_evaluator(ctx: TrainContext):
     """A serial evaluator for one engine, a Ray evaluator for several (``settings.engines``)."""
     import torch
 
-    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.backends.spec import EngineSpec
+    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.population.spec import Scoring
 
     cfg = ctx.settings
@@ -57,7 +62,6 @@ def train_es(ctx: TrainContext) -> TrainOutcome:
     from esrepro.es.loop import run_es
     from esrepro.io import atomic_path
     from esrepro.rl.budget import es_sample_budget
-
     from esrepro.train.periodic import clear_periodic, periodic_of, write_periodic
     from esrepro.train.resume import clear_state, has_state
 

@@ -125,7 +125,7 @@ class CMAStrategy:
         i = int(np.argmax(by_asked))  # first best in asked order
         if by_asked[i] > self._best_reward:
             self._best_reward, self._best_x = float(by_asked[i]), self._pending[i].copy()
-        self._opt.tell([(x.copy(), -float(v)) for x, v in zip(self._pending, by_asked)])
+        self._opt.tell([(x.copy(), -float(v)) for x, v in zip(self._pending, by_asked, strict=True)])
         self._pending = None
 
     # -- read-outs ---------------------------------------------------------------------

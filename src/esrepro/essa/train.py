@@ -125,10 +125,15 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
     """A serial evaluator for one engine, a Ray evaluator for several; every engine holds the SFT model."""
     import torch
 
-    from esrepro.population.placement import (GPU_MEMORY_UTILIZATION, engine_count, engines_per_gpu,
-                                              ray_placement, visible_gpus)
-    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
     from esrepro.essa.spec import ESSAEngineSpec
+    from esrepro.population.evaluators import RayEvaluator, SerialEvaluator
+    from esrepro.population.placement import (
+        GPU_MEMORY_UTILIZATION,
+        engine_count,
+        engines_per_gpu,
+        ray_placement,
+        visible_gpus,
+    )
     from esrepro.population.spec import IndexedScoring
 
     cfg = ctx.settings
@@ -195,7 +200,7 @@ def _prompt_formatter(ctx: TrainContext):
 
 def train_essa(ctx: TrainContext) -> TrainOutcome:
     """Run ESSA on ``ctx``'s model and task; resumes from ``<run>/resume`` when a killed run left state there."""
-    from esrepro.essa.data import essa_sample_budget, split_examples, sft_completion
+    from esrepro.essa.data import essa_sample_budget, sft_completion, split_examples
     from esrepro.essa.engine import check_precision
     from esrepro.essa.export import save_adapter
     from esrepro.essa.loop import Problems, run_essa

@@ -15,9 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from esrepro.models.architecture import (ArchitectureError, build_config_facts, cached_meta_model,
-                                         config_differences, config_from_facts, decoder_layers, one_line,
-                                         read_config_json)
+from esrepro.models.architecture import (
+    ArchitectureError,
+    build_config_facts,
+    cached_meta_model,
+    config_differences,
+    config_from_facts,
+    decoder_layers,
+    one_line,
+    read_config_json,
+)
 from esrepro.models.local import TOKENIZER_CONFIG, model_files, weight_files
 from esrepro.settings.layers import at
 

@@ -36,6 +36,7 @@ import torch
 
 from esrepro.perturb.noise import NoiseVariant, tensor_seed
 
+
 def check_rank(rank: int, shapes: dict[str, tuple[int, ...]]) -> None:
     """Refuse a rank outside [1, min(m, n)] of the smallest target matrix, naming the setting and the tensor."""
     if not shapes:
@@ -80,7 +81,7 @@ def update_delta(shape: Sequence[int], device: torch.device | str, seeds: Sequen
     device = torch.device(device)
     gen = generator if generator is not None else torch.Generator(device=device)
     a_cols, b_cols = [], []
-    for seed, w in zip(seeds, weights):
+    for seed, w in zip(seeds, weights, strict=True):
         A, B = factors(shape, device, seed, index, rank, variant, gen)
         a_cols.append(A * float(w))
         b_cols.append(B)

@@ -90,7 +90,7 @@ def update_(
     for k, p in enumerate(params):
         gen = torch.Generator(device=p.device)
         acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-        for seed, w in zip(seeds, weights):
+        for seed, w in zip(seeds, weights, strict=True):
             acc.add_(noise(k, p, seed, gen), alpha=float(w))
         acc.mul_(scale)
         if masters is not None:

@@ -123,7 +123,7 @@ class ESWeights:
 
     def _refresh(self) -> None:
         if self._saved is not None:
-            for s, p in zip(self._saved, self.params):
+            for s, p in zip(self._saved, self.params, strict=True):
                 s.copy_(p)
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -20,13 +20,25 @@ from __future__ import annotations
 from esrepro.pipeline.essa_study import ESSAStudyMixin
 from esrepro.pipeline.method_settings import SettingsMixin
 from esrepro.pipeline.models import CPU_ONLY_RULES, FETCH_MEM_MB, ModelsMixin
-from esrepro.pipeline.names import (BASE, CELL_KEY_NAMES, DEFAULT_CELL, ESSA_GRPO, ESSA_REF, ESSA_STUDY,
-                                    ESSA_SWEEPS, GRID_KEYS, SWEEPS, StudyMethod, cell_key_name, cell_name,
-                                    format_value)
+from esrepro.pipeline.names import (
+    BASE,
+    CELL_KEY_NAMES,
+    DEFAULT_CELL,
+    ESSA_GRPO,
+    ESSA_REF,
+    ESSA_STUDY,
+    ESSA_SWEEPS,
+    GRID_KEYS,
+    SWEEPS,
+    StudyMethod,
+    cell_key_name,
+    cell_name,
+    format_value,
+)
 from esrepro.pipeline.studies import StudiesMixin
 from esrepro.pipeline.tasks import TasksMixin
-from esrepro.settings.pipeline import PipelineConfig
 from esrepro.settings.layers import Layer
+from esrepro.settings.pipeline import PipelineConfig
 from esrepro.settings.registry import ModelEntry
 
 __all__ = ["BASE", "CELL_KEY_NAMES", "CPU_ONLY_RULES", "DEFAULT_CELL", "ESSA_GRPO", "ESSA_REF", "ESSA_STUDY",

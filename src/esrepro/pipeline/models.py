@@ -52,7 +52,7 @@ class ModelsMixin:
         """``{cell name: overrides}``: the product of the grid's value lists, in grid order, then the explicit cells."""
         grid = self.grid(model, method)
         keys = list(grid)
-        cells = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+        cells = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
         cells += self.extra_cells(model, method)
         algo = self.cfg.methods.get(method, {}).get("algorithm", method)  # grids are trained methods', not studies'
         return {cell_name(c, algo): c for c in cells}

@@ -194,7 +194,7 @@ class RayEvaluator:
         import ray
 
         actors = [self._launch(k) for k in ks]
-        pending = {a.pid.remote(): k for k, a in zip(ks, actors)}
+        pending = {a.pid.remote(): k for k, a in zip(ks, actors, strict=True)}
         deadline = time.monotonic() + self.start_timeout
         try:
             while pending:
@@ -265,8 +265,8 @@ class RayEvaluator:
         results = self._all(method, [args_for(m) for m in mine])
         rewards: list[float] = [0.0] * n
         seconds = dict.fromkeys(phases, 0.0)
-        for m, (r, t) in zip(mine, results):
-            for i, value in zip(m, r):
+        for m, (r, t) in zip(mine, results, strict=True):
+            for i, value in zip(m, r, strict=True):
                 rewards[i] = value
             for key in seconds:
                 seconds[key] = max(seconds[key], t[key])  # the slowest engine sets the pace

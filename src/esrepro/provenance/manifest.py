@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
@@ -48,7 +48,8 @@ def file_digests(path: str | os.PathLike) -> dict[str, str]:
     files = sorted(p for p in path.rglob("*") if p.is_file() and p not in skip)
     # hashlib releases the GIL on large reads: a sharded checkpoint's files hash in parallel
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
-        return {f.relative_to(path).as_posix(): digest for f, digest in zip(files, pool.map(sha256_file, files))}
+        return {f.relative_to(path).as_posix(): digest
+                for f, digest in zip(files, pool.map(sha256_file, files), strict=True)}
 
 
 def tree_digest(files: dict[str, str]) -> str:

@@ -21,6 +21,7 @@ from esrepro.rehearsal.replicas import build_replica
 from esrepro.tasks.sources import hub_defaults
 from esrepro.tasks.url_sources import url_files
 
+
 def build_mirror(root: str | Path, config_path: str | Path, shared_data: str | Path | None = None,
                  workdir: str | Path = ".", seed: int = 0) -> dict[str, Any]:
     """Build the mirror of ``config_path`` (paths in it relative to ``workdir``) at ``root`` (replaced

@@ -22,8 +22,16 @@ from esrepro.pipeline import BASE, Pipeline
 from esrepro.pipeline.load import load_pipeline
 from esrepro.plan import Plan
 from esrepro.rehearsal.mirror_layout import PINS
-from esrepro.rehearsal.report import (Job, dag_jobs, local_jobs, local_rules, outputs_work, report_rows,
-                                      slurm_jobs, write_report)
+from esrepro.rehearsal.report import (
+    Job,
+    dag_jobs,
+    local_jobs,
+    local_rules,
+    outputs_work,
+    report_rows,
+    slurm_jobs,
+    write_report,
+)
 
 CONFIG = "config/rehearsal.yaml"
 PAPER = "config/paper.yaml"

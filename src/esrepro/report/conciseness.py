@@ -170,7 +170,7 @@ def table2(runs: pd.DataFrame, reward_cutoff: float | None, published: Mapping[s
     trained = runs[runs["algorithm"] != "base"]
     paper = {_key(r["algorithm"], r["model"], r): r for r in paper_rows(published)}
     configs = []
-    for (algo, method), g in trained.groupby(["algorithm", "method"], sort=False):
+    for (algo, _method), g in trained.groupby(["algorithm", "method"], sort=False):
         first = g.iloc[0]
         hyper = {k: first[k] for k in HYPER}
         reward, reward_std = _stat(g, "reward_norm")
@@ -223,7 +223,7 @@ def table2(runs: pd.DataFrame, reward_cutoff: float | None, published: Mapping[s
         return df
     df.index = pd.Index(labels, name="configuration")
     sort = [(_order(a), 0 if s != "not run" else 1, float(b or 0) if b else 0.0, float(x or 0) if x else 0.0)
-            for a, s, b, x in zip([_algo_of(m) for m in df["Method"]], df["Status"], df["β"], df["σ"])]
+            for a, s, b, x in zip([_algo_of(m) for m in df["Method"]], df["Status"], df["β"], df["σ"], strict=True)]
     return df.iloc[sorted(range(len(df)), key=lambda i: sort[i])]
 
 

@@ -354,7 +354,7 @@ def _heldout_curve(runs: pd.DataFrame, curves: pd.DataFrame) -> tuple[list[float
 
 def time_to_fraction(xs: Sequence[float], ys: Sequence[float], threshold: float) -> float | None:
     """Seconds at the first point of a curve at or above ``threshold`` (None if never)."""
-    return next((float(x) for x, y in zip(xs, ys) if y >= threshold), None)
+    return next((float(x) for x, y in zip(xs, ys, strict=True) if y >= threshold), None)
 
 
 def _note_text(fig: Figure, notes: Sequence[str], rows: int) -> float:
@@ -436,7 +436,7 @@ def scaling_figure(runs: pd.DataFrame, curves: pd.DataFrame, out_stem: PathLike,
         essa_times = [(k, t) for label, (k, t) in times.items() if k is not None]
         pos = np.arange(len(essa_times))
         ax2.bar(pos, [t or 0.0 for _, t in essa_times], color="C0", label="ESSA")
-        for x, (k, t) in zip(pos, essa_times):
+        for x, (k, t) in zip(pos, essa_times, strict=True):
             speedup = grpo / t if grpo and t else None
             summary_rows.append({"model": model, "run": f"ESSA, {k} engines", "engines": k, "best_val_reward": best,
                                  "threshold": threshold, "seconds_to_threshold": t, "grpo_seconds_to_threshold": grpo,
@@ -473,14 +473,15 @@ def summary_table(runs: pd.DataFrame, base: dict[tuple[str | None, str], float],
     df = runs.copy()
     if target is not None:
         df["time_to_target"] = [time_to_target(curves[curves["run_dir"] == d], target)
-                                if target_task in (None, t) else None for d, t in zip(df["run_dir"], df["task"])]
+                                if target_task in (None, t) else None
+                                for d, t in zip(df["run_dir"], df["task"], strict=True)]
     cols = ["task", "model", "method", "algorithm", "population", "rank", "engines", "precision",
             "problems_per_generation"]
     values = [c for c in ("test_accuracy", "val_reward_sft", "val_max", "val_final", "train_seconds",
                           "seconds_per_iteration", "time_to_target") if c in df]
     agg = df.groupby(cols, dropna=False, sort=False)[values].mean().reset_index()
     agg.insert(2, "seeds", df.groupby(cols, dropna=False, sort=False).size().values)
-    agg["base_test_accuracy"] = [base.get((t, m)) for t, m in zip(agg["task"], agg["model"])]
+    agg["base_test_accuracy"] = [base.get((t, m)) for t, m in zip(agg["task"], agg["model"], strict=True)]
     if display:
         agg["model"] = [display.get(m, m) for m in agg["model"]]
     write_frame_csv(agg, f"{out_stem}.csv")

@@ -166,7 +166,7 @@ def reward_distribution_figure(kl_paths: Sequence[PathLike], out_stem: PathLike)
     panels = list(dict.fromkeys(table["panel"]))
     fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    for ax, algo in zip(axes, panels):
+    for ax, algo in zip(axes, panels, strict=True):
         panel = table[table["panel"] == algo]
         i = 0
         for (series_algo, _), sub in panel.groupby(["algorithm", "value"], dropna=False, sort=False):

@@ -107,7 +107,7 @@ def sweep_points(runs: pd.DataFrame, kl: str = "k3") -> pd.DataFrame:
                          "reward_std": math.nan, "seeds": 1})
     keys = ["algorithm", "beta", "learning_rate", "sigma"]
     for key, g in runs.groupby(keys, dropna=False, sort=True):
-        rows.append({**dict(zip(keys, key)), "kind": "config", "seed": math.nan, "iteration": math.nan,
+        rows.append({**dict(zip(keys, key, strict=True)), "kind": "config", "seed": math.nan, "iteration": math.nan,
                      "kl": float(g[kl].mean()), "reward": float(g["reward"].mean()),
                      "reward_raw": float(g["reward_raw"].mean()), "kl_std": float(g[kl].std()) if len(g) > 1 else math.nan,
                      "reward_std": float(g["reward"].std()) if len(g) > 1 else math.nan, "seeds": len(g)})
@@ -275,7 +275,7 @@ def distribution_figure(
     from matplotlib import colormaps
 
     blues, warm = colormaps["Blues"], colormaps["autumn"]
-    for k, (ax, lr) in enumerate(zip(axes, lrs)):
+    for k, (ax, lr) in enumerate(zip(axes, lrs, strict=False)):
         panel = table[table["learning_rate"] == lr]
         labels = list(dict.fromkeys(panel["series"]))
         rl_labels = [s for s in labels if panel[panel["series"] == s]["algorithm"].iloc[0] in SWEEP_ALGORITHMS]

@@ -35,7 +35,7 @@ FIG2_COLUMNS = ("benchmark", "bar", "label", "model", "method", "seeds", "ours",
 
 def figure_block(published: Mapping[str, Any]) -> Mapping[str, Any]:
     """The published math block's ``figure`` (Fig. 2's bars and values); a clear error when there is none."""
-    for key, block in (published.get("tables") or {}).items():
+    for _key, block in (published.get("tables") or {}).items():
         if isinstance(block, Mapping) and block.get("task") == "math" and block.get("figure"):
             return block["figure"]
     raise ValueError("config/published.yaml has no math block with a `figure` (v2 Fig. 2's bars)")

@@ -223,7 +223,7 @@ def ours_vs_paper(table: pd.DataFrame) -> pd.DataFrame:
             def get(col: str) -> float:
                 if col not in table.columns:
                     return math.nan
-                v = pd.to_numeric(table[col].iloc[i], errors="coerce")
+                v = pd.to_numeric(table[col].iloc[i], errors="coerce")  # noqa: B023 - get() runs in this iteration
                 return math.nan if pd.isna(v) else float(v)
 
             ours, std, paper = get(f"{label} (ours)"), get(f"{label} (ours) std"), get(f"{label} (paper)")

@@ -439,7 +439,7 @@ def shift_figure(
         raise ValueError("shift_figure: no histograms")
     fig = Figure(figsize=(13.5, 3.1 * len(panels) + 0.6), layout="constrained")
     axes = fig.subplots(len(panels), 2, squeeze=False)
-    for (ax, dax), (label, hist, walk, sampled) in zip(axes, panels):
+    for (ax, dax), (label, hist, walk, sampled) in zip(axes, panels, strict=True):
         n = hist.n_params
         ref = half_normal_counts(hist.bins, n, walk.scale)
         edges = hist.bins.edges()
@@ -464,7 +464,7 @@ def shift_figure(
         ax.set_title(f"{label}: |Δ| and the random walk", fontsize="medium")
         dax.set_title(f"{label}: difference", fontsize="medium")
         ax.legend(loc="upper right", fontsize="x-small")
-        pct = lambda v: 100.0 * v / n if n else math.nan  # noqa: E731
+        pct = lambda v: 100.0 * v / n if n else math.nan  # noqa: E731, B023 - used in this iteration only
         ratio = f"{hist.rms / walk.scale:.3f}" if walk.scale > 0 else "n/a (the walk never moved)"
         note = (f"{n:,} parameters; RMS |Δ| / s = {ratio}\n"
                 f"unchanged (Δ = 0): {pct(hist.zero):.2f}%\n"

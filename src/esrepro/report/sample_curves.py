@@ -183,7 +183,7 @@ def curves_figure(
     fig = Figure(figsize=(max(7.5, 3.9 * ncols), 3.2 * nrows + 0.9), layout="constrained")  # room for the legend
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     handles = {}
-    for ax, model in zip(axes, models):
+    for ax, model in zip(axes, models, strict=False):
         for j, method in enumerate(order):
             sub = table[(table["model"] == model) & (table["method"] == method)].sort_values("samples")
             if sub.empty:

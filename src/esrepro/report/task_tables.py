@@ -143,7 +143,7 @@ def math_table(metrics: pd.DataFrame, published: Mapping[str, Any], models: Mapp
 
     def add(model: str, method: str, source: str, values: Mapping[str, float], stds: Mapping[str, float]) -> None:
         rec: dict[str, Any] = {"Model": model, "Method": method, "Source": source}
-        for s, label in zip(sets, labels):
+        for s, label in zip(sets, labels, strict=True):
             rec[label] = values.get(s, math.nan)
             rec[f"{label}{STD_SUFFIX}"] = stds.get(s, math.nan)
         vals = [rec[label] for label in labels]

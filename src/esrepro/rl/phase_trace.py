@@ -49,11 +49,11 @@ class PhaseTrace:
     @contextlib.contextmanager
     def installed(self) -> Iterator["PhaseTrace"]:
         """Wrap the phase-beginning functions for the duration; the run starts in ``load``."""
+        import accelerate.accelerator as acc
         import torch
         import transformers
         import trl.trainer.grpo_trainer as grpo_trainer
 
-        import accelerate.accelerator as acc
         from esrepro.rl import meta_load, ppo, ppo_state
 
         def frozen(model: Any) -> bool:

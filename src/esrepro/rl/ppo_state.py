@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from esrepro.rl import ppo_parallel as par
 from esrepro.train.resume import has_state, read_state, state_key, write_state
 

@@ -2,8 +2,15 @@
 
 from esrepro.settings.base import Settings
 from esrepro.settings.layers import ConfigError, Layer, resolve, validate_block
-from esrepro.settings.methods import (ALGORITHMS, EggrollSettings, ESSettings, GRPOSettings, MethodSettings, PPOSettings,
-                                      algorithm)
+from esrepro.settings.methods import (
+    ALGORITHMS,
+    EggrollSettings,
+    ESSettings,
+    GRPOSettings,
+    MethodSettings,
+    PPOSettings,
+    algorithm,
+)
 from esrepro.settings.pipeline import Dataset, EvalSettings, KLSettings, PipelineConfig, Study
 from esrepro.settings.registry import ModelEntry, Registry, Resources
 

@@ -10,9 +10,19 @@ from pydantic import BaseModel
 from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED, fields_help
 from esrepro.settings.methods import EggrollSettings, ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
-    DataSource, Dataset, Defaults, ESSAStudy, EvalSettings, ESSweep, GRPOSweep, KLSettings, PipelineConfig, Report,
+    Dataset,
+    DataSource,
+    Defaults,
+    ESSAStudy,
+    ESSweep,
+    EvalSettings,
+    GRPOSweep,
+    KLSettings,
+    PipelineConfig,
+    Report,
     Stability,
-    Study, TrainTask,
+    Study,
+    TrainTask,
 )
 from esrepro.settings.registry import Architecture, Build, ModelEntry, Registry, Resources, Tokenizer, WarmStart
 

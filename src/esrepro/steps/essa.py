@@ -87,6 +87,7 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     ``ref_spec``) into ``out``: checkpoint/, log.jsonl with held-out scores, manifest.json (and adapter/
     when ``trains`` is ``adapter``)."""
     from esrepro.devices import pick_device
+    from esrepro.distributed import barrier, init_process_group, world
     from esrepro.essa.data import alignment_positions, baseline_problems_needed, heldout_positions
     from esrepro.essa.train import ADAPTER, SFT_ADAPTER, verify_sft
     from esrepro.io import atomic_path, write_json, write_jsonl
@@ -97,8 +98,6 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     from esrepro.steps.train import snapshot_dirs
     from esrepro.tasks import get_task
     from esrepro.train.context import TrainContext
-
-    from esrepro.distributed import barrier, init_process_group, world
 
     if trains not in TRAINS:
         raise ValueError(f"trains must be one of {', '.join(TRAINS)}, got {trains!r}")

@@ -30,8 +30,8 @@ def main_dvc_record(paths: list[str], out: str, remote: str | None = None, push:
     ``out`` lists each folder with its pointer file and DVC md5, size and file count, so a
     run's log says exactly which data state the committed pointer files name.
     """
-    from esrepro.provenance.dvc import _relative, push_pointers, read_pointer, record, run_dvc
     from esrepro.io import write_json
+    from esrepro.provenance.dvc import _relative, push_pointers, read_pointer, record, run_dvc
     from esrepro.provenance.manifest import code_version, now, package_versions
 
     started = now()

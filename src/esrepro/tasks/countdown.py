@@ -23,7 +23,6 @@ from esrepro.tasks.base import Score, Task
 from esrepro.tasks.safe_arith import try_safe_eval
 from esrepro.tasks.sources import write_prepared
 
-
 # ---------------------------------------------------------------------------------------------
 # Prompt
 

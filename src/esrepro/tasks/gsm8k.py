@@ -22,7 +22,6 @@ from esrepro.tasks.base import Score
 from esrepro.tasks.math import MAX_ANSWER_CHARS, MathTask, _preview, last_boxed, verify_answer
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S
 
-
 _DIGITS = frozenset("0123456789")
 _NUMBER_CHARS = _DIGITS | {",", "."}
 

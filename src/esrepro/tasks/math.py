@@ -40,7 +40,6 @@ from esrepro.tasks.base import Score, Task
 from esrepro.tasks.math_answer import clean_answer
 from esrepro.tasks.timeout import DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, GradingPool, shared_pool
 
-
 QWEN_MATH_TEMPLATE = (
     "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{{}}."
     "<|im_end|>\n<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n"

@@ -35,7 +35,6 @@ from typing import Any, Callable, ClassVar, Iterable
 from esrepro.tasks.base import Score, Task
 from esrepro.tasks.sources import EMBEDDED, source_count, source_kind, write_prepared
 
-
 TASK = "sudoku"
 DEFAULT_N_TRAIN = 64
 DEFAULT_N_TEST = 32

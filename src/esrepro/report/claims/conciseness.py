@@ -14,7 +14,7 @@ from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
 from esrepro.report.claims.rows import NO, NOT_RUN, YES, ClaimRow, mean_gap, reproduced_of
 from esrepro.report.conciseness import PAPER_KL, checkpoint_points, hacked_runs, paper_rows
-from esrepro.report.verdicts import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, FAILS, HOLDS, Interval, Outcome
+from esrepro.report.verdicts import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FAILS, HOLDS, LEVEL, Interval, Outcome
 
 #: GRPO's "small" KL penalties: the betas whose runs the ES paper says hacked (v2 Sec. 4.2, Table 2: 0 and 0.01).
 SMALL_BETA = 0.01

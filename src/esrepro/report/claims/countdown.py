@@ -14,8 +14,17 @@ import pandas as pd
 from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
 from esrepro.report.claims.evidence import Evals
-from esrepro.report.claims.rows import (Z95, ClaimRow, accuracy_gap, binomial_diff_se, compare, fmt, label,
-                                        reproduced_of, why_of)
+from esrepro.report.claims.rows import (
+    Z95,
+    ClaimRow,
+    accuracy_gap,
+    binomial_diff_se,
+    compare,
+    fmt,
+    label,
+    reproduced_of,
+    why_of,
+)
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, Outcome
 
 #: The RL methods of v2 Table 1, in its column order.

@@ -168,7 +168,7 @@ def engines_row(runs: pd.DataFrame, curves: pd.DataFrame, published: Mapping[str
                 cases.append((name, V.untestable("one engine count")))
             elif len(reached) < 2:
                 cases.append((name, V.untestable(f"fewer than two engine counts reach {target:g}")))
-            elif all(b[1] < a[1] for a, b in zip(reached, reached[1:])) and len(reached) == len(times):
+            elif all(b[1] < a[1] for a, b in zip(reached, reached[1:], strict=False)) and len(reached) == len(times):
                 cases.append((name, Outcome(HOLDS, "falls with every added engine count")))
             else:
                 cases.append((name, Outcome(FAILS, "does not fall with every added engine count")))

@@ -141,7 +141,8 @@ def load_periodic(manifests: Sequence[PathLike], split: str = "test") -> pd.Data
     if not logs:
         return pd.DataFrame(columns=["model", "method", "samples", "accuracy", "seeds", "n"])
     table = curves_table(logs)
-    table["n"] = [min(sizes.get((m, meth), [0])) or math.nan for m, meth in zip(table["model"], table["method"])]
+    table["n"] = [min(sizes.get((m, meth), [0])) or math.nan
+                  for m, meth in zip(table["model"], table["method"], strict=True)]
     return table
 
 

@@ -205,10 +205,10 @@ def movement_note(evals_files: Sequence[PathLike], results: PathLike, task: str 
                 first.append(float(rec[0]["reward_mean"]))
                 last.append(float(rec[-1]["reward_mean"]))
         if first:
-            change = [b - a for a, b in zip(first, last)]
+            change = [b - a for a, b in zip(first, last, strict=True)]
             spread = float(np.std(first, ddof=1)) if len(first) > 1 else math.nan
             parts.append("population mean training reward, first -> last iteration: "
-                         + ", ".join(f"{a:.3f} -> {b:.3f}" for a, b in zip(first, last))
+                         + ", ".join(f"{a:.3f} -> {b:.3f}" for a, b in zip(first, last, strict=True))
                          + f" (change {np.mean(change):+.3f}; spread over seeds at the start {fmt(spread, 3)})")
     if not parts:
         return None
