@@ -6,6 +6,8 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from esrepro.tasks import get_task, prepare_task
 from esrepro.tasks.gsm8k import GSM8KTask, after_hashes, extract_gsm8k_answer, gold_from_solution, last_number
 from esrepro.tasks.math import (
@@ -194,6 +197,7 @@ HOSTILE = {
     # a larger cap lets the longest texts reach math-verify, where the timeout stops them
     ("olympiad_bench", {"max_answer_chars": 200_000}, ["frac_nested_1000", "backslashes", "unbalanced_close"]),
 ])
+@pytest.mark.slow
 def test_hostile_output_is_graded_wrong_quickly(task_name: str, options: dict, labels: list[str]) -> None:
     task = get_task(task_name, **options)
     example = {"problem": "p", "answer": "4321", "answers": ["4321"]}  # in none of the texts
@@ -395,3 +399,28 @@ def test_nul_byte_does_not_turn_a_wrong_answer_right(response: str) -> None:
     assert task.score(response, {"answer": "924", "problem": "p"}).reward == 0.0
     assert task.score("\\boxed{924}", {"answer": "924", "problem": "p"}).reward == 1.0
     assert verify_answer("\\$5", ["\\$5"])[0]
+
+
+_FIRST_GRADES = """
+import glob, json, sys
+from esrepro.tasks.math import warm_math_verify, math_verify_match
+warm_math_verify()
+before = set(sys.modules)
+for path in sorted(glob.glob(sys.argv[1] + "/*/test.jsonl")):
+    for line in open(path):
+        row = json.loads(line)
+        for gold in row.get("answers") or ([row["answer"]] if isinstance(row.get("answer"), str) else []):
+            math_verify_match([gold], "\\\\boxed{111}")
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("sympy"))))
+"""
+
+
+def test_a_warm_grader_imports_nothing_more_to_grade_the_tiny_defaults_answers():
+    """The grading workers' warm-up loads every part of sympy that the tiny default's gold answers reach: a lazy
+    import left for the first graded answer (0.03-0.16 s each, measured) counts against its 1-s limit, where a busy
+    machine turns it into a time-out and the run's responses differ from the golden ones."""
+    prepared = REPO / "golden" / "tiny" / "data" / "prepared"
+    assert len(list(prepared.glob("*/test.jsonl"))) >= 8
+    out = subprocess.run([sys.executable, "-c", _FIRST_GRADES, str(prepared)], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
