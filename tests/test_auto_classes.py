@@ -69,6 +69,7 @@ def test_auto_tokenizer_gives_the_pipelines_ids(folders, name, trust_remote_code
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-v2", "es-checkpoint"])
+@pytest.mark.slow
 def test_auto_classes_give_the_pipelines_greedy_outputs(folders, name):
     folder = folders[name]
     pipeline = HFBackend(folder, batch_size=1).generate(PROMPTS, NEW_TOKENS)

@@ -263,6 +263,7 @@ def test_nested_outcomes_make_every_paper_margin_hold(tmp_path):
 
 
 @pytest.mark.parametrize("nested, es", [(True, 40.0), (False, 36.0)])
+@pytest.mark.slow
 def test_es_clearly_below_a_baseline_does_not_hold_and_names_model_and_baseline(tmp_path, nested, es):
     """Qwen2.5-3B's ES below the paper's Dr.GRPO-v 43.8 on 2,000 problems: 40.0 with nested outcomes (every
     disagreement against ES), 36.0 with independent draws (a deficit well outside the noise of one draw)."""
@@ -276,6 +277,7 @@ def test_es_clearly_below_a_baseline_does_not_hold_and_names_model_and_baseline(
     assert df.loc[f"{ES_BEATS}: Qwen2.5-7B-Instruct", "Verdict"] == V.HOLDS
 
 
+@pytest.mark.slow
 def test_the_learning_rate_sweep_beside_the_study_does_not_enter_the_hacking_rule(tmp_path):
     """App. A.4: at small learning rates GRPO stays close to the base model (no hacking). Those runs sit beside the
     study's in kl/conciseness/, but the hacking rule reads only the study's runs; the sweep's own row reads them."""
@@ -445,6 +447,7 @@ def test_golden_keeps_the_claims_table_and_the_readme_shows_it(tmp_path, monkeyp
     assert block.count("| not testable |") == len(df)
 
 
+@pytest.mark.slow
 def test_measured_seconds_stay_in_their_own_column(tmp_path):
     """ESSA's wall-clock claim: GRPO as fast as ESSA does not hold at the paper's scale; below it, the seconds and the
     rule's outcome on them stay in the seconds column, so the rest of the table is the same whatever the times."""

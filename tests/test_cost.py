@@ -24,6 +24,7 @@ def paper():
     return load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
 
 
+@pytest.mark.slow
 def test_jobs_are_the_dags_jobs(paper):
     """Per rule, as many jobs as `snakemake -n -F` schedules for the paper's config from nothing."""
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-F", "--configfile", "config/paper.yaml"],

@@ -206,6 +206,7 @@ def _train_cmd(model_dir: Path, data_dir: Path, out: Path) -> list[str]:
             "--spec", json.dumps(SPEC), "--seed", "3", "--out", str(out), "--threads", "1"]
 
 
+@pytest.mark.slow
 def test_killed_eggroll_run_resumes_bit_identically(tiny_model_dir, tmp_path):
     """The training step runs ``eggroll`` as it runs ``es``; killed after a resume state, it ends bit-identical
     (on conciseness, whose length reward varies for a random model, so the weights move)."""

@@ -67,6 +67,7 @@ def _same(a: dict, b: dict) -> bool:
 
 @pytest.mark.parametrize("noise", ["iid", "correlated"])
 @pytest.mark.parametrize("restore", ["exact", "subtract"])
+@pytest.mark.slow
 def test_two_ray_engines_end_bit_identical_to_the_serial_loop(tiny_model_dir, scoring, ray_local, tmp_path, noise,
                                                               restore):
     cfg = _cfg(noise, restore)
@@ -109,6 +110,7 @@ class _Killing:
         return self.inner.apply_update(update)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_the_run_ends_identical(tiny_model_dir, scoring, ray_local, tmp_path):
     cfg = _cfg("correlated", "subtract")  # subtract: the replacement must replay every member's perturb/restore
     serial_log, serial = _run(SerialEvaluator(_spec(tiny_model_dir, cfg), scoring), cfg, tmp_path, "serial")
@@ -125,6 +127,7 @@ def test_a_killed_worker_is_replaced_and_the_run_ends_identical(tiny_model_dir, 
     assert _same(serial, weights)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_bit_identically(tiny_model_dir, scoring, ray_local, tmp_path):
     cfg = _cfg("iid", "subtract", iterations=3, resume_every=1)
     _, serial = _run(SerialEvaluator(_spec(tiny_model_dir, cfg), scoring), cfg, tmp_path, "serial")
@@ -151,6 +154,7 @@ def test_an_interrupted_run_resumes_bit_identically(tiny_model_dir, scoring, ray
     assert len(log) == 3 and _same(serial, weights)
 
 
+@pytest.mark.slow
 def test_engines_that_disagree_stop_the_run(tiny_model_dir, scoring, ray_local, tmp_path):
     cfg = _cfg("iid", "exact", iterations=1)
     evaluator = RayEvaluator(_spec(tiny_model_dir, cfg), scoring, engines=2)
@@ -175,6 +179,7 @@ def test_engines_with_a_gpu_each_start_side_by_side_and_sharing_ones_one_after_a
     assert not own_gpu({"num_gpus": 0.5, "num_cpus": 1}) and not own_gpu({"num_cpus": 4})
 
 
+@pytest.mark.slow
 def test_engines_started_side_by_side_score_as_the_serial_engine(tiny_model_dir, scoring, ray_local):
     cfg = _cfg("iid", "exact", iterations=1)
     seeds = [11, 12, 13, 14]
@@ -199,6 +204,7 @@ def test_engines_started_side_by_side_are_all_asked_for_at_once_and_named_when_l
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_a_hung_worker_is_replaced_after_call_timeout_and_the_call_retried(tiny_model_dir, scoring, ray_local,
                                                                             tmp_path):
     """An engine whose process stops answering (SIGSTOP: alive, but hung) is treated as lost once a call outlasts

@@ -44,6 +44,7 @@ def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "checkpoint" / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_identically(tiny_model_dir, data_dir, tmp_path):
     env = {**os.environ, "TQDM_DISABLE": "1"}
     straight = tmp_path / "straight"

@@ -50,6 +50,7 @@ def _eval(root: Path, model: str, method: str, accuracy: float, n: int, rng: np.
 
 
 # --- what plans it ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_default_and_the_extension_plan_low_rank_es_and_the_paper_config_does_not():
     from esrepro.claim_plan import ClaimPlan
     from esrepro.jobs import ES_VARIANTS, TABLE1, plan_jobs

@@ -57,6 +57,7 @@ def random_candidate(space: SingularValueSpace, scale: float, seed: int) -> np.n
 # -- LoRA SFT -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lora_sft_lowers_loss_and_is_deterministic(sft_run, tmp_path):
     model_dir, adapter_dir, summary = sft_run
     assert summary["loss_after"] < summary["loss_before"] - 0.1, summary

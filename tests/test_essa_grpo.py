@@ -70,6 +70,7 @@ def test_alignment_positions_skip_the_heldout_block():
     assert baseline_problems_needed(10, 3, 2, 2) == 15 and baseline_problems_needed(10, 3, 2, 6) == 18
 
 
+@pytest.mark.slow
 def test_grpo_trains_only_the_sft_adapter(countdown_model, countdown_data, sft_dir, tmp_path):  # noqa: F811
     run = tmp_path / "grpo"
     summary = _run(countdown_model, sft_dir, countdown_data, run)

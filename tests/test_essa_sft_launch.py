@@ -18,6 +18,7 @@ PAIRS = [(f"Using the numbers [{a} {b}], make {a + b}.", f" <answer>{a} + {b}</a
 SFT = dict(rank=4, alpha=8.0, epochs=2, learning_rate=0.05, batch_size=8, seed=0)
 
 
+@pytest.mark.slow
 def test_two_processes_train_the_same_total_batch_and_steps(tmp_path):
     torch.set_num_threads(1)
     model_dir = make_model_dir(tmp_path / "base")

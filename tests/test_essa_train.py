@@ -80,6 +80,7 @@ def straight_run(countdown_model, data_dir, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_three_generations_hold_fitness(straight_run, countdown_model):
     log = _log(straight_run)
     manifest = json.loads((straight_run / "manifest.json").read_text())
@@ -106,6 +107,7 @@ def test_three_generations_hold_fitness(straight_run, countdown_model):
     assert manifest["settings"]["covariance"] == strategy.covariance == "separable"
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
     killed = tmp_path / "killed"
     done = kill_once_resumable(_train_cmd(countdown_model, data_dir, killed), ENV, killed, "completed_generations")
@@ -131,6 +133,7 @@ def test_killed_run_resumes_bit_identically(straight_run, countdown_model, data_
     assert not (killed / "resume").exists()
 
 
+@pytest.mark.slow
 def test_full_covariance_run_resumes_bit_identically(straight_run, countdown_model, data_dir, tmp_path):
     """covariance: full (cmaes.CMA) end to end: a killed run ends as the uninterrupted one, the manifest and the
     saved CMA-ES state say full, and the search differs from the separable run's."""
@@ -281,6 +284,7 @@ def test_quantised_precision_runs_engines():
 # --- the Ray evaluator ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ray_candidate_evaluator_matches_serial(straight_run, countdown_model, data_dir):
     from esrepro.essa.spec import ESSAEngineSpec
     from esrepro.essa.svd import SingularValueSpace

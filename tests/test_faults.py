@@ -117,6 +117,7 @@ def _evaluate(model: Path, data: Path, out: Path) -> subprocess.CompletedProcess
 
 # ------------------------------------------------------------------ corrupted inputs are refused
 
+@pytest.mark.slow
 def test_flipped_weight_byte_with_kept_mtime_is_refused(model_dir: Path, prepared: Path, tmp_path: Path) -> None:
     model = built_model(tmp_path / "model")
     weights = model / "model.safetensors"
@@ -128,6 +129,7 @@ def test_flipped_weight_byte_with_kept_mtime_is_refused(model_dir: Path, prepare
     assert not (tmp_path / "bad" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_edited_training_line_is_refused(model_dir: Path, prepared: Path, tmp_path: Path) -> None:
     data = prepared_data(tmp_path / "data")
     train = data / "train.jsonl"
@@ -146,6 +148,7 @@ def test_edited_training_line_is_refused(model_dir: Path, prepared: Path, tmp_pa
 
 # ------------------------------------------------------------------ errors name the file (and the line)
 
+@pytest.mark.slow
 def test_cut_jsonl_names_file_and_line(prepared: Path, model_dir: Path, tmp_path: Path) -> None:
     from esrepro.io import read_jsonl
 
@@ -161,6 +164,7 @@ def test_cut_jsonl_names_file_and_line(prepared: Path, model_dir: Path, tmp_path
 
 
 @pytest.mark.parametrize("where", ["header", "length"])
+@pytest.mark.slow
 def test_corrupt_safetensors_header_is_one_line(model_dir: Path, prepared: Path, tmp_path: Path, where: str) -> None:
     model = tmp_path / "model"
     shutil.copytree(model_dir, model)
@@ -239,6 +243,7 @@ def _generations(run: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_essa_kills_at_random_points_and_a_corrupted_sft_cache(countdown_model, data_dir, tmp_path):  # noqa: F811
     """Kills during start-up leave nothing; a cache changed between kill and resume is refused; intact, it resumes."""
     run = tmp_path / "run"
@@ -291,6 +296,7 @@ def test_killed_two_engine_essa_leaves_no_ray_process(countdown_model, data_dir,
 
 # ------------------------------------------------------------------ a killed forced rerun is redone
 
+@pytest.mark.slow
 def test_killed_forced_rerun_is_redone_by_a_plain_run(tmp_path: Path) -> None:
     """Snakemake does not redo a missing intermediate once its dependents are up to date; the run's outputs are
     targets of ``rule all``, so a run whose outputs a killed ``-R`` deleted (only ``resume/`` left) is redone."""

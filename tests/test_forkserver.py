@@ -60,6 +60,7 @@ def test_no_server_named_runs_here(monkeypatch):
     assert forkserver.delegate(["options"]) is None
 
 
+@pytest.mark.slow
 def test_a_job_in_the_server_prints_and_exits_as_a_fresh_command(server, tmp_path):
     sock, proc, log = server
     fresh = esrepro(["options", "--markdown"], job_env())
@@ -191,6 +192,7 @@ def test_the_server_ends_with_its_parent(tmp_path):
     assert not sock.exists() and forkserver.summary(log.read_text())["served"] == 0
 
 
+@pytest.mark.slow
 def test_start_loads_the_libraries_and_stop_ends_it(tmp_path, monkeypatch):
     monkeypatch.delenv(forkserver.SOCKET_ENV, raising=False)
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")

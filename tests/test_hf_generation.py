@@ -90,6 +90,7 @@ def test_the_reference_exercises_what_it_should(reference, model_dir):
 
 
 @pytest.mark.parametrize("generation", ["static", "continuous"])
+@pytest.mark.slow
 def test_greedy_outputs_equal_the_default_path_through_weight_changes(generation, model_dir, reference):
     """Perturb, generate, restore, generate == before; and every state's outputs equal the default path's,
     which a compiled graph or KV cache holding earlier weights would break."""

@@ -137,6 +137,7 @@ assert flag.read_text() == "written", "the barrier let a process pass before the
 """
 
 
+@pytest.mark.slow
 def test_a_barrier_waits_for_every_process_and_is_refused_before_their_group(tmp_path):
     """torchrun, 2 gloo processes: a barrier before the group would return at once, so it is refused; after it, the
     other process waits until the main process has written."""
@@ -156,6 +157,7 @@ def test_a_one_process_barrier_has_nothing_to_wait_for():
     barrier()
 
 
+@pytest.mark.slow
 def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
     """Every PPO and GRPO job of the paper's plan runs one torchrun process per GPU it asks for, and the processes
     share its per-step batch evenly; the CPU-only steps ask for no GPU."""

@@ -187,6 +187,7 @@ def _snakemake(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
+@pytest.mark.slow
 def test_a_path_entry_trains_es_and_is_evaluated_then_a_changed_file_stops_its_jobs(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     folder = causal_dir(tmp_path / "my-model")

@@ -68,6 +68,7 @@ def test_paper_config_runs_the_math_experiment_as_v2_states():
     assert ExtrasPlan(plan).math_figure_model() == model
 
 
+@pytest.mark.slow
 def test_paper_dry_run_plans_fig2():
     from esrepro.rehearsal.report import dag_jobs
 

@@ -59,6 +59,7 @@ def test_a_download_whose_config_differs_stops_naming_the_entry_and_each_field(h
     assert not out.exists() and not list(tmp_path.glob(".base*"))  # nothing written, no temporary left
 
 
+@pytest.mark.slow
 def test_add_model_from_the_hub_writes_an_entry_that_fetches(hub, tmp_path):
     (tmp_path / "config").mkdir()
     registry = tmp_path / "config" / "models.yaml"

@@ -130,6 +130,7 @@ def test_pinned_needs_a_built_model_and_a_sha256():
         ModelEntry(**entry, build=MODEL["build"], pinned={"path": "p", "sha256": "abc"})
 
 
+@pytest.mark.slow
 def test_the_registrys_pinned_models_rebuild_to_their_pins(tmp_path):
     """Both models the embedded default copies, rebuilt from scratch as `make verify-models` runs it."""
     registry = yaml.safe_load((REPO / "config/models.yaml").read_text())["models"]

@@ -27,6 +27,7 @@ def _snakemake(args: list[str], cwd: Path, timeout: int) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_paper_dag_lists_every_model(tmp_path):
     repo = copy_repo(tmp_path)
     proc = _snakemake(["-n", "--configfile", "config/paper.yaml"], repo, timeout=120)
@@ -227,6 +228,7 @@ STARTS = {
 
 
 @pytest.mark.parametrize("start", STARTS)
+@pytest.mark.slow
 def test_the_preloaded_interpreter_serves_every_job_however_the_run_is_started(tmp_path, start):
     """Every job of a run runs in the preloaded interpreter (esrepro.forkserver), none declined, whether the
     default is started from an activated venv or by make; the server's counts end its log."""

@@ -202,6 +202,7 @@ def test_preflight_stops_a_run_whose_grpo_micro_batch_does_not_fit():
     assert texts and all("llama-3.1-8b-instruct/grpo8/" in t and "over the H100" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_the_cli_prints_the_peaks_and_docs_hold_its_table(paper, tmp_path):
     _, checked = paper
     out = tmp_path / "peaks.md"

@@ -159,6 +159,7 @@ def test_the_essa_reference_runs_start_first():
 
 
 # --- the paper's DAG ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_paper_dry_run_lists_math_puzzle_and_stability_jobs(tmp_path):
     out = _dry_run(copy_repo(tmp_path / "repo"), "config/paper.yaml")
     stats = _stats(out)

@@ -115,6 +115,7 @@ def test_check_packages_verb_prints_the_failures(capsys):
     assert ABSENT in line and '"json"' not in line
 
 
+@pytest.mark.slow
 def test_packages_are_imported_by_the_esrepro_on_path(tmp_path, monkeypatch):
     bin_dir = _esrepro_without_vllm(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -196,6 +197,7 @@ def _snakemake(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Co
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_dry_run_warns_and_a_real_run_stops_before_any_job(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     env = _env(tmp_path, _esrepro_without_vllm(tmp_path))
@@ -219,6 +221,7 @@ def test_a_dry_run_warns_and_a_real_run_stops_before_any_job(tmp_path):
     assert not (repo / "results/models").exists() and not (repo / "data/prepared").exists()
 
 
+@pytest.mark.slow
 def test_without_a_sandbox_a_tiny_run_leaves_arc_out_and_a_paper_run_stops(tmp_path):
     """ESREPRO_SANDBOX=none (no sandbox on this machine): the tiny default's DAG has no ARC training or evaluation,
     its puzzle and per-task tables say "not run" in ARC's cells, and the dry run warns with the fix; the paper's run

@@ -62,6 +62,7 @@ def test_rehearsal_keeps_the_papers_models_and_layouts_on_cpus():
     assert rehearsal.cfg.methods["grpo8"]["use_vllm"] is True
 
 
+@pytest.mark.slow
 def test_rehearsal_dag_has_every_rule_of_the_papers():
     paper, rehearsal = dag_jobs(["config/paper.yaml"], SNAKEMAKE, REPO), dag_jobs(["config/rehearsal.yaml"],
                                                                                  SNAKEMAKE, REPO)
@@ -74,6 +75,7 @@ def test_rehearsal_dag_has_every_rule_of_the_papers():
     assert {m for _, m in families} >= {"es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov"}
 
 
+@pytest.mark.slow
 def test_the_slice_reaches_every_task_of_the_dag_with_one_cheap_target_each():
     p = _pipeline("config/rehearsal.yaml")
     targets = slice_targets(p)

@@ -106,6 +106,7 @@ def _late(rank: int, port: int, out: dict) -> None:
         out[rank] = ("timed out", time.perf_counter() - t0)
 
 
+@pytest.mark.slow
 def test_the_process_group_waits_as_long_as_told():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -103,6 +103,7 @@ def test_grpo_seed_reproduces_bit_for_bit(tiny_model_dir, data):
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
+@pytest.mark.slow
 def test_cli_writes_the_es_run_shape_with_the_budget(tiny_model_dir, data, tmp_path):
     data_dir, _, _ = data
     spec = {**DR_GRPO, "sample_budget": 10}  # 10 // 4 samples per step = 2 steps

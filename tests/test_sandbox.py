@@ -272,6 +272,7 @@ PIPE_PAYLOADS = {
 
 @pytest.mark.parametrize(("then", "name"), [(then, name) for then in ("exit", "return") for name in PIPE_PAYLOADS
                                             if PIPE_PAYLOADS[name] or then == "exit"])  # nothing, then return: right
+@pytest.mark.slow
 def test_whatever_a_program_writes_on_the_result_pipe_scores_zero(name: str, then: str) -> None:
     """The bytes go straight onto the result pipe; then the program exits (what it wrote is all there is) or
     returns the right grid (the launcher's own document follows the program's bytes)."""

@@ -105,6 +105,7 @@ def _dry_run_jobs(out: str) -> list[dict]:
     return jobs
 
 
+@pytest.mark.slow
 def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path):
     """`snakemake -n --profile workflow/profiles/slurm` needs no cluster: the registry's
     GPUs, GPU model, CPUs, memory and runtime reach every model's jobs; the 7B/8B models'

@@ -34,6 +34,7 @@ def _ok(proc) -> None:
 
 
 @pytest.mark.parametrize("model_type", ["qwen3", "mistral"])
+@pytest.mark.slow
 def test_a_tiny_build_of_another_family_trains_by_es_and_evaluates(model_type, tmp_path):
     js = json.dumps
     spec = build_spec(model_type)

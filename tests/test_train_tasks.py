@@ -53,6 +53,7 @@ def _train_here(model_dir: Path, data_dir: Path, out: Path, spec: dict, method: 
 
 
 # --- periodic evaluation -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_es_periodic_eval_one_point_per_interval_and_resumes_with_the_run(tiny_model_dir, countdown, tmp_path):
     """A point before training and after every eval_every iterations; a run killed after a resume checkpoint
     and restarted writes the same points, none twice."""

@@ -198,6 +198,7 @@ def test_essas_grpo_baseline_runs_with_verls_semantics():
     assert samples_per_step(paper.method_settings("qwen2.5-math-7b", "gsm8k", "essa_grpo").as_dict()) == 320
 
 
+@pytest.mark.slow
 def test_cli_trains_grpo_v_into_the_run_shape(tiny_model_dir, tmp_path):
     """`esrepro train` with a GRPO-v spec: 2 steps from one rollout of 8 prompts (4 problems, repeated), the budget
     and the per-process batch in the manifest."""
