@@ -5,12 +5,12 @@
 
 import sys
 
-from esrepro import cluster, job_time, preflight, specs
+from esrepro.planning import cluster, job_time, preflight, specs
 from esrepro import paths as P
-from esrepro.claim_plan import ClaimPlan
+from esrepro.planning.claim_plan import ClaimPlan
 from esrepro.config import config_files, workflow_config
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 
 report: "workflow/report/workflow.rst"
 
@@ -36,15 +36,15 @@ if NOT_RUN:
 CLAIMS = ClaimPlan(PLAN)  # each claim's rows, the files they read and their targets
 CFG = PIPELINE.cfg
 R = PLAN.paths  # this config's data and results templates (under its workspace, if it has one)
-# Tiny scale: every job pins its CPU kernels to ones every x86-64 CPU has (esrepro.numerics).
-from esrepro import numerics
+# Tiny scale: every job pins its CPU kernels to ones every x86-64 CPU has (esrepro.runtime.numerics).
+from esrepro.runtime import numerics
 numerics.set_scale(CFG.scale)
 config.update(CFG.model_dump(mode="json"))  # the report's captions see every setting, defaults included
 
 
 # A local tiny run forks its jobs from one interpreter that has torch and transformers loaded, instead
-# of each job loading them (esrepro.forkserver: about 5 s of CPU per job); cluster jobs start their own.
-from esrepro import forkserver
+# of each job loading them (esrepro.runtime.forkserver: about 5 s of CPU per job); cluster jobs start their own.
+from esrepro.runtime import forkserver
 from snakemake.logging import logger
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 

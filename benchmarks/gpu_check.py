@@ -13,7 +13,7 @@ device given (``--device cuda``):
     through the trainers' own mixed-precision path (``--sharding ddp`` or ``fsdp``, the latter under torchrun):
     seconds per step, peak GPU memory, the returned policy's dtype, and from the resume state written after
     step 1 the master weights' dtype and the share of them that moved from the base.
-[6] memory against the model, phase by phase (esrepro.rl_memory, as the plan check counts it; the phases as
+[6] memory against the model, phase by phase (esrepro.planning.rl_memory, as the plan check counts it; the phases as
     esrepro.rl.phase_trace observes them in the run): GRPO with beta > 0 under FSDP with one process (the reference
     built and sharded as on 8 GPUs, a rollout serving two optimiser steps, periodic evaluation, a resume state), and
     PPO loading and sharding as the 8-GPU job does, each phase's torch.cuda.max_memory_allocated against its
@@ -103,7 +103,7 @@ def noise_check(device: str, model_dir: Path) -> dict:
     be affordable: a model's noise drawn per tensor in one call, as ES draws it, against drawn in chunks."""
     from transformers import AutoModelForCausalLM
 
-    from esrepro.devices import noise_device
+    from esrepro.runtime.devices import noise_device
 
     out: dict = {"noise_device": noise_device(device), "chunk": CHUNK}
     if device.startswith("cuda"):
@@ -142,7 +142,7 @@ def precision_check(device: str, model_dir: Path) -> dict:
     """One AdamW step (lr 1e-6) of the LM loss on a fixed batch: float32 masters under bf16 autocast, and bf16."""
     from transformers import AutoModelForCausalLM
 
-    from esrepro import numerics
+    from esrepro.runtime import numerics
 
     out = {}
     ids = torch.randint(0, 400, (4, 64), generator=torch.Generator().manual_seed(0)).to(device)
@@ -295,11 +295,11 @@ def memory_prediction(model_dir: Path, settings: dict) -> dict:
     """The memory model's phases for one process of ``settings`` on ``model_dir`` (the longest of [6]'s prompts,
     its periodic evaluation and resume states), GiB, without the CUDA context (the allocator does not count it);
     ``phase`` and ``predicted_gib``: the peak."""
-    from esrepro import memory as M
+    from esrepro.models import memory as M
     from esrepro.models.loading import load_tokenizer
-    from esrepro.plan_check import predict_phases
+    from esrepro.planning.plan_check import predict_phases
+    from esrepro.planning.rl_memory import Evaluation
     from esrepro.rl.grpo import longest_prompt_tokens
-    from esrepro.rl_memory import Evaluation
 
     task = _length_task()
     prompt = longest_prompt_tokens(load_tokenizer(model_dir), [task.prompt(e) for e in _problems(16)], chat=False)

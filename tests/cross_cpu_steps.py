@@ -100,7 +100,7 @@ def grpo_advantages() -> dict[str, str]:
     square roots agree on every CPU even through oneMKL's vector math."""
     from trl.trainer import grpo_trainer
 
-    from esrepro import numerics
+    from esrepro.runtime import numerics
 
     numerics.portable_trl()  # what esrepro.rl.grpo.train_grpo does before it builds the trainer
     rewards = torch.from_numpy(np.random.default_rng(0).choice([0.0, 0.1, 1.0], size=128).astype(np.float32))

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from esrepro.distributed import barrier, init_process_group, world
 from esrepro.models.loading import load_tokenizer
 from esrepro.rl import ppo_parallel as par
 from esrepro.rl.ppo import _generate_padded
+from esrepro.runtime.distributed import barrier, init_process_group, world
 from esrepro.settings.methods import PPOSettings
 from esrepro.train.periodic import model_generator
 

@@ -37,11 +37,11 @@ def main() -> None:
     from torch.distributed.tensor import DTensor
     from transformers import TrainerCallback
 
-    from esrepro.distributed import init_process_group, world
     from esrepro.models.loading import load_tokenizer
     from esrepro.rl.grpo import _dataset, grpo_config_kwargs, make_trainer
     from esrepro.rl.phase_trace import PhaseTrace
     from esrepro.rl.reward import trl_reward_func
+    from esrepro.runtime.distributed import init_process_group, world
     from esrepro.tasks.countdown import CountdownTask, generate_problems
 
     model_dir, out, order = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]

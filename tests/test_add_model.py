@@ -13,8 +13,8 @@ import yaml
 
 from conftest import REPO
 from esrepro.config import ConfigError, load_registry
-from esrepro.memory import entry_facts
 from esrepro.models.add import add_model, resources_for, size_text
+from esrepro.models.memory import entry_facts
 from model_folders import CPU, bert_dir, causal_dir, esrepro
 
 

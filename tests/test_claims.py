@@ -1,7 +1,7 @@
 """The claims table: its verdict rules on drawn evidence, and a paper-scale results folder whose numbers are the
 papers' own (config/published.yaml), with per-problem outcomes drawn independently per method (as real evaluations
 produce them) and, for contrast, nested ("the first k problems right"). Rows read only the files their rules
-declare (esrepro.claim_plan), through the paper configuration's own plan."""
+declare (esrepro.planning.claim_plan), through the paper configuration's own plan."""
 
 from __future__ import annotations
 
@@ -38,21 +38,21 @@ def _display() -> dict[str, str]:
 @lru_cache(maxsize=2)
 def _pipeline(config: str = "paper.yaml"):
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     return load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
 
 
 @lru_cache(maxsize=2)
 def _spec(config: str = "paper.yaml") -> dict:
-    from esrepro.specs import claims_spec
+    from esrepro.planning.specs import claims_spec
 
     return claims_spec(_pipeline(config))
 
 
 def _inputs(config: str = "paper.yaml") -> list[str]:
-    from esrepro.claim_plan import ClaimPlan
-    from esrepro.plan import Plan
+    from esrepro.planning.claim_plan import ClaimPlan
+    from esrepro.planning.plan import Plan
 
     return ClaimPlan(Plan(_pipeline(config))).all_files()
 
@@ -330,7 +330,7 @@ def test_a_row_reads_only_its_declared_runs(tmp_path):
 
 
 def test_each_row_names_its_jobs_cost_and_target():
-    from esrepro.claim_cost import claim_costs, markdown
+    from esrepro.planning.claim_cost import claim_costs, markdown
 
     costs = {c.row: c for c in claim_costs(_pipeline())}
     assert costs["es_lifts_sudoku"].gpu_hours < costs["es_beats_rl.qwen2.5-7b-instruct"].gpu_hours
@@ -471,11 +471,11 @@ def test_measured_seconds_stay_in_their_own_column(tmp_path):
 
 @pytest.mark.parametrize("config, scale", [("config.yaml", "tiny"), ("paper.yaml", "paper")])
 def test_the_rule_reads_what_its_rows_declare(config, scale):
-    """The claims rule's inputs (esrepro.claim_plan.ClaimPlan.all_files) and settings (esrepro.specs.claims_spec)
+    """The claims rule's inputs (esrepro.planning.claim_plan.ClaimPlan.all_files) and settings (esrepro.planning.specs.claims_spec)
     for the default and the paper's configuration: every row's files, and nothing from the learning-rate sweep in
     the hacking row."""
-    from esrepro.claim_plan import ClaimPlan
-    from esrepro.plan import Plan
+    from esrepro.planning.claim_plan import ClaimPlan
+    from esrepro.planning.plan import Plan
 
     pipeline = _pipeline(config)
     plan = Plan(pipeline)
@@ -499,7 +499,7 @@ def test_the_rule_reads_what_its_rows_declare(config, scale):
 def test_the_docs_hold_the_claims_wording_rules_and_costs():
     """docs/claims.md sets each claim's wording beside its rule and the paper config's costs, cheapest first; the
     README shows the cheapest claims."""
-    from esrepro.claim_cost import claim_costs, markdown
+    from esrepro.planning.claim_cost import claim_costs, markdown
     from esrepro.report.claims.catalogue import markdown as catalogue
 
     docs = (ROOT / "docs" / "claims.md").read_text()

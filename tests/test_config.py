@@ -15,7 +15,7 @@ import yaml
 
 from conftest import REPO
 from esrepro.config import ConfigError, load_registry, load_yaml, read_config
-from esrepro.pipeline.load import check_config, load_pipeline
+from esrepro.planning.load import check_config, load_pipeline
 
 
 @pytest.fixture()
@@ -409,7 +409,7 @@ def test_validate_verb_names_the_file(tmp_path):
 def test_workspaces_keep_configs_apart_and_are_not_inherited(tmp_path):
     """Every shipped tiny config but the default writes under its own workspace; `extends` does not pass a
     workspace on (two configs would share it); a workspace must be a folder inside the repository."""
-    from esrepro.plan import Plan
+    from esrepro.planning.plan import Plan
 
     spaces = {name: read_config(REPO / "config" / name, root=REPO).get("workspace")
               for name in ("config.yaml", "paper.yaml", "essa_tiny.yaml")}

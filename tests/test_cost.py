@@ -13,10 +13,10 @@ import pytest
 from conftest import REPO
 from esrepro.cli import main
 from esrepro.config import load_yaml
-from esrepro.cost import TOTAL, add, csv_text, job_rows, markdown, summary, within
-from esrepro.jobs import plan_jobs
-from esrepro.pipeline.load import load_pipeline
-from esrepro.scaling import schedule
+from esrepro.planning.cost import TOTAL, add, csv_text, job_rows, markdown, summary, within
+from esrepro.planning.jobs import plan_jobs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.scaling import schedule
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_a_bad_path_is_one_clear_error(tmp_path, capsys):
 
 def test_docs_show_the_commands_output(paper):
     from esrepro.config import validate_published
-    from esrepro.cost import paper_figures
+    from esrepro.planning.cost import paper_figures
 
     text = markdown(summary(paper), paper_figures(validate_published(REPO / "config" / "published.yaml")))
     assert text in (REPO / "docs" / "scaling.md").read_text(), \
@@ -97,8 +97,8 @@ def test_docs_show_the_commands_output(paper):
 def test_steps_ask_for_their_estimate_at_least_a_floor(paper):
     """Evaluation and KL jobs ask for 1.25x their estimate in one attempt; CPU steps for at least 15 minutes;
     every runtime at most the registry's."""
-    from esrepro.job_time import timed_step
-    from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES, step_cost
+    from esrepro.planning.job_time import timed_step
+    from esrepro.planning.scaling import STEP_FLOOR_MINUTES, STEP_RULES, step_cost
 
     steps = [j for j in plan_jobs(paper) if j.rule in STEP_RULES]
     assert {j.rule for j in steps} == set(STEP_RULES)
@@ -113,7 +113,7 @@ def test_steps_ask_for_their_estimate_at_least_a_floor(paper):
 
 def test_kl_scores_every_kept_snapshot(paper):
     """A conciseness run keeps every 200th of its 1,000 iterations (v2 App. A.2): its KL job scores five checkpoints."""
-    from esrepro.scaling import kept_snapshots, kl_seconds
+    from esrepro.planning.scaling import kept_snapshots, kl_seconds
 
     run = next(j.wildcards for j in plan_jobs(paper) if j.rule == "kl" and j.wildcards["method"].startswith("es_"))
     assert kept_snapshots(paper, run["task"], run["model"], run["method"]) == 4
@@ -123,7 +123,7 @@ def test_kl_scores_every_kept_snapshot(paper):
 
 
 def test_split_rows_count_published_sizes(paper):
-    from esrepro.scaling import split_rows
+    from esrepro.planning.scaling import split_rows
 
     assert [split_rows(paper, t, "test") for t in ("countdown", "gsm8k", "math500", "minerva", "olympiad_bench",
                                                    "aime24", "amc23", "sudoku")] == [2000, 1319, 500, 272, 675, 30,

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from esrepro import numerics
+from esrepro.runtime import numerics
 
 REPO = Path(__file__).resolve().parents[1]
 #: An AMD and an Intel CPU model that Debian 12's qemu (7.2) knows.
@@ -75,7 +75,7 @@ NON_PORTABLE = re.compile(r"torch\.optim\.AdamW\(|torch\.sqrt\(|\.sqrt\(\)|\.pow
 
 
 def test_library_code_takes_no_cpu_dependent_square_root():
-    """Tensor square roots and AdamW go through esrepro.numerics (``math.sqrt``, ``np.sqrt``: exact, not matched)."""
+    """Tensor square roots and AdamW go through esrepro.runtime.numerics (``math.sqrt``, ``np.sqrt``: exact, not matched)."""
     found = []
     for f in sorted((REPO / "src" / "esrepro").rglob("*.py")):
         if f.name == "numerics.py":
@@ -84,7 +84,7 @@ def test_library_code_takes_no_cpu_dependent_square_root():
             code = line.split("#", 1)[0]
             if NON_PORTABLE.search(code):
                 found.append(f"{f.relative_to(REPO)}:{i}: {line.strip()}")
-    assert not found, "use esrepro.numerics.adamw / numerics.sqrt:\n" + "\n".join(found)
+    assert not found, "use esrepro.runtime.numerics.adamw / numerics.sqrt:\n" + "\n".join(found)
 
 
 def test_portable_square_root_and_adamw():
@@ -119,7 +119,7 @@ def test_grpo_scales_advantages_by_a_correctly_rounded_std():
 
 def test_portable_mode_pins_numpy_and_openblas():
     """In portable mode numpy dispatches to no SIMD target and OpenBLAS runs its Nehalem kernels."""
-    code = ("import numpy as np; from esrepro import numerics; print(numerics.numpy_dispatch()); "
+    code = ("import numpy as np; from esrepro.runtime import numerics; print(numerics.numpy_dispatch()); "
             "np.linalg.eigh(np.eye(3))")
     env = {**_portable_env(), "OPENBLAS_VERBOSE": "2"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

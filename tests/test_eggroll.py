@@ -240,10 +240,10 @@ def test_an_eggroll_method_beside_es_is_planned_checked_and_priced():
     import copy
 
     from conftest import REPO
-    from esrepro import cost, plan_check, scaling
-    from esrepro.cluster import ray_layout
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning import cost, plan_check, scaling
+    from esrepro.planning.cluster import ray_layout
+    from esrepro.planning.load import load_pipeline
 
     cfg = copy.deepcopy(read_config(str(REPO / "config" / "paper.yaml")))
     cfg.setdefault("methods", {})["eggroll4"] = {"algorithm": "eggroll", "rank": 4}
@@ -268,9 +268,9 @@ def test_the_extension_config_adds_eggroll_beside_es_and_the_paper_config_has_no
     """config/paper_eggroll.yaml: eggroll at ranks 1 and 4 on every Table 1 model, each job built and fitting, priced;
     config/paper.yaml itself names no eggroll method (it stays the papers' experiments)."""
     from conftest import REPO
-    from esrepro import cost, plan_check
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning import cost, plan_check
+    from esrepro.planning.load import load_pipeline
 
     paper = load_pipeline(read_config(str(REPO / "config/paper.yaml")), "config/paper.yaml", root=REPO)
     assert not [m for t in paper.cfg.train for m in paper.train_methods(t)

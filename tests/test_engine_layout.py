@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import ConfigError, load_yaml
-from esrepro.pipeline.load import check_config
+from esrepro.planning.load import check_config
 from esrepro.population.placement import GPU_MEMORY_UTILIZATION, engines_per_gpu
 
 

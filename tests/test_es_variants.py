@@ -22,7 +22,7 @@ CLAIM = "Low-rank ES matches full-rank ES at equal budget"
 @lru_cache(maxsize=3)
 def _pipeline(config: str):
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     return load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
 
@@ -52,10 +52,10 @@ def _eval(root: Path, model: str, method: str, accuracy: float, n: int, rng: np.
 # --- what plans it ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_default_and_the_extension_plan_low_rank_es_and_the_paper_config_does_not():
-    from esrepro.claim_plan import ClaimPlan
-    from esrepro.jobs import ES_VARIANTS, TABLE1, plan_jobs
-    from esrepro.plan import ExtrasPlan, Plan
-    from esrepro.specs import claims_spec, es_variants_spec
+    from esrepro.planning.claim_plan import ClaimPlan
+    from esrepro.planning.jobs import ES_VARIANTS, TABLE1, plan_jobs
+    from esrepro.planning.plan import ExtrasPlan, Plan
+    from esrepro.planning.specs import claims_spec, es_variants_spec
 
     for config, models in (("config.yaml", 1), ("paper_eggroll.yaml", 7)):
         p = _pipeline(config)
@@ -89,8 +89,8 @@ def test_the_default_and_the_extension_plan_low_rank_es_and_the_paper_config_doe
 
 # --- the table -------------------------------------------------------------------------------------------------------
 def test_the_table_sets_each_rank_beside_full_rank_es(tmp_path):
+    from esrepro.planning.specs import es_variants_spec
     from esrepro.report.es_variants import build_es_variants_table
-    from esrepro.specs import es_variants_spec
 
     spec = es_variants_spec(_pipeline("config.yaml"))
     rng = np.random.default_rng(11)
@@ -122,7 +122,7 @@ def test_the_table_sets_each_rank_beside_full_rank_es(tmp_path):
 
 
 def test_the_step_writes_the_table_and_its_manifest(tmp_path):
-    from esrepro.specs import es_variants_spec
+    from esrepro.planning.specs import es_variants_spec
     from esrepro.steps.report import es_variants_table
 
     rng = np.random.default_rng(3)
@@ -141,9 +141,9 @@ def test_the_step_writes_the_table_and_its_manifest(tmp_path):
 # --- the claim -------------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _claim_spec() -> tuple[dict, list[str]]:
-    from esrepro.claim_plan import ClaimPlan
-    from esrepro.plan import Plan
-    from esrepro.specs import claims_spec
+    from esrepro.planning.claim_plan import ClaimPlan
+    from esrepro.planning.plan import Plan
+    from esrepro.planning.specs import claims_spec
 
     p = _pipeline("paper_eggroll.yaml")
     return claims_spec(p, ["eggroll_matches_es"]), ClaimPlan(Plan(p)).files("eggroll_matches_es")

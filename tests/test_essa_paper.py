@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 
 MODEL, TASK = "qwen2.5-math-7b", "gsm8k"
 
@@ -39,7 +39,7 @@ def test_paper_runs_follow_the_paper(paper):
 def test_figures_6_and_9_are_planned_as_the_paper_ran_them(paper):
     """ESSA Fig. 6: Llama-3.1-8B on PRM800K on 8 GPUs and Qwen2.5-32B on GSM8K on 16 GPUs, ESSA alone at
     population 192; Fig. 9: Qwen2.5-32B on GSM8K at BF16, INT8 and INT4; the other sweeps on Qwen2.5-Math-7B."""
-    from esrepro.cluster import train_job
+    from esrepro.planning.cluster import train_job
 
     runs = {(t, m, meth) for t in paper.essa_tasks() for m, meth, _ in paper.essa_runs(t)}
     assert {(m, meth) for t, m, meth in runs if t == "prm800k"} == {("llama-3.1-8b", "essa_ref")}
@@ -72,8 +72,8 @@ def test_essa_settings_defaults_are_the_papers_main_setting():
 
 
 def test_resampling_run_is_planned_evaluated_and_reported(paper):
-    from esrepro.plan import Plan
-    from esrepro.specs import essa_report_spec
+    from esrepro.planning.plan import Plan
+    from esrepro.planning.specs import essa_report_spec
 
     plan = Plan(paper)
     run = plan.essa_run(MODEL, "essa_resample100", 0)
@@ -86,7 +86,7 @@ def test_resampling_run_is_planned_evaluated_and_reported(paper):
 
 def test_gpu_sweep_takes_nodes_of_the_registry_entry(paper):
     """One engine per GPU: 128 engines on the 8-GPU nodes of the 7B entry are 16 nodes under scripts/ray-slurm."""
-    from esrepro.cluster import launcher, ray_layout, slurm_resource, train_job
+    from esrepro.planning.cluster import launcher, ray_layout, slurm_resource, train_job
 
     ref = train_job(paper, TASK, MODEL, "essa_ref")
     assert (ref.nodes, ref.gpu) == (1, 8)

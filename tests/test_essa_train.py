@@ -170,7 +170,7 @@ def test_quantised_precision_refused_on_cpu(countdown_model, data_dir, tmp_path)
 
 
 def _pipeline(mutate):
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     cfg = yaml.safe_load((REPO / "config" / "essa_tiny.yaml").read_text())
     mutate(cfg)
@@ -228,7 +228,7 @@ def test_config_errors_name_file_and_field(mutate, expected):
 
 
 def test_study_methods_and_layers():
-    from esrepro.plan import Plan
+    from esrepro.planning.plan import Plan
 
     p = _pipeline(lambda c: None)
     assert list(p.essa_methods()) == ["essa_ref", "essa_pop16", "essa_rank4", "essa_eng2", "essa_resample8",

@@ -1,4 +1,4 @@
-"""The preloaded interpreter (esrepro.forkserver): real servers, real `esrepro` commands, real signals."""
+"""The preloaded interpreter (esrepro.runtime.forkserver): real servers, real `esrepro` commands, real signals."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from esrepro import forkserver
+from esrepro.runtime import forkserver
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 #: A server that loads nothing: forking and relaying are what these tests check, not the 5 s of imports.
-LIGHT = "import sys; from esrepro.forkserver import serve; sys.exit(serve(sys.argv[1], int(sys.argv[2]), (), None))"
+LIGHT = "import sys; from esrepro.runtime.forkserver import serve; sys.exit(serve(sys.argv[1], int(sys.argv[2]), (), None))"
 
 
 def job_env(sock: Path | None = None, **extra: str) -> dict[str, str]:

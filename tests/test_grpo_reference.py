@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO, SMALL_ARCH, make_model_dir
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 from esrepro.rl import phases as PH
 from esrepro.rl.grpo import shards_reference
 
@@ -32,8 +32,8 @@ def test_full_policies_under_fsdp_with_a_kl_term_shard_their_reference():
 
 def test_every_large_paper_grpo_job_with_a_kl_term_shards_its_reference():
     paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)
-    from esrepro.resume_cost import rl_runs
-    from esrepro.scaling import model_parameters
+    from esrepro.planning.resume_cost import rl_runs
+    from esrepro.planning.scaling import model_parameters
 
     checked = 0
     for task, model, method in rl_runs(paper):

@@ -18,10 +18,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from esrepro import numerics
 from esrepro.rl import trl_resume
 from esrepro.rl.grpo import _policy, cpu_overrides, grpo_config_kwargs
 from esrepro.rl.grpo_parallel import check_launch, decoder_layer_classes, fsdp_kwargs, process_batch
+from esrepro.runtime import numerics
 from esrepro.tasks.countdown import prepare
 from esrepro.train.resume import ResumeMismatch
 from test_rl_trainers import GRPO
@@ -70,8 +70,8 @@ def test_fsdp_processes_load_policy_and_reference_on_their_own_gpu(tiny_model_di
     """TRL 1.16 leaves ``device_map`` unset under FSDP (it sets None for MULTI_GPU and DeepSpeed only), and an unset
     device_map on a GPU machine is ``"auto"``: every GPU the process sees. Rank 1 of 2 under sharding: fsdp loads
     the float32 policy and reference whole on its own GPU instead."""
-    from esrepro.distributed import world
     from esrepro.rl.grpo import process_device
+    from esrepro.runtime.distributed import world
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
@@ -393,11 +393,11 @@ def test_paper_grpo_jobs_give_vllm_a_context_sized_from_their_prompts():
     context of the longest prompt plus its 1,024 completion tokens (a stated 400-token prompt bound here; the run
     measures its own prompts), far below the 32,768-131,072-token windows of the paper's models."""
     from conftest import REPO
-    from esrepro import preflight
-    from esrepro.cluster import rl_job
     from esrepro.config import load_yaml
-    from esrepro.pipeline.load import load_pipeline
-    from esrepro.plan import Plan
+    from esrepro.planning import preflight
+    from esrepro.planning.cluster import rl_job
+    from esrepro.planning.load import load_pipeline
+    from esrepro.planning.plan import Plan
     from esrepro.settings.methods import GRPO_ALGORITHMS
 
     paper = load_pipeline(load_yaml(REPO / "config" / "paper.yaml"), "config/paper.yaml", root=REPO)

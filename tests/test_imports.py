@@ -127,14 +127,15 @@ def test_the_graph_sees_imports_inside_functions_and_skips_type_checking_blocks(
 
 
 #: The library's layers by stage, lowest first: a module may import its own layer and the layers below it.
+#: ``esrepro.runtime`` (forkserver, lifeline, distributed, devices, numerics) is the plumbing every stage runs on;
 #: ``provenance.manifest`` (every step's manifest and the hashes it records) is shared by all stages; the rest of
 #: ``provenance`` (audit, RO-Crate, DVC, golden outputs) comes after the report, its package ``__init__`` (the
-#: repository path manifests record) with the manifests (PACKAGE_LAYERS). Above them the planning rooms, one
-#: direction (docs/architecture.md): read -> rehearsal's registry -> resolve -> plan -> place -> validate ->
-#: rehearse -> load -> price and check -> specs -> steps and CLI.
+#: repository path manifests record) with the manifests (PACKAGE_LAYERS). Above the runs, the settings' resolution
+#: (``esrepro.pipeline``), then ``esrepro.planning`` in one direction (docs/architecture.md): plan -> place ->
+#: validate -> rehearse -> load -> price and check -> specs; then the rehearsal, the steps and the CLI.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("esrepro", "esrepro.io", "esrepro.numerics", "esrepro.paths", "esrepro.devices",
-                    "esrepro.lifeline", "esrepro.settings", "esrepro.provenance.manifest", "esrepro.memory")),
+    ("foundation", ("esrepro", "esrepro.io", "esrepro.paths", "esrepro.runtime", "esrepro.settings",
+                    "esrepro.provenance.manifest")),
     ("data", ("esrepro.data", "esrepro.tasks")),
     ("models", ("esrepro.models", "esrepro.perturb", "esrepro.backends", "esrepro.population")),
     ("train", ("esrepro.train", "esrepro.es", "esrepro.essa", "esrepro.rl")),
@@ -143,24 +144,22 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("esrepro.report",)),
     ("provenance", ("esrepro.provenance",)),
     ("read", ("esrepro.config",)),
-    ("rehearsal registry", ("esrepro.rehearsal.registry",)),
     ("resolve", ("esrepro.pipeline",)),
-    ("plan", ("esrepro.plan", "esrepro.jobs", "esrepro.claim_plan")),
-    ("place", ("esrepro.cluster",)),
-    ("validate", ("esrepro.checks",)),
-    ("rehearse", ("esrepro.rehearsal.transform",)),
-    ("load", ("esrepro.pipeline.load",)),
-    ("price and check", ("esrepro.scaling", "esrepro.job_time", "esrepro.cost", "esrepro.resume_cost",
-                         "esrepro.plan_check", "esrepro.rl_memory", "esrepro.claim_cost")),
-    ("specs", ("esrepro.specs", "esrepro.pipeline.notes")),
-    ("steps", ("esrepro.preflight", "esrepro.rehearsal", "esrepro.steps", "esrepro.cli", "esrepro.forkserver")),
+    ("plan", ("esrepro.planning", "esrepro.planning.plan", "esrepro.planning.jobs", "esrepro.planning.claim_plan")),
+    ("place", ("esrepro.planning.cluster",)),
+    ("validate", ("esrepro.planning.checks",)),
+    ("rehearse", ("esrepro.planning.rehearsal_registry", "esrepro.planning.rehearsal_bounds")),
+    ("load", ("esrepro.planning.load",)),
+    ("price and check", ("esrepro.planning.scaling", "esrepro.planning.job_time", "esrepro.planning.cost",
+                         "esrepro.planning.resume_cost", "esrepro.planning.rl_memory", "esrepro.planning.plan_check",
+                         "esrepro.planning.claim_cost")),
+    ("specs", ("esrepro.planning.specs", "esrepro.planning.notes", "esrepro.planning.preflight")),
+    ("rehearsal", ("esrepro.rehearsal",)),
+    ("steps", ("esrepro.steps", "esrepro.cli")),
 ]
 
-#: ``models.architecture`` (a model read off its transformers config; it imports no esrepro module) serves the
-#: memory model in the foundation; ``rehearsal.families`` (replica tokenizer facts, data without imports) serves the
-#: rehearsal's registry; ``models.add`` writes a registry entry and reads the registry back (esrepro.config).
-PACKAGE_LAYERS = {"esrepro.provenance": "foundation", "esrepro.models.architecture": "foundation",
-                  "esrepro.rehearsal.families": "rehearsal registry", "esrepro.models.add": "read"}
+#: ``models.add`` writes a registry entry and reads the registry back (esrepro.config).
+PACKAGE_LAYERS = {"esrepro.provenance": "foundation", "esrepro.models.add": "read"}
 
 
 def _layer(module: str) -> int:
@@ -173,22 +172,75 @@ def _layer(module: str) -> int:
     return max(found)[1]
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """"module (layer) imports target (layer)" for every import of ``graph`` into a higher layer of LAYERS."""
+    return [f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+            for name in sorted(graph) for target in sorted(graph[name]) if _layer(target) > _layer(name)]
+
+
 def test_no_module_imports_from_a_higher_layer():
-    modules = _modules()
-    upward = [f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
-              for name, path in modules.items() for target in sorted(_imports(name, path, modules))
-              if _layer(target) > _layer(name)]
-    assert not upward, "\n".join(upward)
+    found = upward_imports(import_graph())
+    assert not found, "\n".join(found)
+
+
+def test_an_upward_import_put_back_fails():
+    """The imports this layering once had to take out, each put back alone, are each seen: the config's loading
+    asking the validation room, the table notes asking the resume's price, a run asking the memory model of the
+    plan check, and the plan asking the rehearsal."""
+    for name, target in [("esrepro.pipeline.method_settings", "esrepro.planning.checks"),
+                         ("esrepro.pipeline", "esrepro.planning.resume_cost"),
+                         ("esrepro.essa.train", "esrepro.planning.rl_memory"),
+                         ("esrepro.planning.plan", "esrepro.rehearsal.replicas")]:
+        graph = import_graph()
+        assert target not in graph[name]
+        graph[name] = graph[name] | {target}
+        assert upward_imports(graph) == [f"{name} ({LAYERS[_layer(name)][0]}) imports {target} "
+                                         f"({LAYERS[_layer(target)][0]})"]
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+#: Packages that run a job or state its settings: none of them reaches the planning package, however indirectly.
+RUNS = ("esrepro.settings", "esrepro.pipeline", "esrepro.train", "esrepro.es", "esrepro.essa", "esrepro.rl",
+        "esrepro.population", "esrepro.perturb", "esrepro.backends", "esrepro.models", "esrepro.tasks",
+        "esrepro.runtime")
+
+
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_runs_never_reach_planning_and_planning_never_reaches_the_rehearsal():
+    graph = import_graph()
+    assert "esrepro.planning.plan_check" in graph and "esrepro.runtime.forkserver" in graph
+    runs = [f"{m} reaches {sorted(t for t in _reach(graph, m) if _in(t, ('esrepro.planning',)))}"
+            for m in sorted(graph) if _in(m, RUNS) and any(_in(t, ("esrepro.planning",)) for t in _reach(graph, m))]
+    assert not runs, "\n".join(runs)
+    plans = [f"{m} reaches {sorted(t for t in _reach(graph, m) if _in(t, ('esrepro.rehearsal',)))}"
+             for m in sorted(graph) if _in(m, ("esrepro.planning",))
+             and any(_in(t, ("esrepro.rehearsal",)) for t in _reach(graph, m))]
+    assert not plans, "\n".join(plans)
+    graph["esrepro.rl.budget"] = graph["esrepro.rl.budget"] | {"esrepro.planning.jobs"}  # the case that must fail
+    assert any(_in(t, ("esrepro.planning",)) for t in _reach(graph, "esrepro.rl.grpo"))
 
 
 def test_a_circle_put_back_fails(monkeypatch):
     """The settings' resolution asking the pricing room again (as it once did for resume_every: auto) closes a
     circle through the planning rooms, and the graph sees it though the import sits inside a function."""
     graph = import_graph()
-    graph["esrepro.pipeline.method_settings"] = graph["esrepro.pipeline.method_settings"] | {"esrepro.resume_cost"}
+    graph["esrepro.pipeline.method_settings"] = graph["esrepro.pipeline.method_settings"] | {"esrepro.planning.resume_cost"}
     found = circles(graph)
-    assert found and {"esrepro.pipeline", "esrepro.pipeline.method_settings", "esrepro.resume_cost",
-                      "esrepro.scaling", "esrepro.cluster"} <= set(found[0])
+    assert found and {"esrepro.pipeline", "esrepro.pipeline.method_settings", "esrepro.planning.resume_cost",
+                      "esrepro.planning.scaling", "esrepro.planning.cluster"} <= set(found[0])
 
 
 #: Libraries whose import costs a job or the CLI noticeably (each at least about 0.4 s on the project's CPU, or the
@@ -289,53 +341,53 @@ def light_function_imports(modules: dict[str, Path]) -> dict[str, list[str]]:
 #: no longer found fails too, so that it is taken off.
 KNOWN_LIGHT: dict[str, set[str]] = {
     'esrepro.backends.hf': {'esrepro.io'},
-    'esrepro.backends.vllm_engine': {'esrepro.devices', 'esrepro.lifeline'},
-    'esrepro.cli': {'esrepro.forkserver', 'esrepro.lifeline', 'esrepro.numerics', 'esrepro.settings.layers'},
+    'esrepro.backends.vllm_engine': {'esrepro.runtime.devices', 'esrepro.runtime.lifeline'},
+    'esrepro.cli': {'esrepro.runtime.forkserver', 'esrepro.runtime.lifeline', 'esrepro.runtime.numerics', 'esrepro.settings.layers'},
     'esrepro.es.train': {'esrepro.io', 'esrepro.population.spec', 'esrepro.rl.budget', 'esrepro.train.periodic',
         'esrepro.train.resume'},
     'esrepro.essa.data': {'esrepro.tasks.countdown'},
-    'esrepro.essa.lora': {'esrepro.distributed', 'esrepro.provenance.manifest'},
-    'esrepro.essa.sft_launch': {'esrepro.distributed'},
+    'esrepro.essa.lora': {'esrepro.runtime.distributed', 'esrepro.provenance.manifest'},
+    'esrepro.essa.sft_launch': {'esrepro.runtime.distributed'},
     'esrepro.essa.svd': {'esrepro.io'},
     'esrepro.essa.train': {'esrepro.essa.data', 'esrepro.essa.loop', 'esrepro.essa.sft_launch', 'esrepro.essa.spec',
-        'esrepro.memory', 'esrepro.population.placement', 'esrepro.population.spec', 'esrepro.provenance.manifest'},
-    'esrepro.essa.vllm_engine': {'esrepro.devices', 'esrepro.models.decoding'},
-    'esrepro.forkserver': {'esrepro.lifeline'},
+        'esrepro.models.memory', 'esrepro.population.placement', 'esrepro.population.spec', 'esrepro.provenance.manifest'},
+    'esrepro.essa.vllm_engine': {'esrepro.runtime.devices', 'esrepro.models.decoding'},
+    'esrepro.runtime.forkserver': {'esrepro.runtime.lifeline'},
     'esrepro.models.tiny': {'esrepro.models.warm_start', 'esrepro.tasks.countdown'},
     'esrepro.models.warm_start': {'esrepro.tasks.arc', 'esrepro.tasks.countdown', 'esrepro.tasks.gsm8k_data',
         'esrepro.tasks.math', 'esrepro.tasks.math_train', 'esrepro.tasks.sudoku'},
-    'esrepro.plan_check': {'esrepro.cluster', 'esrepro.config', 'esrepro.io',
-        'esrepro.jobs', 'esrepro.pipeline.load', 'esrepro.population.placement', 'esrepro.rl.budget',
+    'esrepro.planning.plan_check': {'esrepro.planning.cluster', 'esrepro.config', 'esrepro.io',
+        'esrepro.planning.jobs', 'esrepro.planning.load', 'esrepro.population.placement', 'esrepro.rl.budget',
         'esrepro.rl.grpo_parallel', 'esrepro.rl.shares'},
     'esrepro.population.placement': {'esrepro.population.ray_session'},
     'esrepro.population.spec': {'esrepro.tasks'},
-    'esrepro.preflight': {'esrepro.plan_check', 'esrepro.tasks', 'esrepro.tasks.sources'},
+    'esrepro.planning.preflight': {'esrepro.planning.plan_check', 'esrepro.tasks', 'esrepro.tasks.sources'},
     'esrepro.provenance.golden': {'esrepro.io'},
-    'esrepro.provenance.manifest': {'esrepro.numerics', 'esrepro.provenance'},
+    'esrepro.provenance.manifest': {'esrepro.runtime.numerics', 'esrepro.provenance'},
     'esrepro.provenance.rocrate': {'esrepro.provenance.manifest'},
-    'esrepro.rl.grpo': {'esrepro.distributed', 'esrepro.io', 'esrepro.paths', 'esrepro.rl.budget',
+    'esrepro.rl.grpo': {'esrepro.runtime.distributed', 'esrepro.io', 'esrepro.paths', 'esrepro.rl.budget',
         'esrepro.rl.grpo_parallel', 'esrepro.rl.trl_resume', 'esrepro.train.periodic'},
     'esrepro.rl.ppo': {'esrepro.train.periodic'},
-    'esrepro.rl.run': {'esrepro.distributed', 'esrepro.rl.grpo_parallel', 'esrepro.rl.trl_resume',
+    'esrepro.rl.run': {'esrepro.runtime.distributed', 'esrepro.rl.grpo_parallel', 'esrepro.rl.trl_resume',
         'esrepro.train.periodic', 'esrepro.train.resume'},
     'esrepro.rl.shares': {'esrepro.rl.grpo_parallel', 'esrepro.settings.methods'},
-    'esrepro.rl.trl_resume': {'esrepro.distributed'},
-    'esrepro.steps': {'esrepro.config', 'esrepro.distributed', 'esrepro.provenance.manifest'},
-    'esrepro.steps.config': {'esrepro.config', 'esrepro.pipeline.load', 'esrepro.settings.docs'},
+    'esrepro.rl.trl_resume': {'esrepro.runtime.distributed'},
+    'esrepro.steps': {'esrepro.config', 'esrepro.runtime.distributed', 'esrepro.provenance.manifest'},
+    'esrepro.steps.config': {'esrepro.config', 'esrepro.planning.load', 'esrepro.settings.docs'},
     'esrepro.steps.data': {'esrepro.provenance.manifest', 'esrepro.tasks'},
-    'esrepro.steps.essa': {'esrepro.devices', 'esrepro.distributed', 'esrepro.essa.data', 'esrepro.essa.train',
+    'esrepro.steps.essa': {'esrepro.runtime.devices', 'esrepro.runtime.distributed', 'esrepro.essa.data', 'esrepro.essa.train',
         'esrepro.io', 'esrepro.population.spec', 'esrepro.provenance.manifest', 'esrepro.rl.run',
         'esrepro.settings.methods', 'esrepro.steps', 'esrepro.steps.train', 'esrepro.tasks', 'esrepro.train.context'},
-    'esrepro.steps.evaluate': {'esrepro.devices', 'esrepro.memory', 'esrepro.provenance.manifest',
+    'esrepro.steps.evaluate': {'esrepro.runtime.devices', 'esrepro.models.memory', 'esrepro.provenance.manifest',
         'esrepro.settings.pipeline', 'esrepro.tasks'},
-    'esrepro.steps.kl': {'esrepro.devices', 'esrepro.provenance.manifest', 'esrepro.settings.pipeline',
+    'esrepro.steps.kl': {'esrepro.runtime.devices', 'esrepro.provenance.manifest', 'esrepro.settings.pipeline',
         'esrepro.steps.train', 'esrepro.tasks'},
     'esrepro.steps.models': {'esrepro.models.fetch'},
     'esrepro.steps.provenance': {'esrepro.io', 'esrepro.provenance.audit', 'esrepro.provenance.dvc',
         'esrepro.provenance.golden', 'esrepro.provenance.manifest', 'esrepro.provenance.rocrate'},
-    'esrepro.steps.report': {'esrepro.config', 'esrepro.devices', 'esrepro.io', 'esrepro.paths',
+    'esrepro.steps.report': {'esrepro.config', 'esrepro.runtime.devices', 'esrepro.io', 'esrepro.paths',
         'esrepro.provenance.manifest'},
-    'esrepro.steps.train': {'esrepro.devices', 'esrepro.distributed', 'esrepro.provenance.manifest',
+    'esrepro.steps.train': {'esrepro.runtime.devices', 'esrepro.runtime.distributed', 'esrepro.provenance.manifest',
         'esrepro.rl.select', 'esrepro.settings.methods', 'esrepro.tasks', 'esrepro.train.context',
         'esrepro.train.periodic'},
     'esrepro.tasks.math': {'esrepro.tasks.math_data'},

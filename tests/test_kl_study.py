@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from esrepro import specs
 from esrepro.cli import main
 from esrepro.config import ConfigError, load_yaml
 from esrepro.io import read_json, write_json, write_jsonl
-from esrepro.pipeline.load import check_config, load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning import specs
+from esrepro.planning.load import check_config, load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.report.conciseness import build_table2, load_kl, pareto_front, table2
 from esrepro.tasks.conciseness import prepare as prepare_conciseness
 

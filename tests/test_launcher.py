@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from esrepro.cluster import rl_job, torchrun
 from esrepro.config import load_yaml
-from esrepro.distributed import split_batch, world
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.cluster import rl_job, torchrun
+from esrepro.planning.load import load_pipeline
 from esrepro.rl.budget import samples_per_step
 from esrepro.rl.grpo_parallel import process_batch
 from esrepro.rl.shares import per_process
+from esrepro.runtime.distributed import split_batch, world
 from esrepro.settings.registry import Resources
 
 
@@ -76,7 +76,7 @@ def test_a_multi_node_job_meets_on_a_port_of_its_own():
         ports[job_id] = int(out)
     assert ports == {4242: 24242, 4243: 24243, 99_999: 29999}  # before: 29500 for every job
 
-    from esrepro.cluster import rdzv_port
+    from esrepro.planning.cluster import rdzv_port
 
     assert ports == {j: rdzv_port(j) for j in ports}
 
@@ -120,7 +120,7 @@ def test_split_batch_and_world(monkeypatch):
 BARRIER_JOB = """
 import os, sys, time
 from pathlib import Path
-from esrepro.distributed import barrier, init_process_group, world
+from esrepro.runtime.distributed import barrier, init_process_group, world
 flag = Path(sys.argv[1])
 try:
     barrier()
@@ -152,7 +152,7 @@ def test_a_barrier_waits_for_every_process_and_is_refused_before_their_group(tmp
 
 
 def test_a_one_process_barrier_has_nothing_to_wait_for():
-    from esrepro.distributed import barrier
+    from esrepro.runtime.distributed import barrier
 
     barrier()
 
@@ -184,8 +184,8 @@ def test_paper_jobs_are_launched_as_their_gpus_ask(dry_run, paper):
 
 def test_paper_steps_ask_for_their_estimated_runtimes(dry_run, paper):
     """Evaluation, KL, download, selection and parameter-shift jobs ask for runtimes from their estimates
-    (esrepro.job_time.timed_step): at least the 15-minute floor, at most their registry runtime."""
-    from esrepro.scaling import STEP_FLOOR_MINUTES, STEP_RULES
+    (esrepro.planning.job_time.timed_step): at least the 15-minute floor, at most their registry runtime."""
+    from esrepro.planning.scaling import STEP_FLOOR_MINUTES, STEP_RULES
 
     steps = [j for j in _jobs(dry_run) if j["rule"] in STEP_RULES]
     assert {j["rule"] for j in steps} == set(STEP_RULES)

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO, copy_repo
 from esrepro.config import ConfigError
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 from esrepro.provenance.manifest import IntegrityError, verify_inputs
 from esrepro.steps.models import local_model
 from model_folders import CPU, bert_dir, causal_dir, esrepro, run_config, write_registry

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from conftest import REPO
 from esrepro.config import read_config, workflow_config
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import ExtrasPlan, Plan
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import ExtrasPlan, Plan
 from esrepro.settings.layers import ConfigError
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -134,8 +134,8 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_continuation_starts_from_the_snapshot(tiny_model_dir, tmp_path, monkeypatch):
+    from esrepro.planning.specs import method_spec
     from esrepro.provenance.manifest import sha256_tree
-    from esrepro.specs import method_spec
     from esrepro.steps.train import train
     from esrepro.tasks import prepare_task
 

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from conftest import REPO
-from esrepro import memory as M
-from esrepro import plan_check as pc
 from esrepro.config import load_registry, read_config
-from esrepro.pipeline.load import load_pipeline
+from esrepro.models import memory as M
+from esrepro.planning import plan_check as pc
+from esrepro.planning.load import load_pipeline
 
 # The architecture-defining keys of each model's config.json on the hub (token ids included, as the files state
 # them: the replica maps them to its own vocabulary).
@@ -145,8 +145,8 @@ def test_multi_head_attention_at_the_default_evaluation_batch_does_not_fit(tmp_p
 
 
 def test_the_cost_prices_each_family_from_its_config(run):
-    from esrepro.cost import TOTAL, summary
-    from esrepro.scaling import job_cost, model_parameters, weight_bytes
+    from esrepro.planning.cost import TOTAL, summary
+    from esrepro.planning.scaling import job_cost, model_parameters, weight_bytes
 
     p, _ = run
     total = summary(p)[-1]
@@ -169,7 +169,7 @@ def test_a_replica_keeps_the_config_and_loads_and_generates(run, key, tmp_path):
 
     from esrepro.models.architecture import config_differences
     from esrepro.models.loading import load_tokenizer
-    from esrepro.rehearsal.registry import rehearsal_registry, replica_config
+    from esrepro.planning.rehearsal_registry import rehearsal_registry, replica_config
     from esrepro.rehearsal.replicas import build_replica
     from esrepro.settings.pipeline import Rehearsal
 
@@ -276,7 +276,7 @@ def test_rope_factors_per_frequency_are_resampled_to_the_toy_head():
     """Phi-3's LongRoPE states one factor per pair of rotary dimensions (48 for its 96-wide heads); the toy head of
     32 has 16, which transformers checks when it builds the config."""
     from esrepro.models.architecture import config_from_facts, meta_model
-    from esrepro.rehearsal.registry import toy_config
+    from esrepro.planning.rehearsal_registry import toy_config
 
     factors = [1.0 + i / 10 for i in range(48)]
     real = {**PHI3, "max_position_embeddings": 131072,

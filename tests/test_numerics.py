@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from esrepro import numerics
 from esrepro.provenance.golden import compare
+from esrepro.runtime import numerics
 from esrepro.steps.provenance import main_compare
 
 REPO = Path(__file__).resolve().parents[1]

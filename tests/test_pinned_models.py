@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo
-from esrepro import preflight
 from esrepro.models import pinned as pins
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning import preflight
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.provenance.manifest import IntegrityError, sha256_tree
 from esrepro.settings.registry import ModelEntry
 from esrepro.steps.data import prepare_data

@@ -113,7 +113,7 @@ GOLDEN = REPO / "golden" / "tiny"
 
 @pytest.mark.slow
 def test_embedded_default_tables_are_the_golden_ones(default_run):
-    """Tiny-scale numerics are pinned (esrepro.numerics), so the default's tables equal the committed golden ones byte
+    """Tiny-scale numerics are pinned (esrepro.runtime.numerics), so the default's tables equal the committed golden ones byte
     for byte, but for columns of measured wall time (the ESSA summary's training seconds); a change that moves a
     table updates golden/tiny (`make golden`) in the same commit."""
     from esrepro.provenance.golden import same_content
@@ -207,7 +207,7 @@ def test_embedded_default_writes_every_output(default_run):
     claims = pd.read_csv(repo / "results/tables/claims.csv").set_index("Id")
     assert claims.loc["eggroll_matches_es", "Rule on this run"] in ("holds", "does not hold", "not resolved")
 
-    # every job's command ran in the preloaded interpreter (esrepro.forkserver); none was declined
+    # every job's command ran in the preloaded interpreter (esrepro.runtime.forkserver); none was declined
     server_log = (repo / "results/logs/forkserver.log").read_text()
     served = re.findall(r"stopped; served (\d+) jobs, declined (\d+)", server_log)
     assert len(served) == 1 and int(served[0][0]) > 100 and served[0][1] == "0", served
@@ -230,7 +230,7 @@ STARTS = {
 @pytest.mark.parametrize("start", STARTS)
 @pytest.mark.slow
 def test_the_preloaded_interpreter_serves_every_job_however_the_run_is_started(tmp_path, start):
-    """Every job of a run runs in the preloaded interpreter (esrepro.forkserver), none declined, whether the
+    """Every job of a run runs in the preloaded interpreter (esrepro.runtime.forkserver), none declined, whether the
     default is started from an activated venv or by make; the server's counts end its log."""
     if not (BIN / "activate").exists():
         pytest.skip(f"no venv activate script beside {sys.executable}")
@@ -243,7 +243,7 @@ def test_the_preloaded_interpreter_serves_every_job_however_the_run_is_started(t
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "declined this job" not in out, out[-4000:]
-    from esrepro import forkserver
+    from esrepro.runtime import forkserver
 
     counts = forkserver.summary((repo / "results/logs/forkserver.log").read_text())
     assert counts == {"served": len(SLICE), "declined": 0, "reasons": {}}, counts

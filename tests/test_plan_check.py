@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from esrepro import memory as M
-from esrepro import plan_check as pc
 from esrepro.config import read_config
-from esrepro.pipeline.load import load_pipeline
-from esrepro.resume_cost import job_settings
+from esrepro.models import memory as M
+from esrepro.planning import plan_check as pc
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.resume_cost import job_settings
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -190,8 +190,8 @@ def test_ppo_loading_whole_models_on_every_gpu_fails(paper):
 def test_preflight_stops_a_run_whose_grpo_micro_batch_does_not_fit():
     """The pre-flight of a real run carries the plan check: 64 completions of 1,024 tokens per micro-batch beside the
     colocated engine overflow the 7B/8B GPUs (their activations), and the problem names the jobs."""
-    from esrepro.plan import Plan
-    from esrepro.preflight import problems
+    from esrepro.planning.plan import Plan
+    from esrepro.planning.preflight import problems
 
     cfg = read_config(str(PAPER))
     cfg["methods"]["grpo8"].update(per_device_train_batch_size=64, gradient_accumulation_steps=8)
@@ -245,7 +245,7 @@ def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
     # the one-process job's phases are the 8-GPU job's at world 1: the reference sharded (a 1/1 share)
     from transformers import AutoConfig
 
-    from esrepro.plan_check import ppo_phases
+    from esrepro.planning.plan_check import ppo_phases
     from esrepro.rl.ppo import _settings
     from esrepro.rl.shares import per_process
 

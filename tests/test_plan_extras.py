@@ -20,8 +20,8 @@ import yaml
 from conftest import REPO, copy_repo
 from esrepro.config import ConfigError, load_yaml, read_config
 from esrepro.io import write_json
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import ExtrasPlan, Plan
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import ExtrasPlan, Plan
 
 BIN = Path(sys.executable).parent
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from conftest import kill_once_resumable
-from esrepro import numerics
 from esrepro.rl.ppo import load_master
 from esrepro.rl.ppo_parallel import shares
+from esrepro.runtime import numerics
 from esrepro.settings.methods import PPOSettings
 
 JOB = Path(__file__).with_name("ppo_job.py")

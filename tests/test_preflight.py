@@ -1,4 +1,4 @@
-"""Pre-flight checks (esrepro.preflight): the paper's config against the jobs' environment, the hub token, the
+"""Pre-flight checks (esrepro.planning.preflight): the paper's config against the jobs' environment, the hub token, the
 offline switch; a dry run warns, a real run stops before any job. And what a hub model's fetch downloads."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo
-from esrepro import preflight
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning import preflight
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 
 BIN = Path(sys.executable).parent
 ABSENT = "esrepro_preflight_absent_module"

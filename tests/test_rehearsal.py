@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import workflow_config
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.rehearsal.report import (
     dag_jobs,
     job_stats,

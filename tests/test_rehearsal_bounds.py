@@ -10,14 +10,14 @@ import yaml
 
 from conftest import REPO
 from esrepro.config import read_config
-from esrepro.jobs import plan_jobs
 from esrepro.pipeline import Pipeline
-from esrepro.pipeline.load import load_pipeline
-from esrepro.rehearsal.transform import BOUNDS, NULL_IS_ALL, TRAIN_RULES, rl_steps
+from esrepro.planning.jobs import plan_jobs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.rehearsal_bounds import BOUNDS, NULL_IS_ALL, TRAIN_RULES, rl_steps
+from esrepro.planning.specs import eval_spec, kl_spec, method_spec
 from esrepro.rl.budget import samples_per_step
-from esrepro.specs import eval_spec, kl_spec, method_spec
 
-#: An RL run's problems are raised to one rollout's (rehearsal.transform.rl_thinned): its bound is its steps.
+#: An RL run's problems are raised to one rollout's (planning.rehearsal_bounds.rl_thinned): its bound is its steps.
 RL_UNBOUNDED = ("train_examples",)
 
 

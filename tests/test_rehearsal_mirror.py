@@ -158,8 +158,8 @@ def test_the_rehearsal_registry_states_the_config_the_mirror_serves(mirror):
     model by its replica's, so the rehearsal's fetch passes that check, where the real model's config is refused
     field by field (nothing written)."""
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
-    from esrepro.rehearsal.registry import rehearsal_registry
+    from esrepro.planning.load import load_pipeline
+    from esrepro.planning.rehearsal_registry import rehearsal_registry
     from esrepro.settings.pipeline import Rehearsal
 
     p = load_pipeline(read_config(mirror["tmp"] / "small.yaml", REPO), mirror["tmp"] / "small.yaml", root=REPO)

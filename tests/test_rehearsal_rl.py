@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from esrepro import cluster, specs
 from esrepro.config import workflow_config
-from esrepro.jobs import plan_jobs
-from esrepro.pipeline.load import load_pipeline
-from esrepro.rehearsal.registry import rl_batch
-from esrepro.rehearsal.transform import rl_jobs, rl_steps
+from esrepro.planning import cluster, specs
+from esrepro.planning.jobs import plan_jobs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.rehearsal_bounds import rl_jobs, rl_steps
+from esrepro.planning.rehearsal_registry import rl_batch
 from esrepro.rl.budget import check_problem_count, rl_budget, samples_per_step
 from esrepro.rl.grpo import grpo_config_kwargs
 from esrepro.rl.shares import admits, largest_world, per_process
@@ -154,7 +154,7 @@ def countdown(tmp_path_factory):
 @pytest.mark.parametrize("family,world", PAPER_WORLDS, ids=[f"{f}-{w}" for f, w in PAPER_WORLDS])
 def test_one_step_runs_at_the_paper_jobs_world_size(family, world, tiny_model_dir, countdown, tmp_path):
     """The rehearsal's settings of a paper job at that world size, one optimiser step, under the torchrun prefix the
-    job's rule runs (esrepro.cluster.rl_launcher) and the rule's entry point (`esrepro train`), with gloo processes;
+    job's rule runs (esrepro.planning.cluster.rl_launcher) and the rule's entry point (`esrepro train`), with gloo processes;
     on the tiny test model and Countdown, whatever the job's own task."""
     task, model, method, cell = _job_at(family, world)
     cell = _rehearsal_cell(model, method, cell)
@@ -183,7 +183,7 @@ def test_one_step_runs_at_the_paper_jobs_world_size(family, world, tiny_model_di
 
 
 def test_docs_list_the_rl_jobs_process_counts():
-    from esrepro.rehearsal.transform import rl_process_table
+    from esrepro.planning.rehearsal_bounds import rl_process_table
 
     table = rl_process_table(PAPER, REHEARSAL)
     assert table in (REPO / "docs" / "rehearsal.md").read_text(), "docs/rehearsal.md's table of RL processes:\n" + table

@@ -1,4 +1,4 @@
-"""Resume states at the paper's scale (esrepro.resume_cost): their size, an interval that keeps saving within 3% of a
+"""Resume states at the paper's scale (esrepro.planning.resume_cost): their size, an interval that keeps saving within 3% of a
 run, a process-group timeout above the longest save, docs/scaling.md's table of them, and the timeout in effect."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 
 from conftest import REPO
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
-from esrepro.resume_cost import (
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.resume_cost import (
     MAX_SAVE_SHARE,
     MIN_TIMEOUT_S,
     interval,
@@ -35,7 +35,7 @@ def paper():
 def test_docs_table_is_the_codes(paper):
     table = markdown_table([resume_cost(paper, *r) for r in rl_runs(paper)])
     assert table in (REPO / "docs" / "scaling.md").read_text(), \
-        "docs/scaling.md's resume-state table is stale: regenerate it from esrepro.resume_cost.markdown_table"
+        "docs/scaling.md's resume-state table is stale: regenerate it from esrepro.planning.resume_cost.markdown_table"
 
 
 def test_paper_runs_save_within_three_percent_and_wait_longer_than_a_save(paper):
@@ -71,7 +71,7 @@ def test_paper_grpo_runs_resume_on_rollout_boundaries(paper):
 
 
 def test_paper_jobs_get_the_derived_interval_and_timeout(paper):
-    from esrepro.specs import method_spec
+    from esrepro.planning.specs import method_spec
 
     c = resume_cost(paper, "countdown", "llama-3.1-8b-instruct", "ppo")
     spec = method_spec(paper, "llama-3.1-8b-instruct", "countdown", "ppo")  # what the job is given
@@ -89,7 +89,7 @@ def test_paper_jobs_get_the_derived_interval_and_timeout(paper):
 
 
 def _late(rank: int, port: int, out: dict) -> None:
-    from esrepro.distributed import init_process_group
+    from esrepro.runtime.distributed import init_process_group
 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))

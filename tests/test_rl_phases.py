@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from esrepro import memory as M
-from esrepro import plan_check as pc
+from esrepro.models import memory as M
+from esrepro.planning import plan_check as pc
 from esrepro.rl import phases as PH
 from esrepro.rl.grpo import grpo_config_kwargs, reference_state, train_grpo
 from esrepro.rl.phase_trace import PhaseTrace
@@ -91,7 +91,7 @@ def paper():
 
 
 def test_the_plan_check_counts_each_rl_job_in_the_code_order(paper):
-    from esrepro.resume_cost import job_settings
+    from esrepro.planning.resume_cost import job_settings
     from esrepro.rl.grpo import grpo_config_kwargs as kwargs_of
 
     p, checked = paper

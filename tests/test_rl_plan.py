@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from esrepro import specs
 from esrepro.config import ConfigError, load_yaml, read_config
 from esrepro.pipeline import cell_name
-from esrepro.pipeline.load import check_config, load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning import specs
+from esrepro.planning.load import check_config, load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.report.tables import build_table3, table3
 from esrepro.rl.budget import rl_budget, samples_per_step
 from esrepro.rl.select import choose, final_train_reward, select_run
@@ -166,7 +166,7 @@ def test_renamed_settings_keep_their_run_paths_and_table3_text(algorithm):
 
 
 def test_cells_keep_their_short_names_and_table2_its_setting_names():
-    from esrepro.pipeline.notes import table2_notes
+    from esrepro.planning.notes import table2_notes
 
     assert cell_name({"learning_rate": 1e-5, "max_new_tokens": 1024}, "grpo") == "lr1e-05_len1024"
     assert cell_name({"actor_learning_rate": 1e-6, "beta": 0.001}, "ppo") == "alr1e-06_kl0.001"

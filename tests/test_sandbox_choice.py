@@ -125,9 +125,9 @@ def test_a_tiny_run_without_a_sandbox_leaves_arc_out_and_a_paper_run_does_not(mo
     cells and the warning name the fix; paper scale: nothing is left out (its pre-flight stops the run)."""
     import yaml
 
-    from esrepro import preflight
-    from esrepro.pipeline.load import load_pipeline
-    from esrepro.plan import Plan
+    from esrepro.planning import preflight
+    from esrepro.planning.load import load_pipeline
+    from esrepro.planning.plan import Plan
 
     monkeypatch.setenv(SANDBOX_ENV, "none")
     tiny = load_pipeline(yaml.safe_load((REPO / "config/config.yaml").read_text()), "config/config.yaml", root=REPO)

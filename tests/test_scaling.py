@@ -1,4 +1,4 @@
-"""The memory and time arithmetic of the paper's runs (esrepro.scaling) and docs/scaling.md's table of it."""
+"""The memory and time arithmetic of the paper's runs (esrepro.planning.scaling) and docs/scaling.md's table of it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from conftest import REPO
 from esrepro.config import load_yaml
-from esrepro.pipeline.load import load_pipeline
-from esrepro.scaling import attempts, job_cost, markdown_table, model_parameters, table1_costs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.scaling import attempts, job_cost, markdown_table, model_parameters, table1_costs
 
 GPU_GB = 80
 
@@ -35,7 +35,7 @@ def test_parameters_are_counted_from_the_config_not_the_size_text(paper):
 def test_docs_table_is_the_arithmetic_of_the_paper_config(paper):
     text = (REPO / "docs" / "scaling.md").read_text()
     assert markdown_table(table1_costs(paper)) in text, \
-        "docs/scaling.md's table is stale: regenerate it from esrepro.scaling.markdown_table(table1_costs(...))"
+        "docs/scaling.md's table is stale: regenerate it from esrepro.planning.scaling.markdown_table(table1_costs(...))"
 
 
 def test_every_table1_run_fits_its_gpus_and_finishes_within_its_attempts(paper):
@@ -61,7 +61,7 @@ def test_unsharded_rl_would_not_fit(paper):
 @pytest.mark.parametrize("hours", [0.01, 0.17, 0.3, 0.65, 1.4, 5.0])
 def test_a_step_asks_for_its_estimate_in_one_attempt(hours):
     """1.25x the estimate rounded up, at least 15 minutes, at most the registry's runtime."""
-    from esrepro.scaling import STEP_FLOOR_MINUTES, step_minutes
+    from esrepro.planning.scaling import STEP_FLOOR_MINUTES, step_minutes
 
     minutes = step_minutes(hours, ceiling=720)
     assert minutes >= max(STEP_FLOOR_MINUTES, 1.25 * hours * 60) and minutes <= 2 * max(hours * 60, 15)

@@ -112,9 +112,9 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
     ES jobs span two nodes under scripts/ray-slurm, with their GPUs per node and their Ray
     layout in the shell command."""
     _require_slurm(need_cluster=False)
-    from esrepro.cluster import train_resources_key
-    from esrepro.job_time import timed_job, timed_step
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.cluster import train_resources_key
+    from esrepro.planning.job_time import timed_job, timed_step
+    from esrepro.planning.load import load_pipeline
 
     repo = copy_repo(tmp_path)
     env = snakemake_env()
@@ -136,12 +136,12 @@ def test_slurm_profile_dry_run_requests_each_models_registry_resources(tmp_path)
         if rule == "train":  # an ES run's own layout where the entry has one (train_es_<task>, train_es)
             key = train_resources_key(pipeline, job["wildcards"]["task"], model, method)
         # a train job's resources as the Snakefile asks for them (an ESSA run with more engines than the entry's
-        # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.cluster.train_job, rl_job),
-        # its runtime from its estimate, at most the registry's (esrepro.job_time.timed_job)
+        # GPUs takes more of its nodes, an RL run as many GPUs as share its batch: esrepro.planning.cluster.train_job, rl_job),
+        # its runtime from its estimate, at most the registry's (esrepro.planning.job_time.timed_job)
         if rule in ("train", "train_cell"):
             res = timed_job(pipeline, job["wildcards"]["task"], model, method, job["wildcards"].get("cell"))
             assert res.runtime <= pipeline.resources(model, key).runtime
-        else:  # evaluation and download: their runtime from their estimate too (esrepro.job_time.timed_step)
+        else:  # evaluation and download: their runtime from their estimate too (esrepro.planning.job_time.timed_step)
             res = timed_step(pipeline, rule, job["wildcards"])
             assert res.runtime <= pipeline.resources(model, key).runtime
             assert res.model_copy(update={"runtime": None}) == \
@@ -549,7 +549,7 @@ def test_slurm_es_job_with_two_ray_engines_runs_through_sbatch(slurm_cluster, tm
     spec = {k: v for k, v in manifest["settings"].items() if k not in ("method", "task", "model", "dtype", "chat")}
     serial = tmp_path / "serial"
     local_env = {k: v for k, v in snakemake_env().items() if not k.startswith(("SLURM_", "RAY_"))}
-    local_env["ESREPRO_NUMERICS"] = manifest["numerics"]["mode"]  # the job's CPU numerics (esrepro.numerics)
+    local_env["ESREPRO_NUMERICS"] = manifest["numerics"]["mode"]  # the job's CPU numerics (esrepro.runtime.numerics)
     subprocess.run([str(BIN / "esrepro"), "train", "--method", "es", "--task", "countdown", "--model", "tiny",
                     "--model-dir", str(repo / "results/models/tiny/base"), "--dtype", "float32",
                     "--data-dir", str(repo / "data/prepared/countdown"), "--spec", json.dumps({**spec, "engines": 1}),

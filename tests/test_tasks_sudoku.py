@@ -126,7 +126,7 @@ def test_the_paper_config_runs_sudoku_as_v2_states_it() -> None:
     Reasoning Gym's Mini Sudoku, at a few dozen puzzles."""
     from conftest import REPO
     from esrepro.config import load_yaml
-    from esrepro.pipeline.load import check_config, load_pipeline
+    from esrepro.planning.load import check_config, load_pipeline
 
     raw = load_yaml(REPO / "config" / "paper.yaml")
     check_config(raw, "paper.yaml", root=REPO)
@@ -141,8 +141,8 @@ def test_the_paper_config_runs_sudoku_as_v2_states_it() -> None:
     assert paper.task_options("sudoku") == {}  # Reasoning Gym's reward
     # 64M completions: the registry's train_es_sudoku layout (2 nodes x 4 GPUs), done within the SLURM profile's
     # three attempts; the model's other ES runs keep its train_es layout
-    from esrepro.cluster import ray_layout
-    from esrepro.scaling import job_cost
+    from esrepro.planning.cluster import ray_layout
+    from esrepro.planning.scaling import job_cost
 
     assert ray_layout(paper, "sudoku", "qwen2.5-3b-instruct", "es") == "2 nodes x 4 GPUs: 8 vllm engines, tp 1"
     assert ray_layout(paper, "countdown", "qwen2.5-3b-instruct", "es") == "1 node x 4 GPUs: 4 vllm engines, tp 1"

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from esrepro.config import ConfigError
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 from families import FAMILIES
 from model_folders import esrepro, run_config, write_registry
 from test_numerics import ES, EVAL_SPEC, MODEL, SOURCE

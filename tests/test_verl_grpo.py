@@ -184,7 +184,7 @@ def test_essas_grpo_baseline_runs_with_verls_semantics():
     from pathlib import Path
 
     from esrepro.config import load_yaml
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     repo = Path(__file__).resolve().parents[1]
     for name, model, task in (("paper.yaml", "qwen2.5-math-7b", "gsm8k"), ("config.yaml", "tiny", "countdown")):

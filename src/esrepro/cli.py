@@ -168,7 +168,7 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("eval-summary", "out"): dict(help="the summary JSON to write"),
     ("claims", "out"): dict(help=OUT_STEM),
     ("claims", "spec"): dict(help="the config's scale, the rules' settings and each row's selectors, jobs and "
-                             "target as JSON (esrepro.specs.claims_spec)"),
+                             "target as JSON (esrepro.planning.specs.claims_spec)"),
     ("claims", "inputs"): dict(help="the files the rows may read (the rule's declared inputs; recorded in its "
                                "manifest)"),
     ("claim-costs", "markdown_out"): dict(action="store", default=None, metavar="PATH",
@@ -192,7 +192,7 @@ OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("eval-summary", "metrics"): dict(help="metrics.json of every evaluation"),
     ("essa-report", "spec"): dict(help="target_accuracy, sweeps and output stems as JSON"),
     ("es-variants-table", "spec"): dict(help="Table 1's task and split and each ES and low-rank ES run's settings "
-                                        "as JSON (esrepro.specs.es_variants_spec)"),
+                                        "as JSON (esrepro.planning.specs.es_variants_spec)"),
     ("essa-report", "metrics"): dict(nargs="*", default=[], required=False, help="metrics.json of the runs' evaluations"),
     ("prepare-data", "spec"): dict(help="the config's data.<task> block as JSON (source and seed)"),
     ("build-tiny", "spec"): dict(help="the registry entry as JSON"),
@@ -232,10 +232,10 @@ class Verb:
 VERBS: dict[str, Verb] = {
     "validate": Verb("esrepro.steps.config:validate_files", "check config files, their registry and published numbers"),
     "options": Verb("esrepro.steps.config:print_options", "document every setting (or write the JSON schemas)"),
-    "cost": Verb("esrepro.cost:cost", "jobs, GPU-hours requested and estimated, and disk of a config's run"),
-    "claim-costs": Verb("esrepro.claim_cost:main", "the jobs and GPU-hours that decide each claim, cheapest first, "
+    "cost": Verb("esrepro.planning.cost:cost", "jobs, GPU-hours requested and estimated, and disk of a config's run"),
+    "claim-costs": Verb("esrepro.planning.claim_cost:main", "the jobs and GPU-hours that decide each claim, cheapest first, "
                         "with each claim's target"),
-    "plan-check": Verb("esrepro.plan_check:plan_check", "build every GPU job's arguments and count its memory per GPU"),
+    "plan-check": Verb("esrepro.planning.plan_check:plan_check", "build every GPU job's arguments and count its memory per GPU"),
     "prepare-data": Verb("esrepro.steps.data:prepare_data", "write data/prepared/<task>/<split>.jsonl"),
     "build-tiny": Verb("esrepro.steps.models:build_tiny", "build the tiny model of a registry entry (or copy its "
                        "pinned build)"),
@@ -292,7 +292,7 @@ VERBS: dict[str, Verb] = {
                          "build a local hub/URL mirror of a config's models (random-weight replicas) and data"),
     "mirror-serve": Verb("esrepro.steps.mirror:mirror_serve",
                          "serve a mirror for HF_ENDPOINT and ESREPRO_URL_MIRROR until killed"),
-    "check-packages": Verb("esrepro.preflight:check_packages", "import modules in this environment and print which "
+    "check-packages": Verb("esrepro.planning.preflight:check_packages", "import modules in this environment and print which "
                            "fail (the pre-flight check of a run)", hidden=True),
 }
 
@@ -341,12 +341,12 @@ def build_parser(verb: str | None = None) -> tuple[argparse.ArgumentParser, dict
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``esrepro`` console script."""
     if argv is None:  # a local Snakemake job: run in the preloaded interpreter when there is one
-        from esrepro import forkserver
+        from esrepro.runtime import forkserver
 
         status = forkserver.delegate(sys.argv[1:])
         if status is not None:
             return status
-    from esrepro import numerics
+    from esrepro.runtime import numerics
     from esrepro.settings.layers import ConfigError
 
     numerics.apply(reexec=argv is None)  # $ESREPRO_NUMERICS=portable: pin CPU kernels before torch loads
@@ -356,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = VERBS[args.verb].function()
     if args.verb in HELPER_VERBS:  # grading pools, Ray and vLLM processes end with this one, even killed
-        from esrepro.lifeline import reap_on_exit
+        from esrepro.runtime.lifeline import reap_on_exit
 
         reap_on_exit()
     try:

@@ -3,7 +3,7 @@ published numbers.
 
 The ground floor of the planning rooms (docs/architecture.md): it reads files and validates them against their
 settings classes (:mod:`esrepro.settings`) and imports nothing above them. A whole run's validated
-:class:`~esrepro.pipeline.Pipeline` is built by :func:`esrepro.pipeline.load.load_pipeline`.
+:class:`~esrepro.pipeline.Pipeline` is built by :func:`esrepro.planning.load.load_pipeline`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def resources_of(rule_name):
 
 def timed_resources_of(rule_name, snakemake_rule):
     """:func:`resources_of`, with the runtime of ``snakemake_rule``'s jobs from their estimate (the registry's
-    runtime as its ceiling; esrepro.job_time.timed_step)."""
+    runtime as its ceiling; esrepro.planning.job_time.timed_step)."""
     res = resources_of(rule_name)
     if "runtime" in res:
         res["runtime"] = lambda wildcards: job_time.timed_step(PIPELINE, snakemake_rule, dict(wildcards.items())).runtime
@@ -76,7 +76,7 @@ def pinned_arg(model):
     return "" if pinned is None else f"--pinned {shlex.quote(specs.as_json(pinned))}"
 
 
-# Pre-flight (esrepro.preflight): what the jobs will need that the machines lack (hub access offline, a token for
+# Pre-flight (esrepro.planning.preflight): what the jobs will need that the machines lack (hub access offline, a token for
 # a gated model, packages an engine or setting needs in the jobs' environment). A dry run prints it as warnings;
 # a real run stops at its start (the Snakefile's onstart, in the main process of a real run only), before any job,
 # on the problems of the jobs it is about to run. Jobs re-read these files: they check nothing.
@@ -84,7 +84,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from esrepro import preflight
+from esrepro.planning import preflight
 
 if workflow.is_main_process and workflow.output_settings.dryrun:
     PREFLIGHT = preflight.problems(PIPELINE, PLAN)

@@ -5,7 +5,7 @@
 # (registry `pinned`) is copied from it, each file checked, when the pin was built from the same settings and data;
 # verify_models rebuilds it and compares.
 
-from esrepro.plan import keys_regex
+from esrepro.planning.plan import keys_regex
 
 
 rule build_tiny:

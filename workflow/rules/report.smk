@@ -1,9 +1,9 @@
 # Tables (csv, md, tex) and figures (png, pdf, and the plotted numbers as csv): Tables 1-3 and their figures, the ESSA study's summary, and
 # the extras a config asks for in `report.extras` (Figures 3, 5-9 and the math, puzzle, per-task and stability
-# tables; the runs they read are listed by esrepro.plan.ExtrasPlan).
+# tables; the runs they read are listed by esrepro.planning.plan.ExtrasPlan).
 
-from esrepro.plan import PUZZLES, ExtrasPlan, keys_regex
-from esrepro.pipeline.notes import table1_notes, table2_notes, task_table_notes
+from esrepro.planning.plan import PUZZLES, ExtrasPlan, keys_regex
+from esrepro.planning.notes import table1_notes, table2_notes, task_table_notes
 
 T1 = CFG.report.table1
 CONCISENESS_KL = PLAN.conciseness_kl()

@@ -17,10 +17,10 @@ TRAIN_SHELL = (
 )
 
 
-# A train job's cluster layout (esrepro.cluster): ES jobs take the registry's train_es resources
+# A train job's cluster layout (esrepro.planning.cluster): ES jobs take the registry's train_es resources
 # where a model has them; a job on several nodes runs under scripts/ray-slurm; PPO and GRPO jobs
 # run one training process per GPU under torchrun (the registry's `processes` for CPU processes).
-# Its runtime is its estimated time with a margin (esrepro.scaling.schedule), the registry's `runtime`
+# Its runtime is its estimated time with a margin (esrepro.planning.scaling.schedule), the registry's `runtime`
 # being the ceiling of one attempt; a longer job continues from its resume state on the next attempt.
 RAY_SLURM = os.path.join(workflow.basedir, "scripts", "ray-slurm")
 TRAIN_RESOURCES = {
@@ -28,7 +28,7 @@ TRAIN_RESOURCES = {
     for k in cluster.TRAIN_RESOURCES
 }
 # An RL job outside `train` (a grid cell, the ESSA study's GRPO baseline): the registry's `train` entry, with as
-# many processes (GPUs) as share the run's per-step batch evenly (esrepro.cluster.rl_job).
+# many processes (GPUs) as share the run's per-step batch evenly (esrepro.planning.cluster.rl_job).
 RL_RESOURCES = {
     k: (lambda w, k=k: job_time.train_resource(PIPELINE, w.task, w.model, w.method, k, getattr(w, "cell", None)))
     for k in cluster.TRAIN_RESOURCES
@@ -36,7 +36,7 @@ RL_RESOURCES = {
 
 
 # A run with `start_from` starts from another run's kept snapshot (v2 App. A.6's ESCHKPT-2): it waits for that
-# run's manifest and reads the snapshot in place of the base model (esrepro.plan.Plan.start_dir).
+# run's manifest and reads the snapshot in place of the base model (esrepro.planning.plan.Plan.start_dir).
 rule train:
     input:
         model=lambda w: PLAN.start_input(w.task, w.model, w.method, w.seed),

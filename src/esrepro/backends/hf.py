@@ -35,7 +35,6 @@ from typing import Literal, Sequence, get_args
 
 import torch
 
-from esrepro.devices import noise_device, synchronize
 from esrepro.models.architecture import linear_weight_names
 from esrepro.models.decoding import greedy_rule
 from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
@@ -44,6 +43,7 @@ from esrepro.models.tokens import adds_special_tokens
 from esrepro.perturb.lowrank import check_rank, lowrank_perturb_, lowrank_update_
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
+from esrepro.runtime.devices import noise_device, synchronize
 from esrepro.settings.methods import Generation
 
 GENERATION_MODES: tuple[str, ...] = get_args(Generation)
@@ -275,7 +275,7 @@ class HFBackend:
         synchronize(self.model.device)
 
     def noise_device(self) -> str:
-        """The device ES noise for this model is generated on (:func:`esrepro.devices.noise_device`)."""
+        """The device ES noise for this model is generated on (:func:`esrepro.runtime.devices.noise_device`)."""
         return noise_device(self.model.device)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:

@@ -348,7 +348,7 @@ class ESWorkerExtension:
         from vllm.distributed import get_pp_group, get_tp_group
 
         if os.getpid() != driver_pid:
-            from esrepro.lifeline import die_with_parent
+            from esrepro.runtime.lifeline import die_with_parent
 
             die_with_parent(expected_parent=driver_pid)
         if get_pp_group().world_size != 1:
@@ -400,12 +400,12 @@ class ESWorkerExtension:
         return tp.rank_in_group
 
     def es_noise_device(self) -> str:
-        from esrepro.devices import noise_device
+        from esrepro.runtime.devices import noise_device
 
         return noise_device(self.es_state.params[0].device)
 
     def es_synchronize(self) -> None:
-        from esrepro.devices import synchronize
+        from esrepro.runtime.devices import synchronize
 
         synchronize(self.es_state.params[0].device)
 
@@ -619,7 +619,7 @@ class VLLMEngine:
         return self.llm.collective_rpc(method, timeout=self.call_timeout, args=args)
 
     def noise_device(self) -> str:
-        """The device the noise is generated on (:func:`esrepro.devices.noise_device`): resumes and engines of one
+        """The device the noise is generated on (:func:`esrepro.runtime.devices.noise_device`): resumes and engines of one
         run must share it."""
         return self._noise_device
 

@@ -27,10 +27,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from esrepro import numerics
 from esrepro.io import atomic_path, read_json, reading, write_json, write_jsonl
 from esrepro.models.architecture import ArchitectureError, decoder_linears
 from esrepro.models.loading import save_adapter
+from esrepro.runtime import numerics
 from esrepro.settings.methods import DEFAULT_LORA_TARGETS
 
 #: What ESSA adapts (the setting ``lora_targets``): the decoder blocks' attention linears, all their linears, or
@@ -127,7 +127,7 @@ def sft_lora(
     (:func:`lora_target_modules`; refused before any training when they name no linear layer of it).
 
     ``batch_size`` is the total per optimiser step: under a distributed launcher (one process per GPU,
-    :mod:`esrepro.distributed`) each process takes its share, and only the main process writes ``out_dir``.
+    :mod:`esrepro.runtime.distributed`) each process takes its share, and only the main process writes ``out_dir``.
     The base is loaded in ``dtype`` (the registry's on a GPU, float32 on CPU); the LoRA matrices are float32
     whatever the base (peft's ``autocast_adapter_dtype``), and a bfloat16/float16 base on CUDA trains under
     the matching autocast.
@@ -143,9 +143,9 @@ def sft_lora(
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from esrepro.distributed import split_batch, world
     from esrepro.models.loading import load_model, load_tokenizer
     from esrepro.provenance.manifest import sha256_tree
+    from esrepro.runtime.distributed import split_batch, world
 
     model_dir = Path(model_dir)
     if not pairs:

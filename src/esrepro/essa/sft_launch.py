@@ -2,7 +2,7 @@
 
 An ESSA job is one process (it drives the Ray engines), but its SFT stage trains on every GPU of the job: with
 ``$ESREPRO_TRAIN_PROCESSES`` = G > 1 the job runs the SFT as G processes under ``torchrun`` (this module's
-:func:`main` in each, :mod:`esrepro.distributed` for their places), waits for them, and reads back the
+:func:`main` in each, :mod:`esrepro.runtime.distributed` for their places), waits for them, and reads back the
 summary the main process wrote beside the adapter; each process takes ``sft_prompts_per_step / G`` examples
 per step, so an optimiser step sees ``sft_prompts_per_step`` examples at any GPU count. With G = 1 (the
 default) the SFT runs in the job's own process, as it always has on CPU.
@@ -90,8 +90,8 @@ def run_sft(job: SFTJob, processes: int = 1, timeout: float | None = None) -> di
                                f"a batch {_visible_gpus()} times the setting): set ${PROCESSES_ENV} to the job's GPU "
                                "count")
         return job.run_here()
-    from esrepro.distributed import split_batch
     from esrepro.essa.lora import SUMMARY
+    from esrepro.runtime.distributed import split_batch
 
     split_batch(job.batch_size, processes, "sft_prompts_per_step")  # before any process starts
     with tempfile.TemporaryDirectory(prefix="essa_sft_job_") as scratch:

@@ -41,9 +41,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from esrepro import numerics
 from esrepro.essa.lora import LoraFactors, natural_key
 from esrepro.io import atomic_path
+from esrepro.runtime import numerics
 
 Selection = Literal["per_adapter", "global"]
 SPACE_FORMAT = 1

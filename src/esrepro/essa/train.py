@@ -162,13 +162,13 @@ def make_essa_evaluator(ctx: TrainContext, examples: list[dict]):
 
 def essa_generate_batch(ctx: TrainContext, cfg) -> int:
     """The transformers engines' ``generate`` batch: ``batch_size``, or on a GPU the largest that fits it beside the
-    base in its precision (:func:`esrepro.memory.runtime_generate_batch`, the plan check's rule: Qwen2.5-32B at INT8
+    base in its precision (:func:`esrepro.models.memory.runtime_generate_batch`, the plan check's rule: Qwen2.5-32B at INT8
     holds about 90 sequences of 1,536 tokens, not 200). Candidates are scored greedily, each prompt on its own (left
     padding and the attention mask): the batch changes the time, not the scores (up to the float rounding of
     differently shaped matmuls)."""
     if cfg.backend != "hf":
         return cfg.batch_size
-    from esrepro import memory
+    from esrepro.models import memory
 
     return memory.runtime_generate_batch(ctx.model_dir, cfg.batch_size, memory.prompt_tokens(ctx.task.name),
                                          cfg.max_new_tokens, ctx.device, cfg.precision)

@@ -162,7 +162,7 @@ class ESSAVLLMEngine:
 
     def noise_device(self) -> str:
         """Where candidates come from: the driver's numpy CMA-ES (this engine draws no noise); the device type."""
-        from esrepro.devices import noise_device
+        from esrepro.runtime.devices import noise_device
 
         return noise_device("cuda" if self.device.startswith("cuda") else "cpu")
 

@@ -25,9 +25,9 @@ import yaml
 
 from esrepro.config import load_registry, load_yaml
 from esrepro.io import atomic_path, write_json, write_text
-from esrepro.memory import GPU_BYTES, facts_from_config, vllm_fit
 from esrepro.models.architecture import BOOKKEEPING, ArchitectureError, config_from_facts, read_config_json
 from esrepro.models.entry_check import config_problems, entry_problems, folder_problems
+from esrepro.models.memory import GPU_BYTES, facts_from_config, vllm_fit
 from esrepro.population.placement import GPU_MEMORY_UTILIZATION
 from esrepro.settings.layers import ConfigError
 
@@ -46,7 +46,7 @@ CONFIGS = "config/model_configs"
 CPU_PARAMS = 100_000_000
 CPU_RESOURCES: dict[str, dict[str, Any]] = {"default": {"cpus_per_task": 1, "mem_mb": 4000, "runtime": 60}}
 #: Bytes per trained parameter of full fine-tuning: float32 master weights, gradients and AdamW's two moments
-#: (esrepro.memory), sharded over the job's GPUs.
+#: (esrepro.models.memory), sharded over the job's GPUs.
 TRAIN_STATE_BYTES = 16
 #: The share of a GPU the sharded training state may take; the rest holds the gathered FSDP units, activations,
 #: logits and, for GRPO, the colocated vLLM engine.
@@ -59,7 +59,7 @@ ES_MIN_ENGINES = 4
 #: bf16 weights above this (an eighth of a GPU, ~5B parameters) make an ES iteration long enough for 8 engines.
 ES_LARGE_WEIGHTS_SHARE = 1 / 8
 WEIGHT_BYTES = 2  # bf16
-GPU_MODEL = "h100"  # what esrepro.memory.GPU_BYTES is
+GPU_MODEL = "h100"  # what esrepro.models.memory.GPU_BYTES is
 CPUS_PER_GPU = 8
 HOST_BASE_MB, HOST_STEP_MB, DEFAULT_HOST_MIN_MB = 32_000, 16_000, 64_000
 MAX_TRAIN_MINUTES, MAX_ES_MINUTES = 10_080, 8_640
@@ -175,8 +175,8 @@ def _gpu(gpus: int, mem_mb: int, runtime: int, nodes: int = 1) -> dict[str, Any]
 
 
 def resources_for(m) -> dict[str, dict[str, Any]]:
-    """Per-rule resources of a model with :class:`~esrepro.memory.ModelFacts` ``m`` (P = ``m.params``), from the
-    memory model (:data:`esrepro.memory.GPU_BYTES`, an H100 80GB, is one GPU):
+    """Per-rule resources of a model with :class:`~esrepro.models.memory.ModelFacts` ``m`` (P = ``m.params``), from the
+    memory model (:data:`esrepro.models.memory.GPU_BYTES`, an H100 80GB, is one GPU):
 
     - under :data:`CPU_PARAMS` parameters (a toy model): the tiny entries' CPU resources, one thread;
     - ``default`` (evaluation, KL, one process): the fewest GPUs (a power of two) whose share of
@@ -190,7 +190,7 @@ def resources_for(m) -> dict[str, dict[str, Any]]:
       plan check says so: esrepro plan-check). That gives the registry's 4 GPUs to the 0.5-3B models and 8 to the
       7-8B ones;
     - ``train_es`` (one vLLM engine per ``tp`` GPUs, ``tp`` the smallest power of two at which
-      :func:`esrepro.memory.vllm_fit` fits the engine with one full-context sequence): 4 engines, or 8 where the bf16
+      :func:`esrepro.models.memory.vllm_fit` fits the engine with one full-context sequence): 4 engines, or 8 where the bf16
       weights exceed an eighth of a GPU (about 5B parameters: the registry's 7-8B entries' 2 nodes x 4), at least 4
       engines of ``tp`` GPUs, 4 GPUs a node;
     - training host memory per node: per GPU (one process each) 32 GB + 2 bytes a parameter (a bf16 copy of the

@@ -1,4 +1,4 @@
-"""Whether a registry entry is a causal LM transformers can load, checked before any job (:mod:`esrepro.checks`)
+"""Whether a registry entry is a causal LM transformers can load, checked before any job (:mod:`esrepro.planning.checks`)
 and by ``esrepro add-model``.
 
 A hub entry's ``config`` and a local folder's ``config.json`` must build in transformers (``AutoConfig`` by their

@@ -22,11 +22,11 @@ from tqdm import tqdm
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from esrepro import numerics
 from esrepro.io import atomic_path, write_json, write_jsonl
 from esrepro.models.architecture import build_config_facts
 from esrepro.models.loading import save_tokenizer
 from esrepro.models.warm_start import GENERATOR_OPTIONS, fresh_countdown
+from esrepro.runtime import numerics
 
 EOS = "<|endoftext|>"
 

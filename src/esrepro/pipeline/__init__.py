@@ -9,10 +9,9 @@
 - :mod:`~esrepro.pipeline.method_settings`: method settings through their layers, algorithms, sample budgets;
 - :mod:`~esrepro.pipeline.studies`: the sweep studies;
 - :mod:`~esrepro.pipeline.essa_study`: the ESSA study;
-- :mod:`~esrepro.pipeline.notes`: the notes under the tables, from the settings of their runs (imported by the
-  Snakefile, not here);
-- :mod:`~esrepro.pipeline.load`: reading a run's config and registry into a checked :class:`Pipeline` (above the
-  planning rooms it calls, so not imported here).
+
+Reading a run's config and registry into a checked :class:`Pipeline` (:mod:`esrepro.planning.load`) and the notes
+under the tables (:mod:`esrepro.planning.notes`) sit in the planning package above: nothing here imports planning.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class Pipeline(ModelsMixin, TasksMixin, SettingsMixin, StudiesMixin, ESSAStudyMi
                  registry_source: str = "registry",
                  run_layers: dict[tuple[str, str, str], Layer] | None = None) -> None:
         """``run_layers``: (task, model, method) -> a last layer of that run's method settings, over every other
-        (the rehearsal's bounds, esrepro.rehearsal.transform); none by default."""
+        (the rehearsal's bounds, esrepro.planning.rehearsal_bounds); none by default."""
         self.cfg = cfg
         self.registry = registry
         self.source = source

@@ -4,12 +4,12 @@ Method settings are layered, later layers winning: the code's defaults (the pape
 values, :mod:`esrepro.settings.methods`), ``defaults.<family>``, ``methods.<method>``,
 ``train.<task>.<method>``, the registry's ``models.<model>.methods.<method>`` and, for
 an RL grid, the cell's values; last, a run's own layer where the pipeline was built with one (the rehearsal's
-bounds, :mod:`esrepro.rehearsal.transform`). Studies expand into methods of their own
+bounds, :mod:`esrepro.planning.rehearsal_bounds`). Studies expand into methods of their own
 (``es_sigma<value>``, ``grpo_beta<value>``), with layers of their own (:mod:`esrepro.pipeline.studies`,
 :mod:`esrepro.pipeline.essa_study`). An RL run's sample budget comes from an ES run's.
 
 The resolution is a pure function of the config and the registry: ``resume_every: auto`` stays ``auto`` here; the
-pricing room resolves it into the job's spec (:func:`esrepro.resume_cost.job_settings`).
+pricing room resolves it into the job's spec (:func:`esrepro.planning.resume_cost.job_settings`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class SettingsMixin:
 
     def method_settings(self, model: str, task: str, method: str, cell: str | None = None) -> MethodSettings:
         """The validated settings of one run; an RL run's ``sample_budget`` is filled from its ES method (an RL run's
-        ``resume_every: auto`` is left as it is: :func:`esrepro.resume_cost.job_settings` prices it)."""
+        ``resume_every: auto`` is left as it is: :func:`esrepro.planning.resume_cost.job_settings` prices it)."""
         algo = self.algorithm_of(task, method)
         settings = resolve(algo.settings, self.method_layers(model, task, method, cell))
         if algo.rl and settings.sample_budget is None:

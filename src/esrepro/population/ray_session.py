@@ -29,7 +29,7 @@ def ensure_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> None
     else:
         # address="local": always a cluster of this job's own, never one another job started on the node;
         # its daemons and agents are stopped even if this process is killed
-        from esrepro.lifeline import reap_on_exit
+        from esrepro.runtime.lifeline import reap_on_exit
 
         reap_on_exit()
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esrepro.numerics import describe_cpu
 from esrepro.provenance.audit import AuditError, _norm, _producer, index_manifests
+from esrepro.runtime.numerics import describe_cpu
 
 #: The stage of each manifest kind, in pipeline order (an unknown kind is a report).
 STAGES: dict[str, str] = {
@@ -238,7 +238,7 @@ def first_cell(here: Path, gold: Path) -> str | None:
 
 
 def recorded_cpus(manifests: dict[str, dict[str, Any]]) -> list[str]:
-    """The distinct CPUs (one line each, :func:`esrepro.numerics.describe_cpu`) that ``manifests`` record."""
+    """The distinct CPUs (one line each, :func:`esrepro.runtime.numerics.describe_cpu`) that ``manifests`` record."""
     found = {describe_cpu(cpu) for m in manifests.values()
              if isinstance(cpu := (m.get("numerics") or {}).get("cpu"), dict)}
     return sorted(found)

@@ -108,8 +108,8 @@ def host_info() -> dict[str, Any]:
 
 
 def _numerics() -> dict[str, Any]:
-    """The CPU numerics in effect (esrepro.numerics): mode, variables, the kernels torch chose."""
-    from esrepro.numerics import record
+    """The CPU numerics in effect (esrepro.runtime.numerics): mode, variables, the kernels torch chose."""
+    from esrepro.runtime.numerics import record
 
     return record()
 

@@ -14,7 +14,7 @@ import yaml
 
 from esrepro.config import read_config
 from esrepro.io import atomic_path, sha256_file
-from esrepro.pipeline.load import load_pipeline
+from esrepro.planning.load import load_pipeline
 from esrepro.rehearsal import stand_ins
 from esrepro.rehearsal.mirror_layout import PINS, SOURCES, repo_dir, repo_key, repo_record, url_path, write_index
 from esrepro.rehearsal.replicas import build_replica

@@ -1,6 +1,6 @@
 """A replica's tokenizer: a small byte-level BPE trained deterministically on a built-in text, with the pre-tokenizer,
 special tokens (in the real id order, after the BPE vocabulary), chat template and ``tokenizer_config.json`` class of
-its facts (:func:`esrepro.rehearsal.families.facts_for`: a family's where its tokenizer is documented to differ, else
+its facts (:func:`esrepro.models.tokenizer_families.facts_for`: a family's where its tokenizer is documented to differ, else
 generic)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from esrepro.rehearsal.families import BPE_VOCAB, Facts
+from esrepro.models.tokenizer_families import BPE_VOCAB, Facts
 
 _TEXT = """\
 Let x be a real number such that 3x + 5 = 20. Then 3x = 15, so x = 5. The answer is \\boxed{5}.

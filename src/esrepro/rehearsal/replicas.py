@@ -1,6 +1,6 @@
 """Random-weight replicas of the registry's hub models: the real model's config (its architecture class, rope, layer
-kinds, norms) at toy size (:func:`esrepro.rehearsal.registry.replica_config`), its tokenizer's special tokens, chat
-template and end-of-sequence ids (:mod:`esrepro.rehearsal.families`), written in the hub repository's layout.
+kinds, norms) at toy size (:func:`esrepro.planning.rehearsal_registry.replica_config`), its tokenizer's special tokens, chat
+template and end-of-sequence ids (:mod:`esrepro.models.tokenizer_families`), written in the hub repository's layout.
 
 The weights are random (seeded): a replica exercises the code paths of a real download, load and generation,
 never its results. The same ``seed`` writes the same bytes.
@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from esrepro.io import atomic_path
-from esrepro.memory import entry_facts
-from esrepro.rehearsal.families import LARGE_PARAMS, Facts
-from esrepro.rehearsal.registry import replica_config, replica_facts, replica_tokens
+from esrepro.models.memory import entry_facts
+from esrepro.models.tokenizer_families import LARGE_PARAMS, Facts
+from esrepro.planning.rehearsal_registry import replica_config, replica_facts, replica_tokens
 from esrepro.rehearsal.replica_tokenizer import write_tokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -54,7 +54,7 @@ def build_replica(name: str, entry: Any, out_dir: str | Path, seed: int = 0) -> 
         trained = {t: tok.token_to_id(t) for t in ids}
         if trained != ids or vocab < tok.get_vocab_size(with_added_tokens=True):
             raise RuntimeError(f"model {name!r}: the replica tokenizer's ids {trained} are not the ids its config "
-                               f"states {ids} (esrepro.rehearsal.registry.replica_tokens)")
+                               f"states {ids} (esrepro.planning.rehearsal_registry.replica_tokens)")
         _write_weights(config, tmp, seed, DTYPES[dtype])
         _dump(tmp / "config.json", config)
         _dump(tmp / "generation_config.json", generation_config(facts, ids, params))

@@ -19,8 +19,8 @@ from typing import Iterator
 from esrepro import paths as P
 from esrepro.config import read_config
 from esrepro.pipeline import BASE, Pipeline
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.rehearsal.mirror_layout import PINS
 from esrepro.rehearsal.report import (
     Job,

@@ -24,7 +24,7 @@ CAPTION = "Low-rank ES (EGGROLL) beside full-rank ES at equal sample budgets: te
 
 def es_variants_table(metrics: pd.DataFrame, spec: Mapping[str, Any],
                       models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per run of ``spec["runs"]`` (:func:`esrepro.specs.es_variants_spec`): accuracy on ``spec``'s task and
+    """One row per run of ``spec["runs"]`` (:func:`esrepro.planning.specs.es_variants_spec`): accuracy on ``spec``'s task and
     split, mean and sample std over the seeds evaluated, and the mean's difference from the same model's ES mean
     (blank for ES itself, and where either side has no evaluation). A run with no evaluation keeps its row, blank."""
     task, split = spec["task"], spec["split"]

@@ -47,10 +47,10 @@ from typing import Any
 
 import torch
 
-from esrepro import numerics
 from esrepro.models.loading import DTYPES, load_model, load_tokenizer, save_adapter, save_checkpoint
 from esrepro.rl import phases
 from esrepro.rl.reward import EXAMPLE_COLUMN, trl_reward_func
+from esrepro.runtime import numerics
 from esrepro.settings.methods import GRPO_VARIANTS, GRPOSettings, RLSettings
 from esrepro.tasks.base import Task
 from esrepro.train.resume import announce_resume
@@ -124,7 +124,7 @@ def grpo_config_kwargs(settings: dict, *, steps: int, seed: int, output_dir: str
         every = settings.get("resume_every", 50)
         if every == "auto":
             raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
-                             "(esrepro.resume_cost); a run given it directly needs a number of steps")
+                             "(esrepro.planning.resume_cost); a run given it directly needs a number of steps")
         per_rollout = int(settings.get("updates_per_generation", 1) or 1)
         if int(every) % per_rollout:
             raise ValueError(
@@ -328,9 +328,9 @@ def train_grpo(
     from transformers import TrainerCallback
 
     numerics.portable_trl()  # the advantages' standard deviation with a correctly rounded square root
-    from esrepro.distributed import barrier, init_process_group, world
     from esrepro.rl import trl_resume
     from esrepro.rl.budget import check_problem_count
+    from esrepro.runtime.distributed import barrier, init_process_group, world
 
     check_problem_count(settings, len(examples))
     on_cpu = not torch.cuda.is_available()
@@ -470,7 +470,7 @@ def _whole_policy(trainer: Any, model_dir: str | Path, dtype: str = MASTER_DTYPE
     """The FSDP-sharded policy gathered whole (a collective: every process calls it): on the main process a fresh
     copy of the model in ``dtype`` on ``device`` with the gathered weights, on the others the unwrapped (sharded)
     module."""
-    from esrepro.distributed import world
+    from esrepro.runtime.distributed import world
 
     state = trainer.accelerator.get_state_dict(trainer.model)  # full state dict, on the main process only
     if not world().is_main:

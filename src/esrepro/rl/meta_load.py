@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from esrepro.distributed import world
 from esrepro.rl.grpo_parallel import BF16_POLICY
+from esrepro.runtime.distributed import world
 
 #: ``model_init_kwargs`` placement that makes transformers build a model on the meta device without reading weights.
 META_DEVICE_MAP: dict[str, str] = {"": "meta"}

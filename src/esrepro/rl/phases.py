@@ -1,5 +1,5 @@
 """The phases of an RL training job, in the order its code runs them: the one order the memory model
-(esrepro.plan_check) counts and the phase trace (esrepro.rl.phase_trace) observes in a real run.
+(esrepro.planning.plan_check) counts and the phase trace (esrepro.rl.phase_trace) observes in a real run.
 
 A phase begins where the code path that allocates its memory begins and lasts until the next one begins:
 

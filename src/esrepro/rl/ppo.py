@@ -34,14 +34,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from esrepro import numerics
-from esrepro.distributed import barrier, init_process_group, world
 from esrepro.models.loading import DTYPES, load_tokenizer
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
 from esrepro.rl import phases, ppo_state
 from esrepro.rl import ppo_parallel as par
 from esrepro.rl.meta_load import rebuild_buffers
+from esrepro.runtime import numerics
+from esrepro.runtime.distributed import barrier, init_process_group, world
 from esrepro.settings.methods import PPOSettings
 from esrepro.tasks.base import Task
 from esrepro.train.resume import announce_resume

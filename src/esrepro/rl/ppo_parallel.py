@@ -1,7 +1,7 @@
 """PPO's process-group pieces: per-process batch shares, gradient averaging (DDP or FSDP2), global reductions,
 the final weights gathered to rank 0, and the resume state written as shards by every process.
 
-A PPO job on G GPUs runs G processes (:mod:`esrepro.distributed`). Each rolls out its share of
+A PPO job on G GPUs runs G processes (:mod:`esrepro.runtime.distributed`). Each rolls out its share of
 ``prompts_per_step`` and of every mini-batch; gradients are averaged over the processes, so every optimiser
 step averages the same micro-batch losses as one process would. With one process every function here is
 the identity (no collective is issued), which keeps the one-process computation what it always was.
@@ -15,8 +15,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from esrepro.distributed import World
-from esrepro.rl.shares import Shares, shares  # noqa: F401  (the rule esrepro.cluster.rl_job follows too)
+from esrepro.rl.shares import Shares, shares  # noqa: F401  (the rule esrepro.planning.cluster.rl_job follows too)
+from esrepro.runtime.distributed import World
 
 
 def _dist() -> Any:

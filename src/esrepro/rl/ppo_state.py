@@ -38,10 +38,10 @@ class Progress:
 
 def key(cfg: Any, seed: int, world_size: int, dtype: str) -> dict:
     """What a state must have been written with (an error when ``resume_every`` is still ``auto``: the plan resolves
-    it, esrepro.resume_cost)."""
+    it, esrepro.planning.resume_cost)."""
     if cfg.resume_every == "auto":
         raise ValueError("resume_every: auto is resolved by the plan from the run's resume state and step time "
-                         "(esrepro.resume_cost); a run given it directly needs a number of steps")
+                         "(esrepro.planning.resume_cost); a run given it directly needs a number of steps")
     return state_key(cfg, seed, NOT_IN_STATE, {"world_size": world_size, "dtype": dtype})
 
 

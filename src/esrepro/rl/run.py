@@ -39,7 +39,7 @@ def train_rl(ctx: TrainContext) -> TrainOutcome:
     continues from it with its snapshots and periodic-evaluation rows, a fresh one starts without them. The state
     is removed once the run directory is complete.
     """
-    from esrepro.distributed import world
+    from esrepro.runtime.distributed import world
 
     settings = ctx.settings.as_dict()
     budget = budget_of(settings)

@@ -1,5 +1,5 @@
 """Which training-process counts an RL run's per-step batch admits: the one rule that the launcher's layout
-(esrepro.cluster.rl_job) and the training processes themselves (GRPO: esrepro.rl.grpo_parallel.process_batch;
+(esrepro.planning.cluster.rl_job) and the training processes themselves (GRPO: esrepro.rl.grpo_parallel.process_batch;
 PPO: :func:`shares`) both follow, so a job is never given a process count its own training refuses.
 
 Kept free of torch: the workflow calls it for every RL job while it builds the plan.
@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from esrepro.distributed import split_batch
+from esrepro.runtime.distributed import split_batch
 from esrepro.settings.methods import GRPO_ALGORITHMS
 
 

@@ -96,7 +96,7 @@ def callback(key: dict, log: list[dict], extra: dict[str, list[dict]] | None = N
             return control
 
         def on_save(self, args, state, control, **kw):  # noqa: ANN001 - Trainer callback signature
-            from esrepro.distributed import barrier
+            from esrepro.runtime.distributed import barrier
 
             barrier()  # every process has written its part (RNG state, optimiser shard)
             if state.is_world_process_zero:

@@ -188,11 +188,11 @@ class RLSettings(MethodSettings):
     resume_every: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         50, description="write the resume state (<run>/resume/: weights, optimiser, scheduler, RNG, step) every K "
         "optimiser steps; a killed run continues from it; auto: the plan derives K from the state's size and the "
-        "storage's write speed so that saving takes at most 3% of the run (esrepro.resume_cost)")
+        "storage's write speed so that saving takes at most 3% of the run (esrepro.planning.resume_cost)")
     collective_timeout: int | None = Field(
         None, ge=60, description="seconds a training process waits in a collective before the job fails (the "
         "process group's timeout); null: the library's default (NCCL 10 minutes, transformers' ddp_timeout 30 minutes), or "
-        "with resume_every: auto the plan's, above the longest resume save (esrepro.resume_cost)")
+        "with resume_every: auto the plan's, above the longest resume save (esrepro.planning.resume_cost)")
     sharding: Literal["ddp", "fsdp"] = Field(
         "ddp", description="how the weights spread over the job's training processes (one per GPU): ddp, a whole "
         "copy on each; fsdp, parameters, gradients and optimiser state sharded over them (FSDP full shard)")

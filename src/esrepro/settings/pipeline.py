@@ -444,8 +444,8 @@ class Rehearsal(Settings):
     processes: int = Field(2, ge=1, description="training processes (gloo) standing in for an ESSA SFT's GPUs: at "
                            "most this many")
     rl_processes: int = Field(8, ge=1, description="training processes (gloo) of an RL job: the paper job's count "
-                              "(one per GPU, as many as share its per-step batch; esrepro.cluster.rl_job), at most "
-                              "this many, with the batch thinned to a step or two (esrepro.rehearsal.registry.rl_batch)")
+                              "(one per GPU, as many as share its per-step batch; esrepro.planning.cluster.rl_job), at most "
+                              "this many, with the batch thinned to a step or two (esrepro.planning.rehearsal_registry.rl_batch)")
     ray_cpus: int = Field(2, ge=1, description="CPU cores of a job on a Ray cluster (a multi-node layout on one "
                           "node, scripts/ray-slurm): at least the engines it places, one CPU each")
     mem_mb: int = Field(3000, ge=100, description="memory of every job, MB")

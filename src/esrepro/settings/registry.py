@@ -147,7 +147,7 @@ class ModelEntry(Settings):
     revision: str | None = Field(None, min_length=1, description="hub commit to download (a branch name is resolved "
                                  "at fetch time and recorded in the model's manifest)")
     gated: bool = Field(False, description="the hub repository is gated (e.g. meta-llama): fetching it needs a hub "
-                        "token of an account that accepted its licence; checked before any job (esrepro.preflight)")
+                        "token of an account that accepted its licence; checked before any job (esrepro.planning.preflight)")
     methods: dict[str, Partial] = Field(default_factory=dict, description="method -> settings over the config's, "
                                         "plus an RL hyperparameter grid (grid: {setting: [values]})")
     resources: dict[str, Resources] = Field(description="rule name (train, evaluate, kl, build, fetch, ...), "

@@ -17,7 +17,7 @@ def set_threads(n: int) -> None:
     launcher's ``LOCAL_WORLD_SIZE``; all of them for one process), and deterministic kernels where torch has them."""
     import torch
 
-    from esrepro.distributed import world
+    from esrepro.runtime.distributed import world
 
     torch.set_num_threads(max(1, int(n) // world().local_world_size))
     torch.use_deterministic_algorithms(True, warn_only=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 def validate_files(configs: list[str]) -> None:
     """Check pipeline config files (and the registry and published numbers each names) without running anything."""
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     for path in configs:
         load_pipeline(read_config(path), path)

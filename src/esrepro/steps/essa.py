@@ -86,13 +86,13 @@ def essa_grpo(task: str, model: str, model_dir: str, sft_dir: str, data_dir: str
     """Train the GRPO baseline (``spec``) from the SFT start of the reference ESSA run (``sft_dir``,
     ``ref_spec``) into ``out``: checkpoint/, log.jsonl with held-out scores, manifest.json (and adapter/
     when ``trains`` is ``adapter``)."""
-    from esrepro.devices import pick_device
-    from esrepro.distributed import barrier, init_process_group, world
     from esrepro.essa.data import alignment_positions, baseline_problems_needed, heldout_positions
     from esrepro.essa.train import ADAPTER, SFT_ADAPTER, verify_sft
     from esrepro.io import atomic_path, write_json, write_jsonl
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
     from esrepro.rl.run import train_rl
+    from esrepro.runtime.devices import pick_device
+    from esrepro.runtime.distributed import barrier, init_process_group, world
     from esrepro.settings.methods import ESSASettings, algorithm
     from esrepro.steps import load_examples, set_threads
     from esrepro.steps.train import snapshot_dirs

@@ -13,9 +13,9 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
              dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
     """Evaluate ``model_dir`` greedily on ``spec``'s split of ``task``; writes ``out``/metrics.json and responses."""
     from esrepro.backends.hf import HFBackend
-    from esrepro.devices import pick_device
     from esrepro.evaluate import evaluate as run_evaluation
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
+    from esrepro.runtime.devices import pick_device
     from esrepro.settings.pipeline import EvalSettings
     from esrepro.tasks import get_task
 
@@ -47,12 +47,12 @@ def evaluate(task: str, model: str, method: str, model_dir: str, data_dir: str, 
 
 def _generate_batch(model_dir: str | Path, task: str, settings, device: str) -> int:
     """The evaluation's ``generate`` batch: ``batch_size``, or on a GPU the largest that fits it
-    (:func:`esrepro.memory.runtime_generate_batch`, the plan check's rule); greedy outputs do not depend on it."""
-    from esrepro import memory
+    (:func:`esrepro.models.memory.runtime_generate_batch`, the plan check's rule); greedy outputs do not depend on it."""
+    from esrepro.models import memory
 
     prompt = min(memory.prompt_tokens(task), settings.max_prompt_tokens or 10**9)
     batch = memory.runtime_generate_batch(model_dir, settings.batch_size, prompt, settings.max_new_tokens, device)
     if batch < settings.batch_size:
         print(f"evaluate {task}: generating {batch} prompts at a time (batch_size {settings.batch_size} does not fit "
-              "the GPU: esrepro.memory)", flush=True)
+              "the GPU: esrepro.models.memory)", flush=True)
     return batch

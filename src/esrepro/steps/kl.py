@@ -17,10 +17,10 @@ HYPER = ("sigma", "alpha", "beta", "learning_rate")
 def kl(task: str, model: str, method: str, model_dir: str, base_dir: str, data_dir: str, spec: dict, out: str,
        run_dir: str | None = None, dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
     """Measure KL to ``base_dir`` for the final weights and every kept snapshot; writes kl.json and samples.jsonl."""
-    from esrepro.devices import pick_device
     from esrepro.kl import ESTIMATORS, measure_checkpoint
     from esrepro.models.loading import load_model
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
+    from esrepro.runtime.devices import pick_device
     from esrepro.settings.pipeline import KLSettings
     from esrepro.steps.train import snapshot_dirs
     from esrepro.tasks import get_task

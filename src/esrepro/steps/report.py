@@ -221,10 +221,10 @@ def param_shift_histogram(task: str, model: str, method: str, model_dir: str, ba
                           seed: int = 0, threads: int = 1, device: str = "auto") -> dict:
     """|theta_final - theta_base| of one ES run, counted against ES's random walk (alpha, N and the run's z's)."""
     from esrepro import paths as P
-    from esrepro.devices import pick_device
     from esrepro.io import write_json
     from esrepro.provenance.manifest import build_manifest, now
     from esrepro.report.param_shift import Bins, RandomWalk, build_shift_histogram, read_shift_histogram
+    from esrepro.runtime.devices import pick_device
 
     set_threads(threads)
     started = now()
@@ -382,7 +382,7 @@ def claims(results: str, published: str, registry: str, spec: dict, out: str, in
            note: list[str] | None = None, figure: str | None = None, only: list[str] | None = None) -> None:
     """The claims table: each claim of the papers, its evidence in the paper and in this run, whether this run
     reproduces the paper's numbers, an interval and a computed verdict (esrepro.report.claims). Each row reads only
-    the ``inputs`` its selectors in ``spec`` pick (``spec``: :func:`esrepro.specs.claims_spec`). ``only``: the rows
+    the ``inputs`` its selectors in ``spec`` pick (``spec``: :func:`esrepro.planning.specs.claims_spec`). ``only``: the rows
     to build (a claim's own table); ``figure``: the stem of the margins figure (png, pdf, csv), when wanted."""
     from esrepro.provenance.manifest import now
     from esrepro.report.claims.table import build_claims
@@ -391,7 +391,7 @@ def claims(results: str, published: str, registry: str, spec: dict, out: str, in
     started = now()
     for key in ("scale", "claims"):
         if key not in spec:
-            raise ValueError(f"claims: --spec needs {key!r} (esrepro.specs.claims_spec: the config's scale and each "
+            raise ValueError(f"claims: --spec needs {key!r} (esrepro.planning.specs.claims_spec: the config's scale and each "
                              "row's selectors)")
     display = {k: v["display"] for k, v in registry_entries(registry).items()}
     build_claims(results, inputs or [], load_published(published), spec, display, out, notes=note or [],

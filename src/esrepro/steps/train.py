@@ -21,12 +21,12 @@ def train(task: str, model: str, model_dir: str, data_dir: str, spec: dict, meth
           dtype: str = "float32", seed: int = 0, threads: int = 1, device: str = "auto", chat: bool = False) -> dict:
     """Train one run (method x task x model x seed) into ``out``: checkpoint/, log.jsonl, manifest.json.
 
-    Under a distributed launcher every process trains (:mod:`esrepro.distributed`); only the main one
+    Under a distributed launcher every process trains (:mod:`esrepro.runtime.distributed`); only the main one
     writes the run directory, and the manifest records the world size.
     """
-    from esrepro.devices import pick_device
-    from esrepro.distributed import world
     from esrepro.provenance.manifest import build_manifest, now, verify_inputs
+    from esrepro.runtime.devices import pick_device
+    from esrepro.runtime.distributed import world
     from esrepro.settings.methods import algorithm
     from esrepro.tasks import get_task
     from esrepro.train.context import TrainContext

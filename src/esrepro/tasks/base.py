@@ -35,7 +35,7 @@ class Task:
     """
 
     name: ClassVar[str] = ""
-    #: Modules its grading or data import when a job runs (checked before any job: esrepro.preflight).
+    #: Modules its grading or data import when a job runs (checked before any job: esrepro.planning.preflight).
     requires: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from esrepro.lifeline import watch_parent
+from esrepro.runtime.lifeline import watch_parent
 
 #: The forkserver's pid, as its forked workers inherit it (None outside a forkserver).
 FORKSERVER_PID: int | None = None

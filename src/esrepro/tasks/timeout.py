@@ -69,7 +69,7 @@ from typing import Any, Callable, Sequence
 
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
-from esrepro.lifeline import die_with_parent
+from esrepro.runtime.lifeline import die_with_parent
 
 #: Default limit in seconds of one grading call (the authors give math-verify 1 s).
 DEFAULT_TIMEOUT_S = 1.0

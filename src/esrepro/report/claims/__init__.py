@@ -8,5 +8,5 @@ reproduces the paper's numbers, an interval and a verdict computed by a stated r
 - :mod:`.table`: the scale gate, the table in CSV, Markdown and LaTeX, the margins figure.
 
 The package itself imports nothing: the planning rooms read the catalogue without loading pandas (whose pyarrow
-starts a thread, which the preloaded interpreter of esrepro.forkserver must not have).
+starts a thread, which the preloaded interpreter of esrepro.runtime.forkserver must not have).
 """

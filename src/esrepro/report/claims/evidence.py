@@ -1,7 +1,7 @@
 """The evidence a claim reads: only the files its rule declares (the claims rule's inputs), picked by the claim's
 selectors, never found by globbing the results folder.
 
-A claim's selectors (built from the config by :mod:`esrepro.claim_plan`, passed in the step's spec) name runs by
+A claim's selectors (built from the config by :mod:`esrepro.planning.claim_plan`, passed in the step's spec) name runs by
 kind:
 
 - ``evals``: ``[task, split, model, method]``, every seed's ``eval/.../metrics.json`` (and ``responses.jsonl``

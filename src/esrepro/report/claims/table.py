@@ -1,9 +1,9 @@
 """The claims table: each claim's row built from the files its rule declares, the scale gate, and the table written
 as CSV (every column), Markdown (a short sentence a cell) and LaTeX.
 
-``spec`` (the step's, from :func:`esrepro.specs.claims_spec`) holds the settings the rules read and, under
+``spec`` (the step's, from :func:`esrepro.planning.specs.claims_spec`) holds the settings the rules read and, under
 ``claims``, every row id of this configuration with its selectors (:mod:`esrepro.report.claims.evidence`), the jobs
-that decide it and their requested GPU-hours (:mod:`esrepro.claim_plan`), and its target file.
+that decide it and their requested GPU-hours (:mod:`esrepro.planning.claim_plan`), and its target file.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def claim_rows(results: PathLike, inputs: Sequence[PathLike], published: Mapping
     """Every row (or the rows ``only`` names) with its spec entry; each row reads only the declared ``inputs`` its
     selectors pick. Every margin computed is appended to ``margins_out`` when given (the figure's numbers)."""
     if "claims" not in spec:
-        raise ValueError("claims: the spec has no 'claims' (each row's selectors, esrepro.specs.claims_spec)")
+        raise ValueError("claims: the spec has no 'claims' (each row's selectors, esrepro.planning.specs.claims_spec)")
     entries = spec["claims"]
     ids = row_ids(spec)
     if only:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from esrepro import paths as P
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, ESSA_SWEEPS, Pipeline
-from esrepro.plan import PUZZLES, ExtrasPlan, Plan
+from esrepro.planning.plan import PUZZLES, ExtrasPlan, Plan
 from esrepro.report.claims.catalogue import row_id
 
 Selectors = dict[str, list[list[str]]]
@@ -22,7 +22,7 @@ SWEEP_PREFIX = {key: prefix for key, _, prefix in ESSA_SWEEPS}
 
 
 class ClaimPlan:
-    """The claims' rows of a :class:`~esrepro.plan.Plan`: selectors, files, run keys and targets."""
+    """The claims' rows of a :class:`~esrepro.planning.plan.Plan`: selectors, files, run keys and targets."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan

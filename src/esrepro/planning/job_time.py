@@ -1,19 +1,19 @@
-"""The runtime each job asks SLURM for, from its estimated time at the paper's sizes (esrepro.scaling): 1.25x
+"""The runtime each job asks SLURM for, from its estimated time at the paper's sizes (esrepro.planning.scaling): 1.25x
 the estimate, in attempts no longer than the registry's ``runtime``, which is the ceiling of one attempt."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from esrepro.cluster import layout, slurm_resource
 from esrepro.models.architecture import ArchitectureError
 from esrepro.pipeline import Pipeline
-from esrepro.scaling import STEP_RULES, job_cost, step_cost
+from esrepro.planning.cluster import layout, slurm_resource
+from esrepro.planning.scaling import STEP_RULES, job_cost, step_cost
 from esrepro.settings.registry import Resources
 
 
 def timed_job(p: Pipeline, task: str, model: str, method: str, cell: str | None = None) -> Resources:
-    """A train job's :func:`layout` with its runtime set from its estimated time (esrepro.scaling.schedule): the
+    """A train job's :func:`layout` with its runtime set from its estimated time (esrepro.planning.scaling.schedule): the
     registry's ``runtime`` is only the ceiling of one attempt."""
     if p.cfg.rehearsal is not None:  # toy budgets on CPUs: the paper-size estimate does not apply
         return layout(p, task, model, method, cell)
@@ -31,7 +31,7 @@ def train_resource(p: Pipeline, task: str, model: str, method: str, key: str, ce
 
 def timed_step(p: Pipeline, rule: str, wildcards: dict) -> Resources:
     """The registry resources of an evaluation, KL, download, selection or parameter-shift job (``rule``: a key of
-    esrepro.scaling.STEP_RULES) with its runtime set from its estimate (esrepro.scaling.step_cost); the registry's
+    esrepro.planning.scaling.STEP_RULES) with its runtime set from its estimate (esrepro.planning.scaling.step_cost); the registry's
     ``runtime`` is the ceiling."""
     res = p.resources(wildcards["model"], STEP_RULES[rule])
     if p.cfg.rehearsal is not None:  # toy budgets on CPUs: the paper-size estimate does not apply

@@ -11,7 +11,7 @@ Three tools, from the cheapest:
 * :func:`reap_on_exit`: a small sidecar process that, once this process is gone
   (SIGKILL included), stops every process it saw descend from it: Ray's daemons and
   agents, vLLM engine cores, grading workers, whatever re-parented itself to PID 1.
-  ``python -m esrepro.lifeline PID`` is that sidecar.
+  ``python -m esrepro.runtime.lifeline PID`` is that sidecar.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def reap_on_exit() -> subprocess.Popen:
     with _reaper_lock:
         if _reaper is None or _reaper.poll() is not None:
             _reaper = subprocess.Popen(
-                [sys.executable, "-m", "esrepro.lifeline", str(os.getpid())],
+                [sys.executable, "-m", "esrepro.runtime.lifeline", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 close_fds=True, start_new_session=True,
             )

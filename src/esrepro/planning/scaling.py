@@ -43,10 +43,10 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from esrepro.cluster import layout
 from esrepro.essa.data import essa_sample_budget
-from esrepro.memory import entry_facts
+from esrepro.models.memory import entry_facts
 from esrepro.pipeline import BASE, ESSA_GRPO, Pipeline
+from esrepro.planning.cluster import layout
 from esrepro.rl.budget import es_sample_budget, samples_per_step
 from esrepro.settings.methods import ES_ALGORITHMS
 from esrepro.tasks import split_sizes
@@ -73,7 +73,7 @@ MARGIN = 1.25
 def model_parameters(p: Pipeline, model: str) -> float:
     """``model``'s parameter count: a pinned build's own (the count its ``build.json`` records: the model as built,
     its tokenizer's vocabulary included, read without loading torch), else its registry entry's config counted on
-    the meta device (:func:`esrepro.memory.entry_facts`; a built model's config is its build block). The entry's
+    the meta device (:func:`esrepro.models.memory.entry_facts`; a built model's config is its build block). The entry's
     ``size`` is display text only."""
     entry = p.model(model)
     if entry.pinned is not None:

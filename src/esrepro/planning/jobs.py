@@ -1,4 +1,4 @@
-"""Every job of a config's Snakemake DAG, from its :class:`~esrepro.plan.Plan`, each under the paper table or figure
+"""Every job of a config's Snakemake DAG, from its :class:`~esrepro.planning.plan.Plan`, each under the paper table or figure
 it is run for (a job several of them read counts under the first: Table 1's base models, the ESSA reference runs).
 
 The rules and their wildcards mirror workflow/rules/*.smk; tests/test_cost.py keeps the count of each rule equal to
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_SWEEPS, Pipeline
-from esrepro.plan import ExtrasPlan, Plan
+from esrepro.planning.plan import ExtrasPlan, Plan
 
 TABLE1 = "ES Table 1, Figs. 6-7 (Countdown)"
 STABILITY = "ES v2 stability (Countdown seeds)"

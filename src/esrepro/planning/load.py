@@ -1,19 +1,19 @@
 """A run's config and registry read into a checked :class:`~esrepro.pipeline.Pipeline`.
 
 The planning rooms in order (docs/architecture.md): the files are read and validated (:mod:`esrepro.config`), a
-rehearsal's config and registry transformed (:mod:`esrepro.rehearsal.transform`), the pipeline built (settings
+rehearsal's config and registry transformed (:mod:`esrepro.planning.rehearsal_bounds`), the pipeline built (settings
 resolved on demand, a pure function of config and registry) and every cross-reference checked
-(:mod:`esrepro.checks`). This module sits above those it calls; :mod:`esrepro.pipeline` does not import it.
+(:mod:`esrepro.planning.checks`). This module sits above those it calls, and nothing below planning imports it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from esrepro.checks import check_pipeline
 from esrepro.config import ConfigError, config_base, load_registry, validate_published
 from esrepro.pipeline import Pipeline
-from esrepro.rehearsal.transform import rehearse
+from esrepro.planning.checks import check_pipeline
+from esrepro.planning.rehearsal_bounds import rehearse
 from esrepro.settings.layers import validate_block
 from esrepro.settings.pipeline import PipelineConfig
 from esrepro.settings.registry import ModelEntry
@@ -26,7 +26,7 @@ def load_pipeline(config: dict, source: str | Path, root: str | Path = ".") -> P
 
     Raises :class:`ConfigError` listing every problem, one line each, naming file and field. A config that
     still names the file it ``extends`` (relative to ``root``) is read over that file's options first. A config
-    with a ``rehearsal`` block is rehearsed (:func:`esrepro.rehearsal.transform.rehearse`) before its pipeline is
+    with a ``rehearsal`` block is rehearsed (:func:`esrepro.planning.rehearsal_bounds.rehearse`) before its pipeline is
     built.
     """
     source = str(source)

@@ -4,13 +4,13 @@
 job of the DAG is bounded whatever layer of config/paper.yaml (or the registry, or the code's defaults) set its
 size:
 
-1. the registry on CPUs with thinned RL grids (:func:`esrepro.rehearsal.registry.rehearsal_registry`);
+1. the registry on CPUs with thinned RL grids (:func:`esrepro.planning.rehearsal_registry.rehearsal_registry`);
 2. ``defaults.evaluate``, ``evaluate.<task>``, ``defaults.kl`` and ``kl.<task>`` clamped to :data:`BOUNDS` (their
    whole layering: an evaluation's or KL job's settings are those layers and the code's defaults);
 3. every train job's settings resolved from (1, 2) and every over-bound field written into the run's own last
    layer (:data:`BOUNDS`; an ESSA run's ``train_examples`` follows its bounded parts);
 4. an RL run's per-step batch thinned for the paper job's training processes
-   (:func:`esrepro.rehearsal.registry.rl_batch`; the count: :func:`esrepro.cluster.rl_job`, the function every
+   (:func:`esrepro.planning.rehearsal_registry.rl_batch`; the count: :func:`esrepro.planning.cluster.rl_job`, the function every
    RL job's placement calls), its sample budget cut to :data:`RL_STEPS` optimiser steps.
 
 config/rehearsal.yaml may still shrink layers itself (smaller than the bounds, or data sizes and sweeps); what it
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from esrepro.cluster import DATA_PARALLEL, layout, rl_job
-from esrepro.jobs import plan_jobs
 from esrepro.pipeline import Pipeline
-from esrepro.rehearsal.registry import rehearsal_registry, rl_batch
+from esrepro.planning.cluster import DATA_PARALLEL, layout, rl_job
+from esrepro.planning.jobs import plan_jobs
+from esrepro.planning.rehearsal_registry import rehearsal_registry, rl_batch
 from esrepro.rl.budget import prompts_per_generation, samples_per_step
 from esrepro.settings.layers import ConfigError, Layer
 from esrepro.settings.methods import ESSASettings, MethodSettings
@@ -49,7 +49,7 @@ ESSA_PARTS = ("sft_examples", "fitness_examples", "val_examples")
 RL_STEPS = 2
 #: The rules whose jobs train a run (workflow/rules/train.smk).
 TRAIN_RULES = ("train", "train_cell", "essa_grpo")
-#: The rules whose jobs train an RL run (esrepro.cluster.DATA_PARALLEL algorithms).
+#: The rules whose jobs train an RL run (esrepro.planning.cluster.DATA_PARALLEL algorithms).
 RL_RULES = TRAIN_RULES
 #: How the rehearsal's run layers are named in errors.
 SOURCE = "rehearsal"
@@ -121,7 +121,7 @@ def rl_steps(per_rollout: int = 1) -> int:
 
 
 def rl_thinned(p: Pipeline, task: str, model: str, method: str, settings: MethodSettings) -> dict[str, Any]:
-    """An RL run's batch as the rehearsal runs it: the paper job's training processes (:func:`esrepro.cluster.rl_job`
+    """An RL run's batch as the rehearsal runs it: the paper job's training processes (:func:`esrepro.planning.cluster.rl_job`
     on the paper's per-step batch), with that batch thinned by :func:`rl_batch`, the sample budget cut to
     :func:`rl_steps` steps, a ``resume_every`` that is not on a rollout boundary set to one rollout, and the training
     problems raised to one rollout's (without ``repeat_prompts``).

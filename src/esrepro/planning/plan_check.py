@@ -1,8 +1,8 @@
 """The plan check: every GPU job of a config built with its real arguments at its real world size, and its memory per
-GPU counted (:mod:`esrepro.memory`), on a CPU, before anything is submitted (``esrepro plan-check CONFIG``; the
+GPU counted (:mod:`esrepro.models.memory`), on a CPU, before anything is submitted (``esrepro plan-check CONFIG``; the
 pre-flight of a real run; ``make dry-run-paper``).
 
-A job's arguments come from the functions the job itself calls: the process count from :func:`esrepro.cluster.layout`,
+A job's arguments come from the functions the job itself calls: the process count from :func:`esrepro.planning.cluster.layout`,
 RL shares from :func:`esrepro.rl.shares.per_process` (GRPO: :func:`esrepro.rl.grpo_parallel.process_batch` through
 :func:`esrepro.rl.grpo.grpo_config_kwargs`, whose keys are checked against TRL's ``GRPOConfig``; the FSDP plugin's
 from :func:`esrepro.rl.grpo_parallel.fsdp_kwargs` with the decoder class read by
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esrepro import memory as M
-from esrepro.memory import GiB, Phase
+from esrepro.models import memory as M
 from esrepro.models.architecture import cached_meta_model, entry_config, entry_config_facts, facts_key
+from esrepro.models.memory import GiB, Phase
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.resume_cost import job_settings
+from esrepro.planning.resume_cost import job_settings
+from esrepro.planning.rl_memory import Evaluation, grpo_phases, ppo_phases
 from esrepro.rl import phases as PH
-from esrepro.rl_memory import Evaluation, grpo_phases, ppo_phases
 from esrepro.settings.methods import ES_ALGORITHMS, EggrollSettings, lora_rank_slot
 from esrepro.train.periodic import RL_EVAL_BATCH, generation_length
 
@@ -313,7 +313,7 @@ def check_es(job: JobCheck, p: Pipeline, cfg) -> None:
 def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
     """ESSA: its engines' arguments as :func:`esrepro.essa.train.make_essa_evaluator` builds them (vLLM with LoRA
     slots, on the base in its precision: bf16, or INT4 through vLLM's bitsandbytes plugin; transformers ``generate``
-    on a quantised base at the batch :func:`esrepro.memory.generate_batch` fits, at most ``batch_size``; ``fitted``
+    on a quantised base at the batch :func:`esrepro.models.memory.generate_batch` fits, at most ``batch_size``; ``fitted``
     False: at ``batch_size`` itself)."""
     from esrepro.essa.lora import lora_target_modules  # loads torch
     from esrepro.essa.vllm_engine import quantization_llm_kwargs  # loads torch (through esrepro.backends)
@@ -371,7 +371,7 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
 
 def check_evaluate(job: JobCheck, p: Pipeline, *, fitted: bool = True) -> None:
     """A greedy evaluation: transformers ``generate`` in the registry dtype at the batch
-    :func:`esrepro.memory.generate_batch` fits, at most the task's ``batch_size`` (``fitted`` False: that itself)."""
+    :func:`esrepro.models.memory.generate_batch` fits, at most the task's ``batch_size`` (``fitted`` False: that itself)."""
     w = job.wildcards
     s = p.eval_settings(w["task"])
     m = M.entry_facts(p.model(w["model"]))
@@ -420,7 +420,7 @@ def _over(phase: Phase) -> str:
 
 
 def _resources(p: Pipeline, rule: str, w: dict):
-    from esrepro import cluster
+    from esrepro.planning import cluster
 
     if rule in ("evaluate", "kl"):
         return p.resources(w["model"], rule)
@@ -472,7 +472,7 @@ def _check_fit(job: JobCheck) -> None:
 def jobs(p: Pipeline, only: set[tuple[str, str | None]] | None = None) -> list[JobCheck]:
     """Every GPU job of the config, checked (the same settings checked once); ``only``: (rule, model) pairs of the
     jobs a run is about to start."""
-    from esrepro.jobs import plan_jobs
+    from esrepro.planning.jobs import plan_jobs
 
     seen: dict[str, JobCheck | None] = {}
     out = []
@@ -559,7 +559,7 @@ def phase_lines(checked: list[JobCheck]) -> list[str]:
 
 def check_config(config: str) -> tuple[Pipeline, list[JobCheck]]:
     from esrepro.config import read_config
-    from esrepro.pipeline.load import load_pipeline
+    from esrepro.planning.load import load_pipeline
 
     if not Path(config).is_file():
         raise FileNotFoundError(f"{config}: no such config file")

@@ -1,6 +1,6 @@
 """What each claim of the claims table costs to decide: the jobs behind the files its rule reads (the runs, their
 training and start points, the evaluations and KL measurements, the models and data) and their requested GPU-hours,
-from the same cost model as ``esrepro cost`` (:func:`esrepro.cost.job_row`). ``esrepro claim-costs CONFIG`` lists
+from the same cost model as ``esrepro cost`` (:func:`esrepro.planning.cost.job_row`). ``esrepro claim-costs CONFIG`` lists
 them, cheapest first, each with its target: ``snakemake <target>`` runs only that claim's jobs.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from esrepro.claim_plan import ClaimPlan
 from esrepro.config import read_config
-from esrepro.cost import TRAINING, job_row
 from esrepro.io import write_text
-from esrepro.jobs import Job, plan_jobs
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
-from esrepro.pipeline.load import load_pipeline
-from esrepro.plan import Plan
+from esrepro.planning.claim_plan import ClaimPlan
+from esrepro.planning.cost import TRAINING, job_row
+from esrepro.planning.jobs import Job, plan_jobs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.plan import Plan
 from esrepro.report.claims.catalogue import claim_of
 
 TrainKey = tuple[str, str, str, int]  # (training task, model, method, seed)

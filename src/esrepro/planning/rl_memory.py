@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esrepro import memory as M
-from esrepro.memory import Phase
+from esrepro.models import memory as M
+from esrepro.models.memory import Phase
 from esrepro.rl import phases as PH
 
 
@@ -132,7 +132,7 @@ def grpo_phases(m: M.ModelFacts, kw: dict, settings: dict, world: int, adapter: 
         elif name == PH.SAVE:
             extra["one tensor staged for writing (float32)"] = 4 * m.largest_tensor
         else:
-            raise ValueError(f"GRPO phase {name!r} (esrepro.rl.phases) is not counted by esrepro.rl_memory")
+            raise ValueError(f"GRPO phase {name!r} (esrepro.rl.phases) is not counted by esrepro.planning.rl_memory")
         out.append(Phase(name, _gib({**held, **extra}), reserved=reserved))
     return _first_of_each(out), vllm
 
@@ -206,6 +206,6 @@ def ppo_phases(m: M.ModelFacts, cfg, share: dict, world: int, sharded_load: bool
         elif name == PH.SAVE:
             extra["one tensor staged for writing (float32)"] = 4 * m.largest_tensor
         else:
-            raise ValueError(f"PPO phase {name!r} (esrepro.rl.phases) is not counted by esrepro.rl_memory")
+            raise ValueError(f"PPO phase {name!r} (esrepro.rl.phases) is not counted by esrepro.planning.rl_memory")
         out.append(Phase(name, _gib({**held, **extra})))
     return _first_of_each(out)

@@ -16,7 +16,7 @@ What keeps a forked job equal to a fresh one, or else runs it fresh:
   variable that decides differs (:func:`decides`): the variables that the libraries it has loaded read, at import
   or later, and that can change a job's numbers or what its imports do. Those are named in :data:`DECIDING` and
   :data:`DECIDING_PREFIXES`: Python's own (``PYTHON*``), the thread and kernel variables of torch, OpenMP, MKL,
-  OpenBLAS, oneDNN and numpy (read when torch loads; esrepro.numerics), CUDA's, the caches and switches of
+  OpenBLAS, oneDNN and numpy (read when torch loads; esrepro.runtime.numerics), CUDA's, the caches and switches of
   transformers, the hub client, tokenizers, PEFT, TRL, accelerate, vLLM and Ray, esrepro's own (``ESREPRO_*``), and
   the locale, home, time zone and dynamic loader (read once by the interpreter or the libraries it loaded). A
   declined job runs in its own process, as it would without a server, and says why. Every other variable never
@@ -80,7 +80,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 #: pyarrow, whose allocator starts a thread; TRL too (it loads pyarrow through datasets). Jobs import them. The one
 #: model family named: Qwen2's modeling module, the tiny default's architecture (any other is imported by its job).
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "peft", "math_verify")
-NOT_PRELOADED = ("esrepro.report", "esrepro.forkserver")
+NOT_PRELOADED = ("esrepro.report", "esrepro.runtime.forkserver")
 #: What a forked child runs with the job's arguments (``module:function``, resolved in the child).
 ENTRY = "esrepro.cli:main"
 #: Seconds between SIGTERM and SIGKILL for a child whose command went away, and between the server's looks.
@@ -208,7 +208,7 @@ def start(log: str | Path, threads: int = 1) -> Path | None:
     with open(log, "ab") as out:
         _log = (Path(log), out.tell())
         _server = subprocess.Popen(
-            [sys.executable, "-m", "esrepro.forkserver", str(path), str(os.getpid())],
+            [sys.executable, "-m", "esrepro.runtime.forkserver", str(path), str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
         )  # in Snakemake's process group: a kill of the group (Ctrl-C, a test's SIGKILL) takes it along
     deadline = time.monotonic() + 30.0  # it binds before loading: the first jobs queue for it, not load their own
@@ -277,7 +277,7 @@ def note(counts: dict[str, Any] | None, log: str | Path = "the preloaded interpr
     if not counts or counts["declined"] <= DECLINED_NOTE:
         return None
     reasons = "; ".join(f"{n} x {r}" for r, n in sorted(counts["reasons"].items(), key=lambda kv: -kv[1])[:3])
-    return (f"the preloaded interpreter (esrepro.forkserver) served {counts['served']} jobs and declined "
+    return (f"the preloaded interpreter (esrepro.runtime.forkserver) served {counts['served']} jobs and declined "
             f"{counts['declined']}, which loaded torch themselves and ran slower: {reasons} (see {log})")
 
 
@@ -507,13 +507,13 @@ class _Server:
                 job.kill_at = None
 
     def stop_all(self) -> None:
-        """Stop every running job and what it started (:func:`esrepro.lifeline.stop_all`, which collects them).
+        """Stop every running job and what it started (:func:`esrepro.runtime.lifeline.stop_all`, which collects them).
 
         Their commands get no status: they fail, saying the server ended before their job did.
         """
         import psutil
 
-        from esrepro.lifeline import stop_all
+        from esrepro.runtime.lifeline import stop_all
 
         running = []
         for job in self.jobs.values():
@@ -537,7 +537,7 @@ class _Job:
 
 def _signal_job(pid: int, sig: int) -> None:
     """Signal a child: its process group if it leads one, else the child alone (it is in its command's group,
-    which may hold Snakemake itself). The helpers a verb starts end with it (esrepro.lifeline)."""
+    which may hold Snakemake itself). The helpers a verb starts end with it (esrepro.runtime.lifeline)."""
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, sig)

@@ -2,9 +2,9 @@
 paper table or figure and in total (``esrepro cost CONFIG``).
 
 Requested GPU-hours are what the jobs ask SLURM for: GPUs x nodes x runtime of one attempt x attempts (train jobs:
-:func:`esrepro.job_time.timed_job`; evaluation, KL, downloads, selections and parameter shifts:
-:func:`esrepro.job_time.timed_step`; other jobs: their registry entry). Estimated GPU-hours are the work of a job at
-its settings (:mod:`esrepro.scaling`, whose throughput assumptions for an H100 are stated there and in
+:func:`esrepro.planning.job_time.timed_job`; evaluation, KL, downloads, selections and parameter shifts:
+:func:`esrepro.planning.job_time.timed_step`; other jobs: their registry entry). Estimated GPU-hours are the work of a job at
+its settings (:mod:`esrepro.planning.scaling`, whose throughput assumptions for an H100 are stated there and in
 docs/scaling.md); the CPU steps (downloads, selections, parameter shifts, data, reports) hold no GPU and count no
 GPU-hours. Disk: the final checkpoints and kept snapshots in the registry dtype, and the resume states a run holds
 while it runs.
@@ -18,13 +18,13 @@ import re
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
-from esrepro import scaling as S
 from esrepro.config import read_config, validate_published
 from esrepro.io import write_text
-from esrepro.jobs import SHARED, Job, plan_jobs
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.pipeline.load import load_pipeline
-from esrepro.scaling import STEP_RULES, job_cost, kept_snapshots, model_parameters, step_cost, weight_bytes
+from esrepro.planning import scaling as S
+from esrepro.planning.jobs import SHARED, Job, plan_jobs
+from esrepro.planning.load import load_pipeline
+from esrepro.planning.scaling import STEP_RULES, job_cost, kept_snapshots, model_parameters, step_cost, weight_bytes
 from esrepro.settings.methods import GRPO_ALGORITHMS
 
 #: The registry entry of each rule's jobs without an estimate (esrepro.pipeline.models.Pipeline.resources).
@@ -160,7 +160,7 @@ def markdown(rows: list[Row], figures: list[PaperFigure]) -> str:
     total = rows[-1]
     out = head + body + (
         f"\nRequested: GPUs x nodes x runtime of one attempt x attempts, as the jobs ask SLURM. Estimated: the "
-        f"jobs' work at the papers' sizes (esrepro.scaling, upper bounds: every completion at "
+        f"jobs' work at the papers' sizes (esrepro.planning.scaling, upper bounds: every completion at "
         f"max_new_tokens) on H100s at {S.TRAIN_EFFICIENCY:.0%} of {S.PEAK_FLOPS / 1e12:.0f} TFLOP/s for training, "
         f"{S.GENERATION_EFFICIENCY['vllm']:.0%} (vLLM, at most {S.DECODE_CAP['vllm']:,} tokens/s) or "
         f"{S.GENERATION_EFFICIENCY['hf']:.0%} (transformers, at most {S.DECODE_CAP['hf']:,}) for generation, "

@@ -1,13 +1,13 @@
 """What a random-weight replica's tokenizer keeps of a real hub model: its special tokens, chat template, end-of-
 sequence semantics and pre-tokenizer, chosen by the model's config ``model_type`` (:func:`facts_for`).
 
-The replica's config comes from the registry entry's own config (:func:`esrepro.rehearsal.registry.replica_config`);
+The replica's config comes from the registry entry's own config (:func:`esrepro.planning.rehearsal_registry.replica_config`);
 only the tokenizer facts are kept here, and by family only where a family's tokenizer is documented to behave
 differently from a generic byte-level BPE (Qwen's and Llama 3's: their facts are those of the hub repositories'
 ``tokenizer_config.json`` and ``generation_config.json``, Qwen2.5 instruct and base, Qwen2.5-Math, Llama 3.1 and
 3.2). Every other model type gets :func:`generic` facts.
 
-Data without imports: the foundation layer may read it.
+Data without imports: the rehearsal bounds (planning) and the rehearsal's replicas read it.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from esrepro.claim_cost import claim_costs
-from esrepro.claim_plan import ClaimPlan
 from esrepro.pipeline import ESSA_SWEEPS, Pipeline
-from esrepro.plan import ExtrasPlan, Plan
-from esrepro.resume_cost import job_settings
+from esrepro.planning.claim_cost import claim_costs
+from esrepro.planning.claim_plan import ClaimPlan
+from esrepro.planning.plan import ExtrasPlan, Plan
+from esrepro.planning.resume_cost import job_settings
 from esrepro.rl.budget import es_sample_budget
 
 
@@ -51,7 +51,7 @@ def pinned_spec(p: Pipeline, model: str) -> dict[str, str] | None:
 
 def method_spec(p: Pipeline, model: str, task: str, method: str, cell: str | None = None) -> dict[str, Any]:
     """One job's settings (an RL run's sample budget and priced ``resume_every: auto`` included:
-    :func:`esrepro.resume_cost.job_settings`) and the task's options."""
+    :func:`esrepro.planning.resume_cost.job_settings`) and the task's options."""
     return {**job_settings(p, model, task, method, cell).as_dict(), "task_options": p.task_options(task)}
 
 

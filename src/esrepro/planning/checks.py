@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from esrepro.cluster import train_job, train_resources_key
 from esrepro.essa.data import baseline_problems_needed
 from esrepro.models.entry_check import entry_problems
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, Pipeline
+from esrepro.planning.cluster import train_job, train_resources_key
 from esrepro.population.placement import engines_per_gpu
 from esrepro.rl.budget import check_problem_count
 from esrepro.settings.base import renamed

@@ -1,13 +1,13 @@
 """The notes printed under tables: what the config says of their runs (data provenance, settings, sample budgets),
 in words.
 
-Above the pricing room (a run's settings as its job runs them: :func:`esrepro.resume_cost.job_settings`), so the
-package does not import it; the Snakefile does."""
+Above the pricing room (a run's settings as its job runs them: :func:`esrepro.planning.resume_cost.job_settings`);
+the report's rules read it."""
 
 from __future__ import annotations
 
 from esrepro.pipeline import Pipeline
-from esrepro.resume_cost import job_settings
+from esrepro.planning.resume_cost import job_settings
 from esrepro.rl.budget import es_sample_budget, rl_budget, samples_per_step
 from esrepro.settings.methods import with_former_names
 

@@ -4,11 +4,11 @@ fetch's config check compares what it downloads); and an RL run's per-step batch
 training processes (:func:`rl_batch`).
 
 Pure functions of a registry and the rehearsal's settings, below the pipeline: the rehearsal transforms the config
-and the registry (:mod:`esrepro.rehearsal.transform`) before the pipeline that runs is built.
+and the registry (:mod:`esrepro.planning.rehearsal_bounds`) before the pipeline that runs is built.
 
 A replica's ``config.json`` (:func:`replica_config`) is the registry entry's own config
 (:func:`esrepro.models.architecture.entry_config_facts`: its model type, architecture class, rope, tied embeddings,
-norms, layer kinds, whatever it states) at the toy structure of :data:`esrepro.rehearsal.families.STRUCTURE`, with
+norms, layer kinds, whatever it states) at the toy structure of :data:`esrepro.models.tokenizer_families.STRUCTURE`, with
 the replica tokenizer's vocabulary and token ids. What the real config states is kept as it is, except what cannot
 stay at toy size (:func:`toy_config`):
 
@@ -36,7 +36,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping
 
 from esrepro.models.architecture import BOOKKEEPING, config_from_facts, entry_config_facts
-from esrepro.rehearsal.families import BPE_VOCAB, STRUCTURE, Facts, facts_for
+from esrepro.models.tokenizer_families import BPE_VOCAB, STRUCTURE, Facts, facts_for
 from esrepro.rl.grpo_parallel import process_batch
 from esrepro.settings.methods import GRPO_ALGORITHMS
 from esrepro.settings.pipeline import Rehearsal
@@ -46,8 +46,8 @@ from esrepro.settings.registry import ModelEntry, Resources
 def cpu_resources(res: Resources, rehearsal: Rehearsal) -> Resources:
     """One rule's resources on CPUs: no GPUs; a multi-node job keeps its Ray cluster on one node (scripts/ray-slurm)
     with ``rehearsal.ray_cpus`` CPUs for its engines; a job of several GPUs keeps one training process per GPU (at
-    most ``rehearsal.rl_processes``: an RL job's count, esrepro.cluster.rl_job; an ESSA SFT takes at most
-    ``rehearsal.processes`` of them, esrepro.cluster.launcher)."""
+    most ``rehearsal.rl_processes``: an RL job's count, esrepro.planning.cluster.rl_job; an ESSA SFT takes at most
+    ``rehearsal.processes`` of them, esrepro.planning.cluster.launcher)."""
     processes = min(res.training_processes(), rehearsal.rl_processes) if res.gpu > 1 or res.processes else None
     ray = res.ray_cluster or res.nodes > 1
     return res.model_copy(update={

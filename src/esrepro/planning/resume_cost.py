@@ -2,14 +2,14 @@
 (``resume_every: auto``) and the process-group timeout above the longest write (the tables of docs/scaling.md).
 
 - Size: float32 weights and both AdamW moments of every trained model, 12 bytes a parameter each (PPO: actor and
-  critic, 24; GRPO: the policy, 12; :data:`esrepro.cost.RESUME_BYTES`); a LoRA policy's adapter is counted as
+  critic, 24; GRPO: the policy, 12; :data:`esrepro.planning.cost.RESUME_BYTES`); a LoRA policy's adapter is counted as
   nothing beside the base. RNG states, the prompt queue and the log are a few kilobytes.
 - Writing: the state is sharded (torch.distributed.checkpoint): under ``sharding: fsdp`` every process writes its
   1/W share, so the job's nodes write in parallel; under ``ddp`` one node writes it whole. Each node writes at
   :data:`WRITE_BYTES_PER_S` to the cluster's shared storage (an assumption: 1 GB/s a node, a parallel file system's
   sustained write per client; measure it on the cluster and change it here), plus :data:`SAVE_OVERHEAD_S` a save.
 - Interval: the fewest steps between saves that keep saving at most :data:`MAX_SAVE_SHARE` (3%) of the run's
-  time, ``ceil(save seconds / (0.03 x step seconds))`` with a step's seconds from :func:`esrepro.scaling.job_cost`;
+  time, ``ceil(save seconds / (0.03 x step seconds))`` with a step's seconds from :func:`esrepro.planning.scaling.job_cost`;
   but never more steps than a quarter of one SLURM attempt runs, so an attempt that ends at its time limit loses
   at most a quarter of its work; at most the run's steps.
 - Timeout: every collective of the job (NCCL, gloo) waits :data:`TIMEOUT_FACTOR` x the longest save, at least
@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from esrepro.cluster import layout
-from esrepro.cost import RESUME_BYTES
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.scaling import STARTUP_SECONDS, job_cost, model_parameters, run_steps
+from esrepro.planning.cluster import layout
+from esrepro.planning.cost import RESUME_BYTES
+from esrepro.planning.scaling import STARTUP_SECONDS, job_cost, model_parameters, run_steps
 from esrepro.settings.methods import MethodSettings
 
 WRITE_BYTES_PER_S = 1e9  # one node's sustained write to the shared file system (assumed)
@@ -116,7 +116,7 @@ def job_settings(p: Pipeline, model: str, task: str, method: str, cell: str | No
     """The settings one job runs with: the run's resolved settings, an RL run's ``resume_every: auto`` priced into an
     interval and its ``collective_timeout`` (an explicit one kept) by :func:`resume_cost`, whose arithmetic reads the
     settings with ``auto`` unresolved. Every user of a job's arguments calls this: the job's spec
-    (:func:`esrepro.specs.method_spec`) and the plan check."""
+    (:func:`esrepro.planning.specs.method_spec`) and the plan check."""
     settings = p.method_settings(model, task, method, cell)
     if getattr(settings, "resume_every", None) != "auto":
         return settings

@@ -8,7 +8,7 @@ Four kinds of problem (each a :class:`Problem`):
   cannot import: the ``esrepro`` on PATH (what every job runs) imports each in a subprocess (:func:`check_packages`,
   the hidden verb ``esrepro check-packages``); system tools a task runs (:data:`PROBES`: ARC's sandbox, ``bwrap``)
   are checked there by running them;
-* GPU jobs that cannot start or do not fit their GPUs (:mod:`esrepro.plan_check`, paper-scale configs).
+* GPU jobs that cannot start or do not fit their GPUs (:mod:`esrepro.planning.plan_check`, paper-scale configs).
 
 The Snakefile prints them as warnings in a dry run and stops a real run with one message listing them all
 (:func:`report`), counting only the jobs it is about to run (:func:`problems` with ``jobs``).
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from esrepro import cluster
 from esrepro import paths as P
 from esrepro.models.pinned import BUILT_FROM
 from esrepro.pipeline import ESSA_GRPO, Pipeline
-from esrepro.plan import Plan
+from esrepro.planning import cluster
+from esrepro.planning.plan import Plan
+from esrepro.planning.specs import data_spec
 from esrepro.settings.methods import ES_ALGORITHMS
-from esrepro.specs import data_spec
 
 #: Environment variables that say the hub and the internet are out of reach (any of 1, true, yes, on).
 OFFLINE_ENV = ("ESREPRO_OFFLINE", "HF_HUB_OFFLINE")
@@ -198,7 +198,7 @@ def _training_jobs(p: Pipeline, plan: Plan) -> list[tuple[str, str, str, str, st
 
 def _engines(settings, res) -> int:
     """Engines an ES or ESSA run scores its population on: the setting, else one per GPU (per tensor-parallel
-    group) of the job's nodes, else 1 (as :func:`esrepro.cluster.ray_layout` counts them)."""
+    group) of the job's nodes, else 1 (as :func:`esrepro.planning.cluster.ray_layout` counts them)."""
     if settings.engines:
         return settings.engines
     tp = getattr(settings, "tensor_parallel_size", 1)
@@ -480,11 +480,11 @@ def problems(p: Pipeline, plan: Plan, root: str | Path = ".", executor: str | No
 
 
 def plan_check_problems(p: Pipeline, jobs: set[Job] | None = None) -> list[Problem]:
-    """The plan check's failures (esrepro.plan_check) as problems, only of the jobs among ``jobs`` (None: all): a
+    """The plan check's failures (esrepro.planning.plan_check) as problems, only of the jobs among ``jobs`` (None: all): a
     paper-scale run on GPUs only (the tiny default and the rehearsal run their jobs on CPUs)."""
     if p.cfg.scale != "paper" or p.cfg.device == "cpu":
         return []
-    from esrepro import plan_check
+    from esrepro.planning import plan_check
 
     return [Problem(f"plan check: {j.message()}", frozenset({(j.rule, j.wildcards.get("model"))}))
             for j in plan_check.failures(plan_check.jobs(p, jobs))]

@@ -1,7 +1,7 @@
 """The process group of a training job started by a distributed launcher (torchrun, one process per GPU).
 
 A job on G GPUs runs ``esrepro train`` (or ``essa-sft`` / ``essa-grpo``) in G processes under
-``torchrun`` (:func:`esrepro.cluster.launcher`); each reads its place from the launcher's
+``torchrun`` (:func:`esrepro.planning.cluster.launcher`); each reads its place from the launcher's
 environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``). Without a launcher the world is one
 process. Every process runs the trainer (they exchange gradients); only the main process
 (rank 0) writes the run directory.
@@ -75,7 +75,7 @@ def split_batch(total: int, world_size: int, field: str) -> int:
 def init_process_group(device: str, timeout_s: float | None = None) -> None:
     """Join the launcher's process group (NCCL on GPUs, gloo on CPUs); nothing to do for one process.
     ``timeout_s``: how long a collective waits for every process before the job fails (None: torch's default, 10
-    minutes for NCCL); the plan sets it above the longest resume save (esrepro.resume_cost)."""
+    minutes for NCCL); the plan sets it above the longest resume save (esrepro.planning.resume_cost)."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -102,4 +102,4 @@ def barrier() -> None:
         dist.barrier()
     elif world().distributed:
         raise RuntimeError(f"barrier in a world of {world().world_size} processes before their process group exists "
-                           "(it would wait for nobody): call esrepro.distributed.init_process_group first")
+                           "(it would wait for nobody): call esrepro.runtime.distributed.init_process_group first")
