@@ -11,12 +11,14 @@ regenerate the same A and B from a seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -177,6 +179,126 @@ def test_update_on_vllm_shards_equals_the_transformers_update(tiny_model_dir):
             ranks.append(shards)
         got = to_hf(ranks, layout)
         assert all(torch.equal(got[n], want[n]) for n in want), tp
+
+
+class _DeviceStream(torch.Generator):
+    """A GPU's generator, emulated on the CPU: for one seed it draws other numbers than the CPU's, as CUDA's
+    ``randn`` does."""
+
+    def manual_seed(self, seed: int) -> torch.Generator:
+        return super().manual_seed(int(seed) ^ 0x5DEECE66D)
+
+
+@contextlib.contextmanager
+def _on_emulated_gpu(on: bool = True) -> Iterator[None]:
+    """Inside, every generator made (``torch.Generator(device=...)``) draws :class:`_DeviceStream`'s numbers: the
+    code running here stands for code whose tensors live on a GPU."""
+    cpu_generator = torch.Generator
+    torch.Generator = _DeviceStream if on else cpu_generator
+    try:
+        yield
+    finally:
+        torch.Generator = cpu_generator
+
+
+def _emulated_gpu_workers(rpc: Callable[..., list], on: bool = True) -> Callable[..., list]:
+    """vLLM's ``collective_rpc`` whose workers' weights stand on an emulated GPU (:func:`_on_emulated_gpu` around
+    each call into the workers); what the driver draws stays the CPU's."""
+    def call(*args, **kwargs) -> list:
+        with _on_emulated_gpu(on):
+            return rpc(*args, **kwargs)
+
+    return call
+
+
+class _Workers:
+    """vLLM's ``LLM`` as the driver sees it: ``collective_rpc`` calls every worker extension (rank order), here in
+    this process; with ``gpu``, on an emulated GPU (:func:`_emulated_gpu_workers`)."""
+
+    def __init__(self, workers: list, gpu: bool) -> None:
+        self.workers = workers
+        self.collective_rpc = _emulated_gpu_workers(self._call, gpu)
+
+    def _call(self, method: str, timeout: float | None = None, args: tuple = ()) -> list:
+        return [getattr(w, method)(*args) for w in self.workers]
+
+
+class _Folders:
+    """``AdapterBatch.add`` without vLLM: the adapter written into a fresh folder, which stands for its request."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def add(self, name: str, write) -> Path:
+        path = self.root / name
+        write(path)
+        return path
+
+
+def _off_the_adapter(targets, adapter: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor], alpha: float,
+                     rank: int) -> list[str]:
+    """The targets whose one-member update of weight 1, ``deltas[name]`` = W' - W, is not alpha * lora_B lora_A / √r
+    of ``adapter`` (peft's names) to float32 rounding."""
+    from esrepro.perturb.adapter import PEFT_PREFIX
+
+    off = []
+    for name, _, _ in targets:
+        module = PEFT_PREFIX + name.removesuffix(".weight")
+        want = alpha * (adapter[f"{module}.lora_B.weight"] @ adapter[f"{module}.lora_A.weight"]) / math.sqrt(rank)
+        if not torch.allclose(deltas[name], want, rtol=0, atol=1e-5):
+            off.append(name)
+    return off
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "emulated-gpu"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_update_moves_along_the_scored_adapters_factors(tiny_model_dir, tmp_path, tp, gpu):
+    """The vLLM low-rank engine's member adapter (what is scored) holds the factors that the update in vLLM's workers
+    draws again: after a one-member update of weight 1, W' - W = alpha * lora_B lora_A / √r on every linear
+    projection. On a GPU the workers' generator draws other numbers than the CPU's for one seed; emulated here
+    (every generator made in a worker call draws another stream), so an adapter drawn on any other device or by any
+    other generator than the update's fails. On the CPU the adapter is bit for bit the CPU's draw. The engine's
+    driver side and the worker extension are the library's; only vLLM's transport is stood in for (tensor-parallel
+    sizes 1 and 2 on the hand-written reading of vLLM's layout, tests/vllm_reference_layout.py)."""
+    from transformers import AutoConfig
+
+    from esrepro.backends.vllm_eggroll import EggrollVLLMEngine
+    from esrepro.backends.vllm_engine import ESWorkerExtension, ShardedWeights
+    from esrepro.backends.vllm_layout import to_hf, to_vllm
+    from esrepro.models.architecture import linear_weight_names, meta_model
+    from esrepro.models.loading import load_model
+    from esrepro.perturb.adapter import ADAPTER_WEIGHTS, adapter_tensors
+    from vllm_reference_layout import build_layout
+
+    rank, sigma, alpha, seed = 2, 0.05, 0.5, member_seed(3, 0, 1)
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    linears = linear_weight_names(meta_model(config))
+    layout = build_layout(config, tp)
+    base = {n: p.detach().clone() for n, p in load_model(tiny_model_dir).named_parameters()}
+    states, workers = [to_vllm(base, layout, r) for r in range(tp)], []
+    for r, state in enumerate(states):
+        worker = ESWorkerExtension()
+        worker.es_state = ShardedWeights(state, layout, r, "iid", "subtract", None, lowrank=rank,
+                                         lowrank_targets=linears)
+        workers.append(worker)
+    engine = object.__new__(EggrollVLLMEngine)  # the driver's side, its workers the ones above (no vLLM)
+    engine.llm, engine.call_timeout, engine.prefix_caching = _Workers(workers, gpu), None, False
+    engine.model_dir, engine.rank, engine.variant, engine.adapters = Path(tiny_model_dir), rank, "iid", _Folders(tmp_path)
+    engine.targets = [(t.name, t.index, t.shape) for t in layout.hf if t.name in linears]
+    assert len(engine.targets) == len(linears) > 0
+
+    (folder,) = engine.prepare_members([seed], sigma)
+    adapter = load_file(folder / ADAPTER_WEIGHTS)
+    engine.apply_update([seed], [1.0], alpha)
+    after = to_hf(states, layout)
+    deltas = {name: after[name] - base[name] for name, _, _ in engine.targets}
+    apart = _off_the_adapter(engine.targets, adapter, deltas, alpha, rank)
+    assert not apart, f"the update's factors are not the scored adapter's on {len(apart)} tensors: {apart[:3]}"
+    cpu_draw = adapter_tensors(engine.targets, seed, rank, "iid")
+    off_cpu = _off_the_adapter(engine.targets, cpu_draw, deltas, alpha, rank)
+    assert len(off_cpu) == (len(engine.targets) if gpu else 0), "the emulated GPU stream did not reach the update"
+    if not gpu:
+        assert all(torch.equal(adapter[k], cpu_draw[k]) for k in cpu_draw), "the CPU's draw changed"
 
 
 def test_bad_rank_names_the_setting(tiny_model_dir):

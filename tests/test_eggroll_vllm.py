@@ -2,7 +2,8 @@
 
 Against the weights W + sigma A_i B_iᵀ / √r written into the model (by this test's own reference, on
 transformers; and in vLLM's workers by the library's in-place path), float32; the update pushed into the
-workers against the transformers engine's; one eggroll iteration through the population worker on each backend.
+workers against the transformers engine's; the update against the scored adapters' factors, with the workers on
+an emulated GPU; one eggroll iteration through the population worker on each backend.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import os
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file
 
 from conftest import SMALL_ARCH, make_model_dir
-from test_eggroll import PROMPTS, _generate_with, _member_state
+from test_eggroll import PROMPTS, _emulated_gpu_workers, _generate_with, _member_state, _off_the_adapter
 
 pytestmark = pytest.mark.vllm
 
@@ -114,6 +116,35 @@ def test_update_pushed_into_vllm_equals_the_transformers_update(engine, model_di
         e.apply_update(seeds, weights, 0.05)
     assert hf.checksum() == engine.checksum()
     assert engine.generate(PROMPTS, MAX_NEW) == hf.generate(PROMPTS, MAX_NEW)
+
+
+def test_the_update_in_vllms_workers_moves_along_the_scored_adapter(engine, tmp_path):
+    """The adapter a member is scored with holds the factors that the update in vLLM's workers draws again, with
+    the workers' weights on an emulated GPU (every generator made inside a call into the workers draws another
+    stream than the CPU's, as CUDA's does): after a one-member update of weight 1, W' - W = alpha * lora_B lora_A
+    / √r on every linear projection (the resume files, HF layout, before and after)."""
+    from esrepro.perturb.adapter import ADAPTER_WEIGHTS, adapter_tensors
+    from esrepro.perturb.noise import member_seed
+
+    seed, alpha = member_seed(6, 2, 0), 0.5
+    rpc = engine.llm.collective_rpc
+    engine.llm.collective_rpc = _emulated_gpu_workers(rpc)
+    try:
+        (request,) = engine.prepare_members([seed], SIGMA)
+        adapter = load_file(os.path.join(request.lora_path, ADAPTER_WEIGHTS))
+        engine.release_members([request])
+        engine.save_state(tmp_path / "before.safetensors")
+        engine.apply_update([seed], [1.0], alpha)
+        engine.save_state(tmp_path / "after.safetensors")
+    finally:
+        engine.llm.collective_rpc = rpc
+    before, after = load_file(tmp_path / "before.safetensors"), load_file(tmp_path / "after.safetensors")
+    deltas = {name: after[f"p{k}"] - before[f"p{k}"] for name, k, _ in engine.targets}
+    apart = _off_the_adapter(engine.targets, adapter, deltas, alpha, RANK)
+    assert not apart, f"the update's factors are not the scored adapter's on {len(apart)} tensors: {apart[:3]}"
+    cpu_draw = adapter_tensors(engine.targets, seed, RANK, "iid")
+    off_cpu = _off_the_adapter(engine.targets, cpu_draw, deltas, alpha, RANK)
+    assert len(off_cpu) == len(engine.targets), "the emulated GPU stream did not reach the workers' update"
 
 
 def test_one_iteration_on_vllm_matches_transformers(model_dir, tmp_path):

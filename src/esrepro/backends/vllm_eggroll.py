@@ -2,12 +2,15 @@
 
 Member ``seed`` perturbs each linear projection W by sigma A Bᵀ / √r (:mod:`esrepro.perturb.lowrank`): that is a
 rank-r LoRA adapter (:func:`esrepro.perturb.adapter.write_member_adapter`: lora_A = Bᵀ, lora_B = A, scaling
-sigma / √r). :class:`EggrollVLLMEngine` is the ES vLLM engine (:class:`esrepro.backends.vllm_engine.VLLMEngine`)
-built with LoRA slots: its members are written as adapters and generated under together through the multi-LoRA
-piece ESSA's candidates use (:class:`esrepro.backends.vllm_lora.AdapterBatch`), so the base weights are never
-perturbed; only the update changes them, pushed into vLLM's workers as seeds and weights exactly as ES pushes
-its update (the workers regenerate the factors of each of their shards, :func:`esrepro.backends.vllm_layout.
-lowrank_update_shards_`). Checksums, checkpoints and resume files are the ES engine's (HF layout), so a run
+sigma / √r). The workers draw each member's factors and write its adapter, on their weights' device, by the
+generator that the update draws them again with, so the update moves along the noise that was scored (CUDA's
+``randn`` gives other numbers than the CPU's for one seed). :class:`EggrollVLLMEngine` is the ES vLLM engine
+(:class:`esrepro.backends.vllm_engine.VLLMEngine`) built with LoRA slots: its members are written as adapters
+and generated under together through the multi-LoRA piece ESSA's candidates use
+(:class:`esrepro.backends.vllm_lora.AdapterBatch`), so the base weights are never perturbed; only the update
+changes them, pushed into vLLM's workers as seeds and weights exactly as ES pushes its update (the workers
+regenerate the factors of each of their shards, :func:`esrepro.backends.vllm_layout.lowrank_update_shards_`).
+Checksums, checkpoints and resume files are the ES engine's (HF layout), so a run
 resumes on either backend.
 
 Numerics: vLLM computes ``W h + (sigma / √r) A (Bᵀ h)`` in the model's dtype where the transformers engine
@@ -18,13 +21,13 @@ writes ``W + sigma A Bᵀ / √r`` into the weights; both are the member's weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from esrepro.backends.vllm_engine import VLLMEngine, encode_prompt, greedy_params
 from esrepro.backends.vllm_layout import hf_parameters
 from esrepro.backends.vllm_lora import AdapterBatch, lora_llm_kwargs
 from esrepro.models.architecture import linear_weight_names, meta_model
-from esrepro.perturb.adapter import Target, write_member_adapter
+from esrepro.perturb.adapter import Target
 
 
 def lowrank_targets(model_dir: str | Path) -> list[Target]:
@@ -63,12 +66,20 @@ class EggrollVLLMEngine(VLLMEngine):
     # --- many members in one call -------------------------------------------------------------
 
     def prepare_members(self, seeds: Sequence[int], sigma: float) -> list[Any]:
-        """Write each member's adapter; their LoRA requests."""
-        def writer(seed: int):
-            return lambda path: write_member_adapter(path, self.targets, int(seed), float(sigma), self.rank,
-                                                     self.variant, str(self.model_dir))
+        """Have the workers write each member's adapter (:meth:`write_member_adapter`); their LoRA requests."""
+        def writer(seed: int) -> Callable[[Path], None]:
+            return lambda path: self.write_member_adapter(path, int(seed), float(sigma))
 
         return [self.adapters.add(f"m{int(seed)}", writer(seed)) for seed in seeds]
+
+    def write_member_adapter(self, path: str | Path, seed: int, sigma: float) -> None:
+        """Member ``seed``'s adapter, written into ``path`` by the workers: its factors are drawn on the device of the
+        weights, by the generator that the update regenerates them with
+        (:meth:`esrepro.backends.vllm_engine.ESWorkerExtension.es_write_member_adapter`)."""
+        written = self._rpc("es_write_member_adapter", str(path), self.targets, int(seed), float(sigma), self.rank,
+                            self.variant, str(self.model_dir))
+        if sum(bool(w) for w in written) != 1:
+            raise RuntimeError(f"expected one rank to write member {seed}'s adapter, got {written}")
 
     def generate_members(self, requests: Sequence[Any], prompts: list[str], max_new_tokens: int) -> list[list[str]]:
         """Greedy continuations of ``prompts`` under every member's adapter, in one ``LLM.generate`` call; per

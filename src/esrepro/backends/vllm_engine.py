@@ -50,6 +50,7 @@ from esrepro.io import atomic_path
 from esrepro.models.architecture import linear_weight_names, meta_model
 from esrepro.models.decoding import model_greedy_rule
 from esrepro.models.tokens import prompt_ids
+from esrepro.perturb.adapter import Target, write_member_adapter
 from esrepro.perturb.lowrank import check_rank
 from esrepro.perturb.noise import NoiseVariant
 from esrepro.perturb.weights import ESWeights, RestoreMode, combine_digests, tensor_digest
@@ -403,6 +404,18 @@ class ESWorkerExtension:
         from esrepro.runtime.devices import noise_device
 
         return noise_device(self.es_state.params[0].device)
+
+    def es_write_member_adapter(self, path: str, targets: list[Target], seed: int, sigma: float, rank: int,
+                                variant: NoiseVariant, base: str = "") -> bool:
+        """Write member ``seed``'s low-rank adapter into ``path`` (:func:`esrepro.perturb.adapter.
+        write_member_adapter`) on rank 0, returning True (other ranks: False). Its factors are drawn on this rank's
+        weights' device by that device's generator, the draw :func:`esrepro.backends.vllm_layout.
+        lowrank_update_shards_` repeats in the update: on a GPU, CUDA's numbers, not the CPU's. Every rank's device
+        draws alike (the engine checks that their noise devices agree), so rank 0's adapter is every rank's."""
+        if self.es_state.rank != 0:
+            return False
+        write_member_adapter(path, targets, seed, sigma, rank, variant, base, device=self.es_state.params[0].device)
+        return True
 
     def es_synchronize(self) -> None:
         from esrepro.runtime.devices import synchronize

@@ -5,6 +5,12 @@ In peft's layout a LoRA module adds ``scaling * lora_B @ lora_A`` with ``lora_A`
 ``lora_B`` (out_features x r), and with ``use_rslora`` its scaling is ``lora_alpha / √r``. So the member's
 adapter holds ``lora_A = Bᵀ``, ``lora_B = A`` (float32, the factors as drawn) and ``lora_alpha = sigma``: sigma
 and 1/√r are folded into the scaling, and the adapter's update is the member's perturbation to float rounding.
+
+The factors are drawn on a device, by that device's generator, and the same seed draws other numbers on another
+device (CUDA's ``randn`` is not the CPU's). So an adapter is drawn on the device of the weights whose update
+regenerates the factors (:func:`esrepro.backends.vllm_layout.lowrank_update_shards_`): the vLLM engine has each
+member's adapter written by its workers (:meth:`esrepro.backends.vllm_engine.ESWorkerExtension.
+es_write_member_adapter`), on the device their weights live on.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ def adapter_config(targets: Sequence[Target], sigma: float, rank: int, base: str
 
 
 def adapter_tensors(targets: Sequence[Target], seed: int, rank: int, variant: NoiseVariant,
-                    device: str = "cpu") -> dict[str, torch.Tensor]:
-    """The member's factors under peft's names: ``lora_A`` = Bᵀ (r x n), ``lora_B`` = A (m x r), float32."""
+                    device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """The member's factors under peft's names: ``lora_A`` = Bᵀ (r x n), ``lora_B`` = A (m x r), float32 on the
+    CPU, drawn on ``device`` by its generator (:func:`esrepro.perturb.lowrank.factors`)."""
     out: dict[str, torch.Tensor] = {}
     gen = torch.Generator(device=device)
     for name, index, shape in targets:
@@ -50,9 +57,10 @@ def adapter_tensors(targets: Sequence[Target], seed: int, rank: int, variant: No
 
 
 def write_member_adapter(out_dir: str | Path, targets: Sequence[Target], seed: int, sigma: float, rank: int,
-                         variant: NoiseVariant, base: str = "") -> Path:
-    """Write member ``seed``'s adapter (config and safetensors) into ``out_dir``, atomically; the folder."""
-    tensors = adapter_tensors(targets, seed, rank, variant)
+                         variant: NoiseVariant, base: str = "", device: torch.device | str = "cpu") -> Path:
+    """Write member ``seed``'s adapter (config and safetensors) into ``out_dir``, atomically; the folder. The
+    factors are drawn on ``device`` (that of the weights the update regenerates them on)."""
+    tensors = adapter_tensors(targets, seed, rank, variant, device)
     with atomic_path(out_dir, is_dir=True) as tmp:
         tmp.mkdir(parents=True, exist_ok=True)
         write_json(tmp / ADAPTER_CONFIG, adapter_config(targets, sigma, rank, base))
