@@ -23,7 +23,10 @@ Constants (bytes unless stated):
   intermediate bytes (the bf16 tensors autograd keeps for a Llama/Qwen2 layer with SDPA attention: norm inputs
   and outputs, q/k/v, attention output, gate, up, the activation and its product; Korthikanti et al. 2022 count
   34 x hidden for a GPT layer without the attention scores); under gradient checkpointing only each layer's input
-  (2 x hidden) is kept, and one layer's activations are rebuilt at a time.
+  (:data:`CHECKPOINT_INPUT_BYTES` x hidden) is kept, and one layer's activations are rebuilt at a time. The input is
+  bf16 though FSDP2's policy gives float32 outputs (esrepro.rl.grpo_parallel.BF16_POLICY): accelerate 1.15 shards
+  the checkpoint wrapper around each layer as a unit of its own (its wrap policy looks through the wrapper), whose
+  forward casts the input to bf16 before the checkpoint keeps it (tests/test_fsdp_memory.py watches it).
 - Logits: TRL 1.16's GRPOTrainer never materialises them. It patches the policy and the reference with a fused LM
   head (trl/trainer/utils.py ``add_fused_lm_head``, trl/kernels/chunked_logprob.py) that projects the completion
   tokens' hidden states in tiles of :data:`TRL_TOKEN_CHUNK` tokens x :data:`TRL_VOCAB_CHUNK` vocabulary entries in
@@ -41,7 +44,8 @@ Constants (bytes unless stated):
   and ESSA's transformers engines use on a GPU when it is below their ``batch_size``.
 - vLLM (0.32, the pin): an engine takes ``gpu_memory_utilization`` x GPU_BYTES for its process. Inside it: the
   weights (a 1/tp share), the profiling run's activations (``max_num_batched_tokens`` tokens through the widest
-  layer, and float32 logits of up to ``max_num_seqs`` sequences), :data:`VLLM_CUDA_GRAPHS` for CUDA graphs
+  layer) and its sampler warm-up (:data:`VLLM_SAMPLER_WARMUP` bytes per sequence and vocabulary entry, up to
+  ``max_num_seqs`` sequences), :data:`VLLM_CUDA_GRAPHS` for CUDA graphs
   (assumed), the LoRA slots (``max_loras`` x the adapter's rank slot x every LoRA-wrapped linear's inputs and
   outputs, bf16), and the CUDA context; the rest is KV cache, which must hold at least one sequence of
   ``max_model_len`` tokens (vLLM refuses to start otherwise) and, for an ESSA engine, one sequence per LoRA slot
@@ -72,6 +76,7 @@ GPU_BYTES = 81_559 * 2**20  # H100 SXM 80GB: nvidia-smi's total, 79.6 GiB
 MARGIN = 0.10
 CUDA_CONTEXT = 0.5 * GiB
 VLLM_CUDA_GRAPHS = 1.0 * GiB
+CHECKPOINT_INPUT_BYTES = 2  # bytes per hidden unit and token of a checkpointed layer's input (bf16)
 LAYER_ACTIVATION = 28  # bytes per hidden unit and token of one decoder layer (bf16 tensors autograd keeps)
 MLP_ACTIVATION = 8  # bytes per intermediate unit and token (gate, up, activation, product; bf16)
 #: Bytes per response token and vocabulary entry of PPO's logits in a training pass (esrepro.rl.ppo._response_logp:
@@ -84,6 +89,14 @@ SCORING_LOGIT_BYTES = 12
 TRL_TOKEN_CHUNK = 4096
 TRL_VOCAB_CHUNK = 32768
 #: vLLM 0.32's defaults for the ``LLM`` class on a GPU of 70 GiB or more (vllm/engine/arg_utils.py).
+#: Bytes per sequence and vocabulary entry at the peak of vLLM 0.32's sampler warm-up (gpu_model_runner.py
+#: ``_dummy_sampler_run``, which profile_run calls on ``min(max_num_seqs, max_num_batched_tokens)`` rows): the logits
+#: in the model's dtype (2), the sampler's float32 copy (4; sampler.py ``Sampler.forward``; temperature divides it in
+#: place), and in the second call, which passes a generator and so takes ``forward_native``, the float32
+#: probabilities (4) and the exponential noise of ``random_sample`` (4). On CUDA top-k and top-p mask in place
+#: (``apply_top_k_top_p_triton``, a buffer of one row per SM); the PyTorch path, which sorts the batch and runs only
+#: without Triton, peaks at 24. tests/test_vllm_sampler_memory.py runs vLLM's own warm-up and measures 14.0.
+VLLM_SAMPLER_WARMUP = 2 + 4 + 4 + 4
 VLLM_MAX_NUM_SEQS = 1024
 VLLM_MAX_BATCHED_TOKENS = 16384
 #: TRL 1.16's colocated engine (trl/generation/vllm_generation.py): max_num_batched_tokens=4096.
@@ -169,7 +182,7 @@ def training_activations(m: ModelFacts, micro_batch: int, seq: int, checkpointin
     """A training pass's saved activations (no logits) for ``micro_batch`` sequences of ``seq`` tokens."""
     tokens = micro_batch * seq
     if checkpointing:
-        return m.layers * tokens * m.hidden * 2 + layer_activation_bytes(m, tokens)
+        return m.layers * tokens * m.hidden * CHECKPOINT_INPUT_BYTES + layer_activation_bytes(m, tokens)
     return m.layers * layer_activation_bytes(m, tokens)
 
 
@@ -271,7 +284,8 @@ def vllm_fit(m: ModelFacts, *, utilization: float, tp: int = 1, max_model_len: i
     ``max_position_embeddings``, what vLLM takes when none is given)."""
     length = max_model_len or m.context
     seqs = min(max_num_seqs, max_num_batched_tokens)
-    profile = max_num_batched_tokens * (2 * m.intermediate + 4 * m.hidden) * 2 // tp + seqs * m.vocab * 4 * 2
+    profile = max_num_batched_tokens * (2 * m.intermediate + 4 * m.hidden) * 2 // tp + \
+        seqs * m.vocab * VLLM_SAMPLER_WARMUP
     budget = int(utilization * GPU_BYTES)
     weights = int(m.params * weight_bytes / tp)
     lora = max_loras * lora_slot_bytes(m, lora_rank_slot, tp) if max_loras else 0

@@ -51,6 +51,7 @@ class JobCheck:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     host_bytes: int = 0  # the node's host memory the job asks for (mem_mb)
+    engine: M.VLLMFit | None = None  # its vLLM engine's budget per GPU, where it runs one
 
     @property
     def label(self) -> str:
@@ -203,6 +204,7 @@ def check_grpo(job: JobCheck, p: Pipeline, settings: dict, *, world: int | None 
             job.problems.append(f"colocated vLLM (vllm_gpu_memory_utilization {kw['vllm_gpu_memory_utilization']:g}, "
                                 f"vllm_max_model_length {kw.get('vllm_max_model_length')}): {problem}")
         job.notes.append(f"vLLM KV cache {M.gib(vllm.kv)} GiB: {vllm.sequences} sequences of {vllm.max_model_len:,}")
+        job.engine = vllm
     job.phases = phases
     _check_fit(job)
 
@@ -300,6 +302,7 @@ def check_es(job: JobCheck, p: Pipeline, cfg) -> None:
                                                **{k: sharing * v for k, v in outside.items()}}),
                             reserved=sharing * fit.budget)]
         job.notes.append(f"vLLM KV cache {M.gib(fit.kv)} GiB: {fit.sequences} sequences of {fit.max_model_len:,}")
+        job.engine = fit
         if not M.fits(job.peak):
             job.problems.append(f"gpu_memory_utilization {util:g} leaves {M.gib(M.GPU_BYTES - sharing * fit.budget)} "
                                 f"GiB beside vLLM for {M.gib(sharing * (copy + transient))} GiB of ES weight copies and "
@@ -348,6 +351,7 @@ def check_essa(job: JobCheck, p: Pipeline, cfg, *, fitted: bool = True) -> None:
         if problem:
             job.problems.append(f"gpu_memory_utilization {util:g}, max_loras {cfg.max_loras}: {problem}")
         job.notes.append(f"vLLM KV cache {M.gib(fit.kv)} GiB: {fit.sequences} sequences of {context:,}")
+        job.engine = fit
         job.phases = [Phase("generation", _gib({"vLLM engine(s)": sharing * fit.budget}), reserved=sharing * fit.budget)]
         return
     weights = M.quantised_weights(m, cfg.precision)
@@ -514,11 +518,31 @@ def summary(checked: list[JobCheck]) -> list[tuple[str, str, str, int, int, str,
 
 
 def markdown(checked: list[JobCheck]) -> str:
-    """docs/scaling.md's tables: the predicted peak per GPU of each job class, then each RL job class's phases."""
+    """docs/scaling.md's tables: the predicted peak per GPU of each job class, each RL job class's phases, then what
+    each vLLM engine's share holds."""
     head = (f"| rule | model | job | GPUs | processes | peak phase | predicted peak per GPU, GiB | with the "
             f"{M.MARGIN:.0%} margin, GiB |\n|---|---|---|---:|---:|---|---:|---:|\n")
     return head + "".join(f"| {r} | {m} | {k} | {g} | {n} | {ph} | {gb:.1f} | {gm:.1f} |\n"
-                          for r, m, k, g, n, ph, gb, gm in summary(checked)) + "\n" + phase_markdown(checked)
+                          for r, m, k, g, n, ph, gb, gm in summary(checked)) + "\n" + phase_markdown(checked) + \
+        "\n" + engine_markdown(checked)
+
+
+def engine_markdown(checked: list[JobCheck]) -> str:
+    """One row per job class with a vLLM engine (the class's engine with the least KV cache): its share of a GPU
+    and what fills it, GiB, and the full-context sequences its KV cache holds."""
+    rows: dict[tuple[str, str, str], M.VLLMFit] = {}
+    for j in checked:
+        if j.engine is None:
+            continue
+        key = (j.rule if j.rule != "train_cell" else "train", j.wildcards["model"], j.kind)
+        if key not in rows or j.engine.kv < rows[key].kv:
+            rows[key] = j.engine
+    head = ("| rule | model | job | vLLM's share | weights | profiling run and sampler warm-up | CUDA graphs, LoRA "
+            "slots, context | KV cache | sequences of max_model_len |\n|---|---|---|---:|---:|---:|---:|---:|---|\n")
+    return head + "".join(
+        f"| {r} | {m} | {k} | {M.gib(e.budget)} | {M.gib(e.weights)} | {M.gib(e.profile)} | "
+        f"{M.gib(e.graphs + e.lora + e.context)} | {M.gib(e.kv)} | {e.sequences} of {e.max_model_len:,} |\n"
+        for (r, m, k), e in sorted(rows.items()))
 
 
 #: The job classes whose phases are printed: RL training, one process per GPU (esrepro.rl.phases).

@@ -39,7 +39,8 @@ def is_meta(model: nn.Module) -> bool:
 
 def shard_reference(ref: nn.Module, model_dir: str | Path, device: str, bf16: bool) -> nn.Module:
     """GRPO's frozen reference, built on the meta device (``ref``), sharded by FSDP2 one unit per decoder layer and at
-    the root (so a forward gathers one layer at a time, never the whole model), materialised empty on ``device`` and
+    the root (so a forward gathers one layer at a time, never the whole model, and every unit, the root's embeddings,
+    final norm and LM head too, is sharded again after it), materialised empty on ``device`` and
     filled with ``model_dir``'s weights in ``ref``'s dtype, broadcast from the main process. With ``bf16`` the
     gathered parameters are bf16 and the outputs float32 (the policy's mixed precision,
     esrepro.rl.grpo_parallel.BF16_POLICY). A collective: every process calls it."""
@@ -61,7 +62,9 @@ def shard_reference(ref: nn.Module, model_dir: str | Path, device: str, bf16: bo
         else MixedPrecisionPolicy()
     for layer in _layers(ref):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(ref, mesh=mesh, mp_policy=policy)
+    # the root too reshards after each forward: torch leaves a root unit gathered for the backward that follows, and
+    # a frozen reference has none, so its embeddings, final norm and LM head would stay gathered for the whole run
+    fully_shard(ref, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
     ref.to_empty(device=device)
     rebuild_buffers(ref, device)
     state: dict[str, torch.Tensor] = {}

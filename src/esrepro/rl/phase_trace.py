@@ -4,7 +4,9 @@
 
 The wrapped functions (each calls through to the original):
 
-- esrepro.rl.meta_load.shard_reference and TRL's ``prepare_fsdp`` (as grpo_trainer imports it): ``shard reference``;
+- esrepro.rl.meta_load.shard_reference and TRL's ``prepare_fsdp`` (as grpo_trainer imports it): ``shard reference``
+  (``prepare_fsdp`` only when it is given a model not yet sharded: it leaves the reference that
+  :func:`esrepro.rl.meta_load.sharded_reference_trainer` sharded before vLLM started as it is, a phase of nothing);
 - TRL's ``VLLMGeneration.__init__`` (as grpo_trainer imports it): ``start vLLM``;
 - accelerate's ``fsdp2_prepare_model`` (as accelerate.accelerator imports it): ``shard policy``;
 - ``GRPOTrainer._generate`` and esrepro.rl.ppo._generate_padded: ``rollout``;
@@ -53,8 +55,13 @@ class PhaseTrace:
         import torch
         import transformers
         import trl.trainer.grpo_trainer as grpo_trainer
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         from esrepro.rl import meta_load, ppo, ppo_state
+
+        def sharded(args: tuple) -> bool:  # TRL 1.16's own test in prepare_fsdp, which then returns the model
+            return bool(args) and isinstance(args[0], (FSDP, FSDPModule))
 
         def frozen(model: Any) -> bool:
             return not any(p.requires_grad for p in model.parameters())
@@ -67,7 +74,7 @@ class PhaseTrace:
 
         patches: list[tuple[Any, str, Callable[[Callable], Callable]]] = [
             (meta_load, "shard_reference", lambda f: self._marked(f, PH.SHARD_REFERENCE)),
-            (grpo_trainer, "prepare_fsdp", lambda f: self._marked(f, PH.SHARD_REFERENCE)),
+            (grpo_trainer, "prepare_fsdp", lambda f: self._marked(f, PH.SHARD_REFERENCE, unless=sharded)),
             (grpo_trainer.VLLMGeneration, "__init__", lambda f: self._marked(f, PH.START_VLLM)),
             (acc, "fsdp2_prepare_model", lambda f: self._marked(f, PH.SHARD_POLICY)),
             (grpo_trainer.GRPOTrainer, "_generate", lambda f: self._marked(f, PH.ROLLOUT)),
@@ -94,10 +101,12 @@ class PhaseTrace:
             PH.listen(None)
             self._close()
 
-    def _marked(self, fn: Callable, name: str) -> Callable:
+    def _marked(self, fn: Callable, name: str, unless: Callable[[tuple], bool] | None = None) -> Callable:
+        """``fn`` entering phase ``name`` first, unless ``unless(args)`` says the call does nothing."""
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            self.enter(name)
+            if unless is None or not unless(args):
+                self.enter(name)
             return fn(*args, **kwargs)
 
         return run
