@@ -10,6 +10,8 @@
   forward without gradients under bf16 autocast, as TRL's GRPOTrainer scores a rollout. It records which of the reference's parameters are still
   gathered (registered unsharded) afterwards, and the phases a trace (esrepro.rl.phase_trace) saw. A second
   reference, loaded whole, goes through TRL's ``prepare_fsdp`` alone (TRL's own order), traced too.
+- PPO's reference: sharded as esrepro.rl.ppo shards it (:func:`esrepro.rl.ppo_parallel.wrap`, frozen), one forward
+  without gradients, and what stays gathered after it.
 
 Each process writes ``OUT_DIR/rank<RANK>.json``.
 """
@@ -82,9 +84,18 @@ def main() -> None:
         ref(input_ids=ids)
     gathered = sorted(name for name, p in ref.named_parameters() if not isinstance(p, DTensor))
 
+    from esrepro.rl import ppo_parallel
+    from esrepro.runtime.distributed import world
+
+    ppo_ref = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).eval().requires_grad_(False)
+    ppo_ref = ppo_parallel.wrap(ppo_ref, "fsdp", world(), "cpu", False, frozen=True)  # as esrepro.rl.ppo shards it
+    with torch.no_grad():
+        ppo_ref(input_ids=ids)
+    ppo_gathered = sorted(name for name, p in ppo_ref.named_parameters() if not isinstance(p, DTensor))
+
     (out / f"rank{rank}.json").write_text(json.dumps({
         "checkpoint_inputs": saved, "layers": policy.config.num_hidden_layers,
-        "reference_gathered_after_forward": gathered,
+        "reference_gathered_after_forward": gathered, "ppo_reference_gathered_after_forward": ppo_gathered,
         "reference_parameters": len(list(ref.named_parameters())), "world": int(os.environ["WORLD_SIZE"]),
         "phases_sharded_first": sharded_first.order, "phases_trl_order": trl_order.order}))
     dist.destroy_process_group()

@@ -43,10 +43,11 @@ def test_a_checkpointed_layer_keeps_its_input_in_the_bytes_the_memory_model_coun
 
 def test_the_sharded_reference_keeps_nothing_gathered_after_a_forward(job):
     """The plan check counts the reference's root unit (embeddings, final norm, LM head) gathered only inside the
-    reference's forward: after it every parameter is a shard again, on every process."""
+    reference's forward: after it every parameter is a shard again, on every process (GRPO's and PPO's)."""
     for rank in job:
         assert rank["reference_parameters"] > 0
         assert rank["reference_gathered_after_forward"] == [], rank["reference_gathered_after_forward"]
+        assert rank["ppo_reference_gathered_after_forward"] == [], rank["ppo_reference_gathered_after_forward"]
 
 
 def test_the_trace_sees_the_reference_sharded_once(job):

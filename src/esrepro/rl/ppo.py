@@ -216,7 +216,7 @@ def _load_sharded(model_dir: str | Path, cfg: PPOSettings, here, device: str, dt
             _no_dropout(model)
         else:
             _trainable(model, model if name == "actor" else model.lm, effective(cfg, device)["gradient_checkpointing"])
-        model = par.wrap(model, "fsdp", here, device, bf16 and name != "ref")
+        model = par.wrap(model, "fsdp", here, device, bf16 and name != "ref", frozen=name == "ref")
         model.to_empty(device=device)
         rebuild_buffers(model, device)
         set_model_state_dict(model, states[name], options=opts)

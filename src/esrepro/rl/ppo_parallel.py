@@ -72,10 +72,12 @@ def _layers(model: nn.Module) -> list[nn.Module]:
     return []
 
 
-def wrap(model: nn.Module, sharding: str, world: World, device: str, bf16: bool) -> nn.Module:
+def wrap(model: nn.Module, sharding: str, world: World, device: str, bf16: bool, frozen: bool = False) -> nn.Module:
     """``model`` spread over the processes: DDP (a whole copy on each, gradients all-reduced) or FSDP2
     (``fully_shard`` per decoder layer and at the root: float32 sharded master weights, bf16 compute when
-    ``bf16``, float32 gradient reduction). One process: ``model`` itself unless ``sharding`` is fsdp."""
+    ``bf16``, float32 gradient reduction). One process: ``model`` itself unless ``sharding`` is fsdp. A ``frozen``
+    model (the reference) reshards its root after each forward too: torch keeps a root unit gathered for a backward,
+    and a model without one would hold its embeddings and LM head gathered for the rest of the run."""
     if sharding == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -85,7 +87,7 @@ def wrap(model: nn.Module, sharding: str, world: World, device: str, bf16: bool)
             else MixedPrecisionPolicy()
         for layer in _layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=True if frozen else None)
         return model
     if sharding != "ddp":
         raise ValueError(f"sharding: {sharding!r} is neither ddp nor fsdp")
