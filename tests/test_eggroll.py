@@ -398,7 +398,7 @@ def test_the_extension_config_adds_eggroll_beside_es_and_the_paper_config_has_no
     assert not [m for t in paper.cfg.train for m in paper.train_methods(t)
                 if paper.algorithm_of(t, m).name == "eggroll"]
     p = load_pipeline(read_config(str(REPO / "config/paper_eggroll.yaml")), "config/paper_eggroll.yaml", root=REPO)
-    assert p.train_methods("countdown")[-2:] == ["eggroll1", "eggroll4"]
+    assert p.train_methods("countdown")[-3:] == ["eggroll1", "eggroll4", "eslinear"]
     assert p.train_models("countdown") == paper.train_models("countdown")
     for model in p.train_models("countdown"):
         for method, rank in (("eggroll1", 1), ("eggroll4", 4)):

@@ -60,26 +60,37 @@ def test_the_default_and_the_extension_plan_low_rank_es_and_the_paper_config_doe
     for config, models in (("config.yaml", 1), ("paper_eggroll.yaml", 7)):
         p = _pipeline(config)
         plan = Plan(p)
-        assert ExtrasPlan(plan).es_variants() == ["eggroll1", "eggroll4"]
+        assert ExtrasPlan(plan).es_variants() == ["eggroll1", "eggroll4", "eslinear"]
         assert "results/tables/es_variants.csv" in [t.removeprefix("work/paper_eggroll/") for t in plan.table_targets()]
         spec = es_variants_spec(p)
-        assert len(spec["runs"]) == 3 * models
+        assert len(spec["runs"]) == 4 * models
         for model in p.train_models("countdown"):
             runs = [r for r in spec["runs"] if r["model"] == model]
-            assert [r["rank"] for r in runs] == [None, 1, 4]
+            assert [(r["rank"], r["noise_on"]) for r in runs] == [(None, "all"), (1, "linear"), (4, "linear"),
+                                                                  (None, "linear")]
             assert len({(r["samples"], r["population"], r["iterations"], r["sigma"], r["alpha"]) for r in runs}) == 1
         assert claims_spec(p)["es_variants"] == {"eggroll1": "EGGROLL (rank 1)", "eggroll4": "EGGROLL (rank 4)"}
+        assert claims_spec(p)["es_controls"] == {"eslinear": "ES, linear projections only"}
         assert "eggroll_matches_es" in ClaimPlan(plan).rows()
         jobs = plan_jobs(p)
         trains = [j for j in jobs if j.rule == "train" and j.wildcards.get("task") == "countdown"]
-        assert {j.group for j in trains if j.wildcards["method"].startswith("eggroll")} == {ES_VARIANTS}
+        assert {j.group for j in trains if j.wildcards["method"] in ("eggroll1", "eggroll4", "eslinear")} == \
+            {ES_VARIANTS}
+        assert ("countdown", "tiny" if models == 1 else "qwen2.5-3b-instruct", "eslinear", 0) not in \
+            ExtrasPlan(plan).es_runs()  # not the papers' ES: no parameter-shift figure
         assert {j.group for j in trains if j.wildcards["method"] == "es" and j.wildcards["seed"] == 0} == {TABLE1}
         assert [j.group for j in jobs if j.rule == "es_variants_table"] == [ES_VARIANTS]
     # the default runs them at ES's seeds
     p = _pipeline("config.yaml")
     seeds = {meth: sorted(s for _, m, s in Plan(p).train_runs("countdown") if m == meth)
-             for meth in ("es", "eggroll1", "eggroll4")}
-    assert seeds["eggroll1"] == seeds["eggroll4"] == seeds["es"] == [0, 1]
+             for meth in ("es", "eggroll1", "eggroll4", "eslinear", "grpo8")}
+    assert seeds["eggroll1"] == seeds["eggroll4"] == seeds["eslinear"] == seeds["es"] == [0, 1, 2]
+    assert seeds["grpo8"] == [0, 1]  # the stability block's seeds for every other method
+    egg = _pipeline("paper_eggroll.yaml")  # every arm four seeds on the stability model, one elsewhere
+    for meth in ("es", "eggroll1", "eggroll4", "eslinear"):
+        runs = [(m, s) for m, me, s in Plan(egg).train_runs("countdown") if me == meth]
+        assert sorted(s for m, s in runs if m == "qwen2.5-3b-instruct") == [0, 1, 2, 3]
+        assert {s for m, s in runs if m != "qwen2.5-3b-instruct"} == {0}
     paper = _pipeline("paper.yaml")
     assert ExtrasPlan(Plan(paper)).es_variants() == []
     assert not any("es_variants" in t for t in Plan(paper).table_targets())
@@ -96,16 +107,16 @@ def test_the_table_sets_each_rank_beside_full_rank_es(tmp_path):
     rng = np.random.default_rng(11)
     drawn: dict[str, list[float]] = {}
     paths = []
-    for method, acc in (("es", 24.0), ("eggroll1", 21.0), ("eggroll4", 25.0)):
+    for method, acc in (("es", 24.0), ("eggroll1", 21.0), ("eggroll4", 25.0), ("eslinear", 23.0)):
         for seed in (0, 1):
             drawn.setdefault(method, []).append(_eval(tmp_path, "tiny", method, acc, 200, rng, seed))
             paths.append(tmp_path / "eval/countdown/tiny" / method / f"seed{seed}/test/metrics.json")
     base = _eval(tmp_path, "tiny", "base", 12.0, 200, rng)
     paths.append(tmp_path / "eval/countdown/tiny/base/seed0/test/metrics.json")
     df = build_es_variants_table(paths, spec, {"tiny": {"display": "tiny (1M)"}}, tmp_path / "es_variants")
-    assert list(df["Method"]) == ["ES", "EGGROLL (rank 1)", "EGGROLL (rank 4)"]
-    assert list(df["Rank"]) == ["full", "1", "4"] and set(df["Samples"]) == {768} and set(df["Seeds"]) == {2}
-    for (_, row), method in zip(df.iterrows(), ("es", "eggroll1", "eggroll4"), strict=True):
+    assert list(df["Method"]) == ["ES", "EGGROLL (rank 1)", "EGGROLL (rank 4)", "ES, linear projections only"]
+    assert list(df["Rank"]) == ["full", "1", "4", "full"] and set(df["Samples"]) == {768} and set(df["Seeds"]) == {2}
+    for (_, row), method in zip(df.iterrows(), ("es", "eggroll1", "eggroll4", "eslinear"), strict=True):
         assert row["Model"] == "tiny (1M)" and row["Original"] == pytest.approx(base)
         assert row["Accuracy"] == pytest.approx(np.mean(drawn[method]))
         assert row["Accuracy std"] == pytest.approx(np.std(drawn[method], ddof=1))
@@ -114,7 +125,7 @@ def test_the_table_sets_each_rank_beside_full_rank_es(tmp_path):
     md = (tmp_path / "es_variants.md").read_text()
     assert "EGGROLL (rank 4)" in md and "±" in md and "Neither paper runs low-rank ES" in md
     assert "\\begin{tabular}" in (tmp_path / "es_variants.tex").read_text()
-    assert len(pd.read_csv(tmp_path / "es_variants.csv")) == 3
+    assert len(pd.read_csv(tmp_path / "es_variants.csv")) == 4
     # a rank not evaluated keeps its row, blank, and no difference is made up for it
     df = build_es_variants_table(paths[:4] + paths[6:], spec, {}, tmp_path / "partial")
     row = df.set_index("Method").loc["EGGROLL (rank 4)"]

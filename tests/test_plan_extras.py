@@ -67,8 +67,8 @@ def test_default_plan_lists_every_extras_output():
     kl = extras.lr_sweep_kl()
     assert "results/kl/conciseness/tiny/grpo_beta0.1_lr0.0003/seed0/kl.json" in kl
     assert "results/kl/conciseness/tiny/es_sigma0.005/seed1/kl.json" in kl and len(kl) == 1 + 4 + 4
-    # Figures 7-9: one histogram per ES run: Countdown's two seeds, the study's four, math, Sudoku, ARC
-    assert len(extras.es_runs()) == 2 + 4 + 3
+    # Figures 7-9: one histogram per ES run: Countdown's three seeds, the study's four, math, Sudoku, ARC
+    assert len(extras.es_runs()) == 3 + 4 + 3
     # tiny-v2 is warm-started on the math and puzzle formats, their prepared rows excluded
     assert plan.build_inputs("tiny-v2") == [f"data/prepared/{t}" for t in ("math_train", "sudoku", "arc")]
     assert plan.build_inputs("tiny") == ["data/prepared/countdown"]
@@ -77,9 +77,10 @@ def test_default_plan_lists_every_extras_output():
 
 #: Every Countdown run of the default: Table 1's methods at seed 0, then the stability seeds.
 COUNTDOWN_RUNS = ([f"results/runs/countdown/tiny/{m}/seed0"
-                   for m in ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov", "eggroll1", "eggroll4")]
-                  + [f"results/runs/countdown/tiny/{m}/seed{s}" for m in ("es", "grpo8", "grpov", "eggroll1", "eggroll4")
-                     for s in (1,)])
+                   for m in ("es", "ppo", "grpo8", "grpo30", "grpov", "drgrpov", "eggroll1", "eggroll4", "eslinear")]
+                  + [f"results/runs/countdown/tiny/{m}/seed{s}"
+                     for m in ("es", "grpo8", "grpov", "eggroll1", "eggroll4", "eslinear")
+                     for s in ((1,) if m.startswith("grpo") else (1, 2))])
 
 
 def test_a_task_added_to_train_gets_runs_evaluations_and_a_table_row(tmp_path):
@@ -132,14 +133,14 @@ def test_default_dry_run(tmp_path):
     parser, _ = build_parser("sample-curves")
     args = parser.parse_args(shlex.split(line.split(" > ")[0])[1:])
     assert args.periodic == [f"{run}/periodic_eval.jsonl" for run in COUNTDOWN_RUNS]
-    # ES on Countdown (2 seeds), low-rank ES at ranks 1 and 4 beside it (2 seeds each), MATH (and Fig. 2's
-    # continuation), Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the learning-rate sweep's 4; the
-    # ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
-    assert stats["train"] == 2 + 4 + 4 + 4 + 8 + 4 + 7
+    # ES on Countdown (3 seeds), low-rank ES at ranks 1 and 4 and its control arm beside it (3 seeds each), MATH (and
+    # Fig. 2's continuation), Sudoku and ARC; the conciseness study's 4 ES and 8 GRPO runs, the learning-rate sweep's
+    # 4; the ESSA study's 7 (reference, population, rank, engines, resampling, scaling x 2)
+    assert stats["train"] == 3 + 9 + 4 + 4 + 8 + 4 + 7
     # Table 1's 5 RL methods (GRPO-z (8): 2 learning rates; GRPO-v, Dr.GRPO-v: one cell) and seed 1 of GRPO-z (8)
     # and GRPO-v
     assert stats["train_cell"] == 9 and stats["select_rl"] == 7
-    assert stats["param_shift_histogram"] == 9 and stats["param_shift_figure"] == 5
+    assert stats["param_shift_histogram"] == 10 and stats["param_shift_figure"] == 5
     assert stats["sample_curves"] == 4 and stats["gains"] == 1 and stats["essa_grpo"] == 2
     for rule in ("math_table", "math_figure", "puzzle_table", "train_tasks_table", "lr_sweep", "lr_distributions",
                  "stability_table", "table1_countdown", "table2_conciseness", "table3_rl_hyperparameters", "essa_report",

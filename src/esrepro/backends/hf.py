@@ -41,7 +41,8 @@ from esrepro.models.loading import load_model, load_tokenizer, save_checkpoint
 from esrepro.models.responses import eos_token_ids, response_mask
 from esrepro.models.tokens import adds_special_tokens
 from esrepro.perturb.lowrank import check_rank, lowrank_perturb_, lowrank_update_
-from esrepro.perturb.noise import NoiseVariant
+from esrepro.perturb.noise import NoiseVariant, tensor_noise
+from esrepro.perturb.ops import NoiseFn, perturb_, update_
 from esrepro.perturb.weights import ESWeights, RestoreMode, hf_checksum
 from esrepro.runtime.devices import noise_device, synchronize
 from esrepro.settings.methods import Generation
@@ -299,21 +300,40 @@ def _compile_config(device: torch.device):
     return config
 
 
+def _keyed(indices: Sequence[int], variant: NoiseVariant) -> NoiseFn:
+    """The noise of a subset of the parameters, each keyed by its index among all of them (``indices[k]`` for the
+    k-th of the subset): the numbers every-parameter ES draws for those tensors."""
+    return lambda k, p, seed, gen: tensor_noise(p, seed, indices[k], variant, gen)
+
+
 class HFEngine(HFBackend):
     """An ES engine on transformers: greedy generation plus in-place perturb / restore / update and a checksum.
 
-    ``rank``: None, full-rank ES noise on every parameter; r, low-rank (EGGROLL) noise of rank r on the weights of
-    the decoder blocks' linear layers only (:mod:`esrepro.perturb.lowrank`), written into the weights in place
+    ``rank``: None, full-rank ES noise on every parameter (``noise_on`` "all") or on the decoder blocks' linear
+    weights only ("linear", each keyed by its own index as if every parameter were perturbed); r, low-rank (EGGROLL)
+    noise of rank r on those linear weights only (:mod:`esrepro.perturb.lowrank`), written into the weights in place
     (W + sigma A Bᵀ / √r) and restored as ES restores.
     """
 
     def __init__(self, model_dir: str | Path, *, noise: NoiseVariant = "iid", restore: RestoreMode = "exact",
-                 master_weights: Literal["float32"] | None = None, rank: int | None = None,
+                 master_weights: Literal["float32"] | None = None, rank: int | None = None, noise_on: str = "all",
                  **backend: object) -> None:
+        if noise_on not in ("all", "linear"):
+            raise ValueError(f"noise_on {noise_on!r}: all or linear")
         super().__init__(model_dir, **backend)
         named = self.named_parameters()
         params = [p for _, p in named]
-        if rank is None:
+        if rank is None and noise_on == "linear":
+            wanted = linear_weight_names(self.model)
+            keep = [k for k, (n, _) in enumerate(named) if n in wanted]
+            self.weights = ESWeights(
+                params, noise, restore, master_weights,
+                perturb_fn=lambda ps, seed, sigma, variant: perturb_(
+                    [ps[k] for k in keep], seed, sigma, variant, noise=_keyed(keep, variant)),
+                update_fn=lambda ps, seeds, ws, alpha, variant, masters: update_(
+                    [ps[k] for k in keep], seeds, ws, alpha, variant,
+                    None if masters is None else [masters[k] for k in keep], noise=_keyed(keep, variant)))
+        elif rank is None:
             self.weights = ESWeights(params, noise, restore, master_weights)
         else:
             wanted = linear_weight_names(self.model)  # the decoder blocks' linear layers, whatever the architecture

@@ -29,6 +29,7 @@ class EngineSpec:
     call_timeout: float | None = None  # vllm: seconds a call into its workers may take
     rank: int | None = None  # None: full-rank ES noise; r: low-rank (EGGROLL) noise of rank r (esrepro.perturb.lowrank)
     max_loras: int | None = None  # vllm with rank: member adapters in one batch (None: all of a call's members)
+    noise_on: str = "all"  # full-rank noise on every parameter (all) or on the decoder blocks' linear weights (linear)
 
     def build(self) -> Any:
         """The engine (this process sets torch's thread count first)."""
@@ -41,7 +42,7 @@ class EngineSpec:
 
             return HFEngine(self.model_dir, dtype=self.dtype, device=self.device, batch_size=self.batch_size,
                             chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, generation=self.generation,
-                            rank=self.rank, **weights)
+                            rank=self.rank, noise_on=self.noise_on, **weights)
         if self.backend == "vllm" and self.rank is not None:
             from esrepro.backends.vllm_eggroll import EggrollVLLMEngine
 
@@ -58,5 +59,5 @@ class EngineSpec:
                               chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, device=self.device,
                               gpu_memory_utilization=self.gpu_memory_utilization,
                               kv_cache_memory_bytes=self.kv_cache_memory_bytes, call_timeout=self.call_timeout,
-                              **weights)
+                              noise_on=self.noise_on, **weights)
         raise ValueError(f"unknown backend {self.backend!r}; expected hf or vllm")

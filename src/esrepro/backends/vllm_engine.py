@@ -70,8 +70,9 @@ class ShardedWeights(ESWeights):
 
     ``params`` maps vLLM parameter names to the tensors changed in place; it must hold every
     parameter of ``layout`` on ``rank``, with the layout's shapes (others, holding no HF tensor, are left alone).
-    ``lowrank``: None, full-rank noise; r, low-rank (EGGROLL) noise of rank r on the shards of ``lowrank_targets``
-    only (the HF names of the decoder blocks' linear weights, :mod:`esrepro.perturb.lowrank`).
+    ``lowrank``: None, full-rank noise (on every shard, or with ``lowrank_targets`` on their shards only, each keyed
+    as every-shard ES keys it); r, low-rank (EGGROLL) noise of rank r on the shards of ``lowrank_targets`` only (the
+    HF names of the decoder blocks' linear weights, :mod:`esrepro.perturb.lowrank`).
     """
 
     def __init__(
@@ -100,7 +101,15 @@ class ShardedWeights(ESWeights):
         if lowrank is not None and lowrank_targets is None:
             raise ValueError("low-rank noise needs lowrank_targets (the HF names of the weights it perturbs)")
         targets = frozenset(lowrank_targets or ())
-        if lowrank is None:
+        if lowrank is None and lowrank_targets is not None:  # full-rank noise on the targets' shards only
+            keep = [k for k, spec in enumerate(specs) if lowrank_shard(spec, targets)]
+            kept = tuple(specs[k] for k in keep)
+            perturb_fn = lambda ps, seed, sigma, variant: perturb_shards_(  # noqa: E731
+                [ps[k] for k in keep], kept, seed, sigma, variant)
+            update_fn = lambda ps, seeds, ws, alpha, variant, masters: update_shards_(  # noqa: E731
+                [ps[k] for k in keep], kept, seeds, ws, alpha, variant,
+                None if masters is None else [masters[k] for k in keep])
+        elif lowrank is None:
             perturb_fn = lambda ps, seed, sigma, variant: perturb_shards_(ps, specs, seed, sigma, variant)  # noqa: E731
             update_fn = lambda ps, seeds, ws, alpha, variant, masters: update_shards_(  # noqa: E731
                 ps, specs, seeds, ws, alpha, variant, masters)
@@ -559,8 +568,9 @@ class VLLMEngine:
     ``device``: ``cuda`` (the GPUs this process sees), ``cuda:N`` (GPU N: only before CUDA is
     initialised in this process) or ``cpu`` (vLLM's CPU build). ``call_timeout``: seconds a call
     into the workers may take (tensor parallelism: they are other processes) before it fails.
-    ``lowrank``: None, full-rank ES noise; r, low-rank (EGGROLL) noise of rank r on the linear projections
-    (perturb, restore and update in the workers, :class:`ShardedWeights`).
+    ``lowrank``: None, full-rank ES noise (``noise_on`` all: every parameter; linear: the decoder blocks' linear
+    projections only); r, low-rank (EGGROLL) noise of rank r on the linear projections (perturb, restore and update
+    in the workers, :class:`ShardedWeights`).
     """
 
     def __init__(
@@ -580,6 +590,7 @@ class VLLMEngine:
         device: str = "cuda",
         call_timeout: float | None = None,
         lowrank: int | None = None,
+        noise_on: str = "all",
         **llm_kwargs,
     ) -> None:
         from esrepro.models.loading import DTYPES, load_tokenizer
@@ -619,8 +630,11 @@ class VLLMEngine:
         self.linear_weights: frozenset[str] = probes[0][3]
         if lowrank is not None:
             check_rank(lowrank, {t.name: t.shape for t in self.layout.hf if t.name in self.linear_weights})
+        if noise_on not in ("all", "linear"):
+            raise ValueError(f"noise_on {noise_on!r}: all or linear")
+        targeted = lowrank is not None or noise_on == "linear"
         self._rpc("es_setup", str(self.model_dir), self.layout, noise, restore, master_weights,
-                  gpu_memory_utilization, lowrank, self.linear_weights if lowrank is not None else None)
+                  gpu_memory_utilization, lowrank, self.linear_weights if targeted else None)
         devices = set(self._rpc("es_noise_device"))
         if len(devices) != 1:
             raise RuntimeError(f"the tensor-parallel ranks of {self.model_dir} run on different devices "

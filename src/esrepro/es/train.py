@@ -20,11 +20,11 @@ from esrepro.train.context import TrainContext, TrainOutcome
 
 
 def lowrank_options(cfg: ESSettings) -> dict:
-    """The engine options of an ``eggroll`` method's noise scheme (rank; on vLLM, member adapters per batch: by
-    default the whole population); none for ``es``."""
+    """The engine options of a method's noise scheme: an ``eggroll`` method's rank (on vLLM, member adapters per
+    batch: by default the whole population); an ``es`` method's noise targets where they are not every parameter."""
     if isinstance(cfg, EggrollSettings):
         return {"rank": cfg.rank, "max_loras": cfg.max_loras or cfg.population}
-    return {}
+    return {"noise_on": cfg.noise_on} if cfg.noise_on != "all" else {}
 
 
 def make_evaluator(ctx: TrainContext):

@@ -55,6 +55,16 @@ class SettingsMixin:
         """Whether ``method`` is an RL baseline (budgeted, trained per grid cell, best cell kept)."""
         return self.algorithm_of(task, method).rl
 
+    def is_es_variant(self, task: str, method: str) -> bool:
+        """Whether ``method`` is a variant of ES beside the papers' runs: low-rank ES (algorithm ``eggroll``), or ES
+        with its noise on the linear projections only (``noise_on: linear``, low-rank ES's control arm). Variants
+        report in their own table and claim row (es_variants), not in Table 1's."""
+        name = self.algorithm_of(task, method).name
+        if name == "eggroll":
+            return True
+        return name == "es" and any(getattr(self.method_settings(m, task, method), "noise_on", "all") == "linear"
+                                    for m in self.train_models(task))
+
     def method_layers(self, model: str, task: str, method: str, cell: str | None = None) -> list[Layer]:
         """The layers of ``method``'s settings on ``task`` for ``model`` (and grid ``cell``), in order; the run's own
         layer (:attr:`run_layers`) last."""

@@ -43,7 +43,7 @@ class TasksMixin:
         st = self.cfg.stability
         if st is None or st.task != task or model not in st.models or method not in st.methods:
             return []
-        return list(st.seeds)
+        return st.seeds_of_method(method)
 
     def all_models(self) -> list[str]:
         """Every model a job of this config touches: the config's, each training task's and each study's."""

@@ -69,7 +69,7 @@ class Groups:
             return self.study_runs[task, model, method, seed]
         train = p.train_task_of(task)
         trained = train in p.cfg.train and method in p.train_methods(train)
-        if trained and p.algorithm_of(train, method).name == "eggroll":
+        if trained and p.is_es_variant(train, method):
             return ES_VARIANTS
         if train == p.cfg.report.table1.task and train in p.cfg.train:
             if method == BASE and model in p.train_models(train):

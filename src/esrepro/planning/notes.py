@@ -21,7 +21,7 @@ def table1_notes(p: Pipeline) -> list[str]:
     model = p.models[0]
     rl = []
     for method in p.train_methods(task):
-        if p.algorithm_of(task, method).name == "eggroll":  # beside ES in its own table (es_variants), not Table 1's
+        if p.is_es_variant(task, method):  # beside ES in its own table (es_variants), not Table 1's
             continue
         s = p.method_settings(model, task, method).as_dict()
         if not p.is_rl(task, method):
@@ -103,6 +103,6 @@ def task_table_notes(p: Pipeline, eval_tasks: list[str]) -> list[str]:
         notes.append(f"Trained on {train_task} ({p.model(model).display}"
                      + (" and others" if len(p.train_models(train_task)) > 1 else "") + "): " + "; ".join(parts))
     st = p.cfg.stability
-    seeds = sorted(set(p.seeds) | set(st.seeds if st is not None else []))
+    seeds = sorted(set(p.seeds) | {x for m in (st.methods if st is not None else []) for x in st.seeds_of_method(m)})
     notes.append(f"Seeds: {seeds} (mean over seeds; base models evaluated once)")
     return notes

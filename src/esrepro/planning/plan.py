@@ -388,9 +388,11 @@ class ExtrasPlan:
     # --- Figures 8-10 --------------------------------------------------------------------------------
     def es_runs(self) -> list[RunKey]:
         """(task, model, method, seed) of every ES run from its base model: training runs of ES methods and every
-        study's ES runs (a run with ``start_from`` has no random walk from the base model to compare with)."""
+        study's ES runs (a run with ``start_from`` has no random walk from the base model to compare with; ES's
+        variants beside the papers, :meth:`~esrepro.pipeline.Pipeline.is_es_variant`, are not the papers' ES)."""
         out = [(task, m, meth, s) for task in self.p.cfg.train for m, meth, s in self.plan.train_runs(task)
-               if self.p.algorithm_of(task, meth).name == "es" and self.p.start_of(m, task, meth) is None]
+               if self.p.algorithm_of(task, meth).name == "es" and self.p.start_of(m, task, meth) is None
+               and not self.p.is_es_variant(task, meth)]
         for name, study in self.p.studies().items():
             out += [(study.task, m, meth, s) for m, meth, s in self.p.study_runs(name)
                     if self.p.algorithm_of(study.task, meth).name == "es"]
@@ -462,11 +464,12 @@ class ExtrasPlan:
 
     # --- beyond the papers: low-rank ES beside full-rank ES ---------------------------------------------------
     def es_variants(self) -> list[str]:
-        """Table 1's task's low-rank ES methods (algorithm ``eggroll``), when ES trains beside them (else none)."""
+        """Table 1's task's ES variants (low-rank ES, and ES with noise on the linear projections only:
+        :meth:`~esrepro.pipeline.Pipeline.is_es_variant`), when ES trains beside them (else none)."""
         task = self.p.cfg.report.table1.task
         if task not in self.p.cfg.train or "es" not in self.p.train_methods(task):
             return []
-        return [m for m in self.p.train_methods(task) if self.p.algorithm_of(task, m).name == "eggroll"]
+        return [m for m in self.p.train_methods(task) if self.p.is_es_variant(task, m)]
 
     def es_variant_metrics(self) -> list[str]:
         """metrics.json of Table 1's test set for its base models, ES and the ES variants (every seed)."""

@@ -85,16 +85,17 @@ def essa_report_spec(p: Pipeline) -> dict[str, Any]:
 
 def es_variants_spec(p: Pipeline) -> dict[str, Any]:
     """The ES-variants table's runs: per Table 1 model, full-rank ES then each low-rank ES method, with its label,
-    rank (None: full rank), population, iterations, sigma, alpha and training samples scored (no runs when Table 1's
-    task trains no low-rank ES method)."""
+    rank (None: full rank), the parameters its noise perturbs (all or linear), population, iterations, sigma, alpha
+    and training samples scored (no runs when Table 1's task trains no ES variant)."""
     task, variants = p.cfg.report.table1.task, ExtrasPlan(Plan(p)).es_variants()
     runs = []
     for model in p.train_models(task) if variants else []:
         for method in ["es", *variants]:
             s = p.method_settings(model, task, method)
-            rank = getattr(s, "rank", None)
-            runs.append({"model": model, "method": method, "rank": rank,
-                         "label": "ES" if rank is None else f"EGGROLL (rank {rank})",
+            rank, noise_on = getattr(s, "rank", None), getattr(s, "noise_on", "all")
+            label = f"EGGROLL (rank {rank})" if rank is not None else \
+                "ES, linear projections only" if noise_on == "linear" else "ES"
+            runs.append({"model": model, "method": method, "rank": rank, "noise_on": noise_on, "label": label,
                          "population": s.population, "iterations": s.iterations, "sigma": s.sigma, "alpha": s.alpha,
                          "samples": es_sample_budget(s.as_dict())})
     return {"task": task, "split": p.cfg.report.table1.split, "runs": runs}
@@ -118,5 +119,7 @@ def claims_spec(p: Pipeline, rows: list[str] | None = None) -> dict[str, Any]:
                                  else essa.target_accuracy) if essa is not None else None,
             "math_model": claims.math_model(),
             "es_variants": {r["method"]: r["label"] for r in es_variants_spec(p)["runs"] if r["rank"] is not None},
+            "es_controls": {r["method"]: r["label"] for r in es_variants_spec(p)["runs"]
+                            if r["rank"] is None and r["noise_on"] == "linear"},
             "claims": {row: {"select": selectors[row], "jobs": c.jobs, "gpu_jobs": c.gpu_jobs,
                              "gpu_hours": round(c.gpu_hours, 3), "target": c.target} for row, c in costs.items()}}

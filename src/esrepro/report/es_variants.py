@@ -62,7 +62,11 @@ def notes_of(spec: Mapping[str, Any]) -> list[str]:
         "Δ vs ES: this row's mean minus full-rank ES's mean (points). The claims table decides whether low-rank ES "
         "matches full-rank ES, with a bootstrap interval over problems. EGGROLL's own published runs are on RWKV "
         "models, none of these, so no published number stands beside these rows.",
-    ]
+    ] + ([
+        "ES, linear projections only (the control arm): full-rank ES whose noise perturbs the same linear projections "
+        "as EGGROLL, each keyed as ES keys it, and nothing else: it differs from EGGROLL by the noise's rank alone, and "
+        "from ES by the parameters perturbed."] if any(r["rank"] is None and r.get("noise_on") == "linear"
+                                                       for r in spec["runs"]) else [])
 
 
 def build_es_variants_table(metric_paths: Iterable[PathLike], spec: Mapping[str, Any],

@@ -127,13 +127,20 @@ class ESSettings(PopulationSettings):
         "default", description="hf backend's generation path: default (generate, dynamic KV cache), static (static KV "
         "cache and compiled decoding; CUDA graphs on GPU) or continuous (transformers' continuous batching, paged "
         "attention); greedy outputs are identical on CPU")
+    noise_on: Literal["all", "linear"] = Field(
+        "all", description="the parameters a member's noise perturbs: all (the paper's ES), or linear: only the "
+        "decoder blocks' linear projections, the tensors low-rank ES perturbs, each keyed by the same (seed, tensor) "
+        "(full-rank ES as low-rank ES's control arm: the two then differ by the noise's rank alone)")
 
     def as_dict(self) -> dict[str, Any]:
-        """:meth:`Settings.as_dict`, without ``start_from`` when it is unset (a run from the base model keeps the spec,
-        manifest and resume-state key it had before the option existed)."""
+        """:meth:`Settings.as_dict`, without ``start_from`` when it is unset and without ``noise_on`` at its default
+        (a run from the base model, or with the method's own noise targets, keeps the spec, manifest and resume-state
+        key it had before those options existed)."""
         out = super().as_dict()
         if out.get("start_from") is None:
             out.pop("start_from", None)
+        if out.get("noise_on") == type(self).model_fields["noise_on"].default:
+            out.pop("noise_on", None)
         return out
 
     @model_validator(mode="after")
@@ -169,6 +176,9 @@ class EggrollSettings(ESSettings):
     max_loras: int | None = Field(
         None, ge=1, description="vllm backend: member adapters vLLM runs in one batch; null: every member of an "
         "engine's share of the population at once")
+    noise_on: Literal["linear"] = Field(
+        "linear", description="linear: the decoder blocks' linear projections, the only tensors low-rank noise "
+        "perturbs (embeddings, norms and biases keep the base model's values)")
 
     @model_validator(mode="after")
     def _vllm_rank(self) -> "EggrollSettings":

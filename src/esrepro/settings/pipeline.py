@@ -353,11 +353,27 @@ class Stability(Settings):
     models: list[str] = Field(min_length=1, description="registry keys of the models rerun")
     methods: list[str] = Field(min_length=1, description="methods of train.<task>.methods rerun")
     seeds: list[int] = Field(min_length=2, description="seeds of every such run (the config's seeds are added)")
+    seeds_of: dict[str, list[int]] = Field(
+        default_factory=dict, description="seeds of some of these methods instead of seeds, by method (e.g. more "
+        "seeds for the arms of one comparison); every other method runs seeds")
 
     @field_validator("models", "methods", "seeds")
     @classmethod
     def _distinct(cls, v: list) -> list:
         return distinct_entries(v)
+
+    @model_validator(mode="after")
+    def _seeds_of_listed_methods(self) -> "Stability":
+        for method, seeds in self.seeds_of.items():
+            if method not in self.methods:
+                raise FieldProblem("seeds_of", f"{method!r} is not one of methods {self.methods}")
+            if len(set(seeds)) < 2 or len(set(seeds)) != len(seeds):
+                raise FieldProblem("seeds_of", f"{method}: {seeds}: at least two seeds, each once")
+        return self
+
+    def seeds_of_method(self, method: str) -> list[int]:
+        """The seeds ``method`` reruns with."""
+        return list(self.seeds_of.get(method, self.seeds))
 
 
 class TableRef(Settings):
