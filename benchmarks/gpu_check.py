@@ -24,12 +24,17 @@ device given (``--device cuda``):
 [5] ES on the transformers engine: seconds per iteration, ES against pure inference on the same engine, the
     perturb + restore + update share (benchmarks/es_engine.py, the device synchronised around each section),
     then two short runs from one seed compared bit for bit.
+[7] low-rank ES on vLLM (``--only lowrank``; vLLM's GPU build): benchmarks/eggroll_speed.py's measurement at
+    N = 30 and 256 (its own process): an eggroll iteration's phases (adapter preparation, loading, generation,
+    grading, release, update) against pure inference of the same sequences on a plain vLLM engine (no LoRA,
+    prefix cache off), and whether eggroll is within 10 % of inference at N = 256.
 
     python benchmarks/gpu_check.py --device cuda --json gpu_check.json
     python benchmarks/gpu_check.py --device cpu --shape tiny      # the same code paths, CPU-sized
+    python benchmarks/gpu_check.py --device cuda --only lowrank   # [7], with vLLM's GPU build
 
 Needs torch, transformers, peft, TRL (and datasets) and esrepro's own dependencies; vLLM's GPU build only for [6]'s
-colocated-engine phases.
+colocated-engine phases and for [7].
 """
 
 from __future__ import annotations
@@ -400,6 +405,50 @@ def es_check(device: str, model_dir: Path, args: argparse.Namespace) -> dict:
     return out
 
 
+# --- [7] low-rank ES on vLLM -------------------------------------------------------------------------------------
+#: [7]'s population sizes: the paper's N and the one the goal (within 10 % of inference) is stated at.
+LOWRANK_POPULATIONS = (30, 256)
+
+
+def lowrank_argv(device: str, shape: str, prompts: int, new_tokens: int, out: Path) -> list[str]:
+    """benchmarks/eggroll_speed.py's arguments for [7]: the model shape, both population sizes, rank 1, no full-rank
+    ES (its N generate calls per iteration at N = 256 would outlast the section), the figures into ``out``."""
+    return ["--device", device, "--build-shape", shape, "--populations", *map(str, LOWRANK_POPULATIONS),
+            "--rank", "1", "--prompts", str(prompts), "--new-tokens", str(new_tokens), "--iterations", "3",
+            "--no-es", "--json", str(out)]
+
+
+def lowrank_figures(summary: list[dict]) -> dict:
+    """[7]'s figures from eggroll_speed's summary: per N the ratio, the phases and what stands between eggroll and
+    inference; and whether the goal holds at the largest N."""
+    rows = {str(r["population"]): {k: r[k] for k in ("eggroll_seconds", "inference_seconds",
+                                                      "eggroll_over_inference", "within_10_percent", "phases",
+                                                      "stands_between")} for r in summary}
+    largest = max(summary, key=lambda r: r["population"])
+    return {"populations": rows, "goal_population": largest["population"],
+            "within_10_percent_at_goal": largest["within_10_percent"]}
+
+
+def lowrank_check(device: str, args: argparse.Namespace) -> dict:
+    """[7]: benchmarks/eggroll_speed.py on this device, in a process of its own (vLLM's engines hold the device)."""
+    import os
+    import subprocess
+
+    if device.startswith("cuda") and not has_vllm_gpu():
+        raise RuntimeError("[7] needs vLLM's GPU build (pip install vllm)")
+    with tempfile.TemporaryDirectory(prefix="lowrank-") as tmp:
+        out = Path(tmp) / "eggroll_speed.json"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"),
+                                                                          os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, str(REPO / "benchmarks" / "eggroll_speed.py"),
+               *lowrank_argv(device, args.shape, args.prompts, args.new_tokens, out)]
+        subprocess.run(cmd, check=True, cwd=REPO, env=env)
+        figures = lowrank_figures(json.loads(out.read_text())["summary"])
+    figures["shape"] = {"prompts": args.prompts, "new_tokens": args.new_tokens, "rank": 1}
+    print(f"[7] low-rank ES: {json.dumps(figures)}")
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
@@ -407,7 +456,8 @@ def main() -> None:
     ap.add_argument("--population", type=int, default=8, help="ES timing: population")
     ap.add_argument("--prompts", type=int, default=32, help="ES timing: prompts per member")
     ap.add_argument("--new-tokens", type=int, default=128, help="new tokens (ES timing, GRPO, PPO)")
-    ap.add_argument("--only", default="noise,precision,grpo,ppo,es", help="sections to run, comma-separated")
+    ap.add_argument("--only", default="noise,precision,grpo,ppo,es",
+                    help="sections to run, comma-separated (also memory, and lowrank with vLLM's GPU build)")
     ap.add_argument("--sharding", choices=["ddp", "fsdp"], default="ddp",
                     help="GRPO and PPO: ddp, or fsdp (run under torchrun: torchrun --standalone --nproc-per-node 1 "
                     "benchmarks/gpu_check.py --only grpo,ppo --sharding fsdp)")
@@ -421,7 +471,8 @@ def main() -> None:
                 "grpo": lambda d: grpo_check(args.device, d, args.new_tokens, args.sharding),
                 "ppo": lambda d: ppo_check(args.device, d, args.new_tokens, args.sharding),
                 "es": lambda d: es_check(args.device, d, args),
-                "memory": lambda d: memory_check(args.device, d, args.new_tokens)}
+                "memory": lambda d: memory_check(args.device, d, args.new_tokens),
+                "lowrank": lambda d: lowrank_check(args.device, args)}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         model_dir = _es_engine().build_model(args.shape, Path(tmp) / args.shape)

@@ -147,6 +147,57 @@ def test_the_update_in_vllms_workers_moves_along_the_scored_adapter(engine, tmp_
     assert len(off_cpu) == len(engine.targets), "the emulated GPU stream did not reach the workers' update"
 
 
+class _LoadedByGenerate:
+    """The engine without ``load_members``: vLLM loads the adapters inside the generate call, as before that step."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def __getattr__(self, name: str):
+        if name == "load_members":
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+
+def test_loading_the_adapters_first_is_a_phase_of_its_own_and_changes_no_reward(engine, tmp_path):
+    """The batched path loads the members' adapters into vLLM before its generate call (``load_members``: loaded
+    and listed before generation) and reports loading and grading as phases of their own; the rewards are those of
+    the same members with vLLM loading the adapters inside the generate call."""
+    from esrepro.perturb.noise import member_seed
+    from esrepro.population.spec import Scoring
+    from esrepro.population.worker import BATCHED_PHASES, PopulationWorker
+    from esrepro.tasks.conciseness import prepare
+
+    prepare(tmp_path / "data", {"kind": "generated"}, seed=0)
+    examples = [json.loads(x) for x in (tmp_path / "data" / "train.jsonl").read_text().splitlines()][:3]
+    worker = PopulationWorker.__new__(PopulationWorker)  # the module's engine, not a second one
+    worker.prompts, worker.mean_reward = Scoring("conciseness", examples, MAX_NEW).build()
+    worker.max_new_tokens, worker.example_scores = MAX_NEW, None
+    seeds = [member_seed(4, 0, i) for i in range(4)]
+    listed = []
+    generate_members = engine.generate_members
+
+    def generating(requests, *args):
+        listed.append({r.lora_int_id for r in requests} <= engine.llm.llm_engine.list_loras())
+        return generate_members(requests, *args)
+
+    out = {}
+    engine.generate_members = generating
+    try:
+        for how, e in (("in generate", _LoadedByGenerate(engine)), ("loaded first", engine)):
+            engine.llm.reset_prefix_cache()
+            worker.engine = e
+            out[how] = worker.members(seeds, SIGMA, list(range(len(seeds))))
+    finally:
+        del engine.generate_members
+    (before, _), (rewards, seconds) = out["in generate"], out["loaded first"]
+    assert listed == [False, True], "the adapters were not loaded before the generate call"
+    assert rewards == before
+    assert len(set(rewards)) > 1, "the members should score differently (test too weak)"
+    assert all(seconds[k] > 0 for k in ("perturb", *BATCHED_PHASES, "generation", "restore")), seconds
+    assert not engine.llm.llm_engine.list_loras() and not list(engine.adapters.scratch.iterdir())
+
+
 def test_one_iteration_on_vllm_matches_transformers(model_dir, tmp_path):
     """One eggroll iteration through the population worker: vLLM (members as adapters, one call) and transformers
     (members in place) score every member alike and end with the same weights."""
@@ -174,3 +225,6 @@ def test_one_iteration_on_vllm_matches_transformers(model_dir, tmp_path):
     assert vl["rewards"] == hf["rewards"] and vl["seeds"] == hf["seeds"]
     assert vl["checksum"] == hf["checksum"]
     assert np.isfinite(vl["seconds_generation"])
+    # the batched path's phases in the log; the transformers engine's log keeps its keys
+    assert vl["seconds_load"] > 0 and vl["seconds_grading"] > 0
+    assert "seconds_load" not in hf and "seconds_grading" not in hf

@@ -179,6 +179,23 @@ def test_engines_with_a_gpu_each_start_side_by_side_and_sharing_ones_one_after_a
     assert not own_gpu({"num_gpus": 0.5, "num_cpus": 1}) and not own_gpu({"num_cpus": 4})
 
 
+def test_the_engines_phases_spread_with_the_batched_ones_only_where_every_engine_reports_them():
+    """Members spread over engines: rewards back in member order, each phase the slowest engine's; loading and
+    grading (the batched path's phases) come through where every engine reports them, and an engine that scores
+    members one at a time gives the phases it always gave."""
+    evaluator = RayEvaluator.__new__(RayEvaluator)  # no actors: the engines' answers are given
+    evaluator.engines, evaluator._ops = 2, []
+    batched = {"perturb": 0.1, "load": 0.2, "generation": 0.3, "grading": 0.05, "restore": 0.01, "tokens": 0}
+    evaluator._all = lambda method, args: [([1.0, 3.0], batched), ([2.0], {**batched, "load": 0.4})]
+    rewards, seconds = evaluator.rewards([11, 12, 13], 0.1)
+    assert rewards == [1.0, 2.0, 3.0]
+    assert {k: seconds[k] for k in ("perturb", "load", "generation", "grading", "restore")} == {
+        "perturb": 0.1, "load": 0.4, "generation": 0.3, "grading": 0.05, "restore": 0.01}
+    one_at_a_time = {"perturb": 0.1, "generation": 0.3, "restore": 0.01, "tokens": 0}
+    evaluator._all = lambda method, args: [([1.0, 3.0], one_at_a_time), ([2.0], one_at_a_time)]
+    assert set(evaluator.rewards([11, 12, 13], 0.1)[1]) == {"perturb", "generation", "restore", "wall"}
+
+
 @pytest.mark.slow
 def test_engines_started_side_by_side_score_as_the_serial_engine(tiny_model_dir, scoring, ray_local):
     cfg = _cfg("iid", "exact", iterations=1)

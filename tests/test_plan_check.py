@@ -214,6 +214,42 @@ def test_the_cli_prints_the_peaks_and_docs_hold_its_table(paper, tmp_path):
     assert table in (REPO / "docs" / "scaling.md").read_text()
 
 
+def _benchmark(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_builds_its_lowrank_es_measurement_on_cpu(tmp_path):
+    """benchmarks/gpu_check.py [7]'s CPU side: the arguments it gives benchmarks/eggroll_speed.py parse there as a
+    GPU run of both population sizes (bf16, the GPU shared between the inference and training engines), and the
+    figures it reads back name the goal's N, its verdict and the phase standing between eggroll and inference."""
+    gpu_check, speed = _benchmark("gpu_check"), _benchmark("eggroll_speed")
+    args = speed.parse(gpu_check.lowrank_argv("cuda", "qwen2.5-0.5b", 32, 128, tmp_path / "out.json"))
+    assert (args.device, args.build_shape, args.populations, args.dtype) == ("cuda", "qwen2.5-0.5b", [30, 256],
+                                                                              "bfloat16")
+    assert args.no_es and args.json == tmp_path / "out.json" and args.kv_cache_bytes is None
+    assert 2 * args.gpu_share < 1 and (args.prompts, args.new_tokens, args.rank) == (32, 128, 1)
+
+    def row(n: int, inference: float, **phases: float) -> dict:
+        ph = dict.fromkeys(speed.EGGROLL_PHASES, 0.0) | {"generation": inference} | phases
+        return {"population": n, "eggroll": {"seconds": sum(ph.values()), "phases": ph},
+                "inference": {"seconds": inference}}
+
+    figures = gpu_check.lowrank_figures(speed.summary([row(30, 1.0, perturb=0.5, load=0.1),
+                                                       row(256, 8.0, load=0.3, grading=0.2)]))
+    assert figures["goal_population"] == 256 and figures["within_10_percent_at_goal"]
+    assert figures["populations"]["30"]["stands_between"] == "adapter preparation"
+    assert not figures["populations"]["30"]["within_10_percent"]
+    assert figures["populations"]["256"]["eggroll_over_inference"] == pytest.approx(8.5 / 8.0)
+    slow = gpu_check.lowrank_figures(speed.summary([row(256, 8.0, generation=10.0, load=0.3)]))
+    assert not slow["within_10_percent_at_goal"]
+    assert slow["populations"]["256"]["stands_between"] == "generation beyond inference"
+
+
 def test_gpu_check_builds_its_memory_predictions_on_cpu(tmp_path):
     """benchmarks/gpu_check.py [6]'s CPU side: the settings it trains with and the memory model's phases for them (the
     same functions the plan check calls), in the order the trainers run them, ready to compare phase by phase with

@@ -44,19 +44,20 @@ class EggrollVLLMEngine(VLLMEngine):
     """The ES vLLM engine whose members are LoRA adapters of rank ``rank`` (``max_loras`` of them per batch; None: 1,
     the training step passes the method's ``max_loras`` or its population).
 
-    ``prepare_members`` / ``generate_members`` / ``release_members`` score many members in one ``generate`` call
-    (:meth:`esrepro.population.worker.PopulationWorker.members` uses them); ``perturb`` / ``restore`` carry one
-    member's adapter for :meth:`generate`, leaving the weights as they are. As no member is written into the
-    weights, the workers keep no exact-restore copy of them whatever ``restore`` says (float32 masters with
-    ``master_weights``, as ES keeps them).
+    ``prepare_members`` / ``load_members`` / ``generate_members`` / ``release_members`` score many members in one
+    ``generate`` call (:meth:`esrepro.population.worker.PopulationWorker.members` uses them); ``perturb`` /
+    ``restore`` carry one member's adapter for :meth:`generate`, leaving the weights as they are. As no member is
+    written into the weights, the workers keep no exact-restore copy of them whatever ``restore`` says (float32
+    masters with ``master_weights``, as ES keeps them).
     """
 
     def __init__(self, model_dir: str | Path, *, rank: int, max_loras: int | None = None, noise: str = "iid",
                  restore: str = "subtract", **engine: Any) -> None:
         self.rank, self.variant = int(rank), noise
+        self.max_loras = int(max_loras or 1)
         del restore  # no member is ever written into the weights: the workers keep no exact-restore copy
         super().__init__(model_dir, noise=noise, lowrank=self.rank, restore="subtract",
-                         **lora_llm_kwargs(max_loras or 1, self.rank), **engine)
+                         **lora_llm_kwargs(self.max_loras, self.rank), **engine)
         # the targets as the workers read them off the model (a class vLLM serves through transformers is rebuilt
         # only inside a vLLM config once an engine holds it)
         self.targets = [(t.name, t.index, t.shape) for t in self.layout.hf if t.name in self.linear_weights]
@@ -80,6 +81,12 @@ class EggrollVLLMEngine(VLLMEngine):
                             self.variant, str(self.model_dir))
         if sum(bool(w) for w in written) != 1:
             raise RuntimeError(f"expected one rank to write member {seed}'s adapter, got {written}")
+
+    def load_members(self, requests: Sequence[Any]) -> None:
+        """Have vLLM load the members' adapters before :meth:`generate_members` (so that generating no longer includes
+        loading them): the first ``max_loras`` of them, as many as its adapter cache holds; any beyond are loaded by
+        vLLM during the generation, as they would be without this step."""
+        self.adapters.load(list(requests)[:self.max_loras])
 
     def generate_members(self, requests: Sequence[Any], prompts: list[str], max_new_tokens: int) -> list[list[str]]:
         """Greedy continuations of ``prompts`` under every member's adapter, in one ``LLM.generate`` call; per

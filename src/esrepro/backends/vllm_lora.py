@@ -11,6 +11,8 @@ vLLM 0.32.0 API used (its source, and run on its CPU build by tests/test_essa_vl
 ``max_lora_rank`` one of :data:`LORA_RANKS`; ``max_loras`` adapters share one batch, the scheduler holds back
 requests of others), ``LLM.generate(prompts, params, lora_request=[LoRARequest(name, int_id, path), ...])`` one
 per prompt (``vllm/entrypoints/llm.py``, ``vllm/lora/request.py``: ids must be >= 1 and unique per adapter),
+``LLM.llm_engine.add_lora(request)`` (loads an adapter into the workers' LRU cache of ``max_cpu_loras`` adapters and
+activates it; a ``generate`` call under a loaded id only touches it: ``vllm/lora/worker_manager.py``),
 ``LLM.llm_engine.list_loras()`` / ``remove_lora(id)``; an adapter's scaling is ``lora_alpha / r``, or
 ``lora_alpha / sqrt(r)`` with ``use_rslora`` (``vllm/lora/peft_helper.py``).
 """
@@ -53,6 +55,14 @@ class AdapterBatch:
         path = self.scratch / f"{name}-{self._next_id}"
         write(path)
         return self.request(name, path)
+
+    def load(self, requests: Sequence[Any]) -> None:
+        """Have vLLM load the adapters now (``add_lora``), so that a ``generate`` call under them finds them loaded
+        (left to ``generate``, vLLM loads each adapter when the scheduler first meets its requests)."""
+        engine = self.llm.llm_engine
+        for r in requests:
+            if not engine.add_lora(r):
+                raise RuntimeError(f"vLLM did not load the adapter {r.lora_name} from {r.lora_path}")
 
     def generate(self, requests: Sequence[Any], prompt_ids: Sequence[list[int]], params: Any) -> list[list[list[int]]]:
         """Token ids generated for every prompt under every adapter, in ONE ``LLM.generate`` call; per adapter (in

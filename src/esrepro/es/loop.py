@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from esrepro.es.strategy import ESStrategy
 from esrepro.population.evaluators import EngineMismatch
+from esrepro.population.worker import BATCHED_PHASES
 from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
 from esrepro.train.resume import ResumeMismatch, announce_resume, has_state, read_state, state_key, write_state
 
@@ -133,6 +134,8 @@ def run_es(
             "seconds_generation": seconds["generation"],
             "seconds_perturb": seconds["perturb"],
             "seconds_restore": seconds["restore"],
+            # the batched path's own phases (members as adapters: loading them, grading apart from generation)
+            **{f"seconds_{k}": seconds[k] for k in BATCHED_PHASES if k in seconds},
             "seconds_update": t_update,
             "seconds_total": time.perf_counter() - t_iter,
         }

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from esrepro.perturb.ops import Update
 from esrepro.population.ray_session import job_env
 from esrepro.population.spec import EngineRecipe, Scoring
-from esrepro.population.worker import PopulationWorker
+from esrepro.population.worker import BATCHED_PHASES, PopulationWorker
 
 STATE_FILE = "state.safetensors"
 
@@ -257,14 +257,16 @@ class RayEvaluator:
                     fut = getattr(self.actors[k], method).remote(*args[k])
         return out
 
-    def _spread(self, method: str, n: int, args_for, phases: tuple[str, ...]) -> tuple[list[float], dict]:
+    def _spread(self, method: str, n: int, args_for, phases: tuple[str, ...], optional: tuple[str, ...] = ()
+                ) -> tuple[list[float], dict]:
         """Split n members round-robin over the engines (``args_for(indices)`` builds one engine's call);
-        the rewards in member order and the slowest engine's seconds per phase."""
+        the rewards in member order and the slowest engine's seconds per phase (``optional`` phases where every
+        engine reports them)."""
         mine = [list(range(k, n, self.engines)) for k in range(self.engines)]
         t0 = time.perf_counter()
         results = self._all(method, [args_for(m) for m in mine])
         rewards: list[float] = [0.0] * n
-        seconds = dict.fromkeys(phases, 0.0)
+        seconds = dict.fromkeys((*phases, *(k for k in optional if all(k in t for _, t in results))), 0.0)
         for m, (r, t) in zip(mine, results, strict=True):
             for i, value in zip(m, r, strict=True):
                 rewards[i] = value
@@ -278,7 +280,7 @@ class RayEvaluator:
         seeds = list(seeds)
         batch = None if batch is None else list(batch)
         out = self._spread("members", len(seeds), lambda m: (seeds, sigma, m, batch),
-                           ("perturb", "generation", "restore"))
+                           ("perturb", "generation", "restore"), BATCHED_PHASES)
         self._ops.append(("members", seeds, sigma))
         return out
 

@@ -9,6 +9,9 @@ from typing import Any, Sequence
 
 from esrepro.population.spec import EngineRecipe, IndexedScoring, Scoring
 
+#: Phases only the batched path reports (members as adapters): loading the adapters, and grading apart from generation.
+BATCHED_PHASES = ("load", "grading")
+
 #: A step every engine applies in the same order: ("members", seeds, sigma) or ("update", seeds, weights, alpha).
 Op = tuple
 
@@ -80,20 +83,27 @@ class PopulationWorker:
     def _members_batched(self, seeds: list[int], sigma: float, prompts: list[str],
                          batch: Sequence[int] | None) -> tuple[list[float], dict]:
         """An engine whose members are adapters of its unchanged weights (low-rank ES on vLLM) scores them all in one
-        generation: the phases are writing their adapters, the one generation, and dropping them."""
-        t = {"perturb": 0.0, "generation": 0.0, "restore": 0.0, "tokens": 0}
+        generation. Its phases: ``perturb`` (writing the members' adapters), ``load`` (the engine loading them, where
+        it has ``load_members``), ``generation`` (the one generate call), ``grading`` (the rewards of the responses)
+        and ``restore`` (dropping the adapters)."""
+        t = {"perturb": 0.0, "load": 0.0, "generation": 0.0, "grading": 0.0, "restore": 0.0, "tokens": 0}
         if not seeds:
             return [], t
         t0 = self._clock()
         handles = self.engine.prepare_members(seeds, sigma)
-        t1 = self._clock()
+        t1 = t2 = t3 = self._clock()
         try:
+            if hasattr(self.engine, "load_members"):
+                self.engine.load_members(handles)
+            t2 = t3 = self._clock()
             per_member = self.engine.generate_members(handles, prompts, self.max_new_tokens)
+            t3 = self._clock()
             rewards = [self.mean_reward(r, batch) for r in per_member]
         finally:
-            t2 = self._clock()
+            t4 = self._clock()
             self.engine.release_members(handles)
-        t["perturb"], t["generation"], t["restore"] = t1 - t0, t2 - t1, self._clock() - t2
+        t["perturb"], t["load"], t["generation"], t["grading"] = t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        t["restore"] = self._clock() - t4
         return rewards, t
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], alpha: float) -> float:
