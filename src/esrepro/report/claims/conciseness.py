@@ -14,7 +14,16 @@ from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
 from esrepro.report.claims.rows import NO, NOT_RUN, YES, ClaimRow, mean_gap, reproduced_of
 from esrepro.report.conciseness import PAPER_KL, checkpoint_points, hacked_runs, paper_rows
-from esrepro.report.verdicts import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FAILS, HOLDS, LEVEL, Interval, Outcome
+from esrepro.report.verdicts import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    FAILS,
+    HOLDS,
+    LEVEL,
+    NOT_RESOLVED,
+    Interval,
+    Outcome,
+)
 
 #: GRPO's "small" KL penalties: the betas whose runs the ES paper says hacked (v2 Sec. 4.2, Table 2: 0 and 0.01).
 SMALL_BETA = 0.01
@@ -150,7 +159,8 @@ def pareto_row(runs: pd.DataFrame, published: Mapping[str, Any], key: str = "es_
 
 
 def hacking_row(runs: pd.DataFrame, published: Mapping[str, Any], hacking_margin: float) -> ClaimRow:
-    """Some GRPO run at beta <= 0.01 hacks the reward and no ES run does (v2 Sec. 4.2: "sometimes")."""
+    """Some GRPO run at beta <= 0.01 hacks the reward and no ES run does (v2 Sec. 4.2: "sometimes"). An ES run that
+    hacks refutes; no small-beta GRPO run hacking does not (a rate above 0 is never refuted by a count of runs)."""
     claim = BY_KEY["grpo_small_beta_hacks"]
     prow = paper_rows(published)
     marked = [f"beta {r['beta']:g}" for r in prow if r.get("hacked")]
@@ -170,8 +180,11 @@ def hacking_row(runs: pd.DataFrame, published: Mapping[str, Any], hacking_margin
         outcome = V.untestable("no GRPO run with beta <= 0.01" if small.empty else "no ES run")
     elif es["hacked"].any():
         outcome = Outcome(FAILS, f"ES hacks: {', '.join(sorted(set(es[es['hacked']]['method'])))}")
-    elif not small["hacked"].any():
-        outcome = Outcome(FAILS, f"no GRPO run at beta <= {SMALL_BETA:g} hacks ({len(small)} runs)")
+    elif not small["hacked"].any():  # "sometimes": no count of runs refutes a rate above 0
+        upper = V.clopper_pearson(0, len(small))[1]
+        outcome = Outcome(NOT_RESOLVED, f"no GRPO run at beta <= {SMALL_BETA:g} hacks ({len(small)} runs): the "
+                                        f"hacking rate's exact 95% upper bound is {upper:.2f}, so \"sometimes\" is "
+                                        "neither confirmed nor refuted")
     else:
         outcome = Outcome(HOLDS, f"{int(small['hacked'].sum())} of {len(small)} GRPO runs at beta <= "
                                  f"{SMALL_BETA:g} hack; no ES run of {len(es)} does (counts, no interval)")
