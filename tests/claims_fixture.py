@@ -171,10 +171,13 @@ def essa_fixture(root: Path, rng: np.random.Generator, noise: Noise | None = Non
     return root
 
 
-def conciseness_fixture(root: Path, noise: np.random.Generator, hacks: np.random.Generator | None = None) -> Path:
+def conciseness_fixture(root: Path, noise: np.random.Generator, hacks: np.random.Generator | None = None,
+                        grpo: dict[float, dict[str, float]] | None = None) -> Path:
     """Table 2: four seeds per configuration, normal around the paper's mean with its std; checkpoints every 200
-    iterations rising to the final point; the base model; GRPO's high betas (:data:`HIGH_BETAS`). A configuration
-    the paper marks hacked hacks in two of its four seeds, or (``hacks``) in each seed with chance 1/2."""
+    iterations from 400 rising to the final point (so GRPO's high betas, :data:`HIGH_BETAS`, near KL 0 lie left
+    of every ES checkpoint, as in Fig. 1); the base model. A configuration
+    the paper marks hacked hacks in two of its four seeds, or (``hacks``) in each seed with chance 1/2. ``grpo``:
+    a GRPO row's numbers replaced, by beta."""
     pub = published()["tables"]
     names = [m for _, m, _ in pipeline().study_runs("conciseness")]
     kl_run(root, "qwen2.5-7b-instruct", "base", 0, "base", {}, [(0, 0.5, 0.0)], words=True)
@@ -183,6 +186,8 @@ def conciseness_fixture(root: Path, noise: np.random.Generator, hacks: np.random
               "kl_std": 0.005, "hacked": False} for b, r, k in HIGH_BETAS]
     for r in rows:
         algo = r["algorithm"]
+        if algo == "grpo" and r["beta"] in (grpo or {}):
+            r = {**r, **grpo[r["beta"]]}
         hyper = {"sigma": r["sigma"], "alpha": r["alpha"]} if algo == "es" else \
             {"beta": r["beta"], "learning_rate": r["learning_rate"]}
         method = study_method("es_sigma", r["sigma"], names) if algo == "es" else \
@@ -190,7 +195,7 @@ def conciseness_fixture(root: Path, noise: np.random.Generator, hacks: np.random
         for s in range(4):
             reward = r["reward"] + r["reward_std"] * noise.standard_normal()
             kl = max(0.0, r["kl"] + r["kl_std"] * noise.standard_normal())
-            points = [(it, 0.5 + (reward - 0.5) * it / 1000, kl * it / 1000) for it in (200, 400, 600, 800)]
+            points = [(it, 0.5 + (reward - 0.5) * it / 1000, kl * it / 1000) for it in (400, 600, 800)]
             hacked = r["hacked"] and (s % 2 == 0 if hacks is None else bool(hacks.random() < 0.5))
             kl_run(root, "qwen2.5-7b-instruct", method, s, algo, hyper, points + [(1000, reward, kl)],
                    words=not hacked)  # "sometimes": some seeds hack

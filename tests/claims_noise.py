@@ -190,19 +190,25 @@ def essa(rng: np.random.Generator) -> Verdicts:
     return {k: (v[0], v[1]) for k, v in rows.items()}
 
 
+#: The front's clear refutation: GRPO at beta 0.0464 steadily above ES's front (reward 0.98, std 0.01 over seeds).
+GRPO_ABOVE = {0.0464: {"reward": 0.98, "reward_std": 0.01}}
+
+
 def conciseness(rng: np.random.Generator) -> Verdicts:
-    """Table 2's hacking and stability rows (four seeds a configuration); refuted hacking: an ES run hacks. The
-    stability rule has no clear refutation here."""
+    """Table 2's front, hacking and stability rows (four seeds a configuration); refuted: :data:`GRPO_ABOVE` (the
+    front), an ES run hacks (hacking). The stability rule has no clear refutation here."""
     pub = published()
     got: dict[str, list[str]] = {}
     for refuted in (False, True):
         with tempfile.TemporaryDirectory() as d:
-            root = conciseness_fixture(Path(d) / "results", rng, hacks=rng)
+            root = conciseness_fixture(Path(d) / "results", rng, hacks=rng, grpo=GRPO_ABOVE if refuted else None)
             if refuted:
                 es = sorted((root / "kl" / "conciseness" / "qwen2.5-7b-instruct").glob("es_sigma*/seed0"))[0]
                 text = (es / "samples.jsonl").read_text().replace("The answer is short.", "?! .. ))</> ;;")
                 (es / "samples.jsonl").write_text(text)
             runs = load_conciseness(sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json")))
+            got.setdefault("ES's reward-KL front lies above GRPO's", []).append(
+                C.pareto_row(runs, pub).outcome.verdict)
             got.setdefault("GRPO with small beta hacks the reward; ES does not", []).append(
                 C.hacking_row(runs, pub, 0.2).outcome.verdict)
             got.setdefault("ES's reward varies less over seeds than GRPO's", []).append(
@@ -222,6 +228,7 @@ REFUTATIONS = {
     "ESSA's time to 0.76 falls as GPUs are added": "the time to 0.80 rises as GPUs^0.75 (8 to 128 GPUs)",
     "ESSA improves accuracy over training": "Llama-3.1-8B's accuracy falls 10 points over training",
     "GRPO with small beta hacks the reward; ES does not": "an ES run hacks",
+    "ES's reward-KL front lies above GRPO's": "GRPO at beta 0.0464 at reward 0.98 (std 0.01), above ES's 0.919",
 }
 GROUPS: dict[str, Callable[[np.random.Generator], Verdicts]] = {
     "table1": table1, "puzzles": puzzles, "curves": curves, "essa": essa, "conciseness": conciseness}

@@ -17,7 +17,7 @@ from esrepro.report import verdicts as V
 from esrepro.report.claims import countdown as CD
 from esrepro.report.claims import essa as E
 from esrepro.report.claims import math_puzzles as MP
-from esrepro.report.claims.conciseness import hacking_row
+from esrepro.report.claims.conciseness import hacking_row, pareto_row
 from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa
 
 
@@ -97,6 +97,12 @@ def test_no_rule_refutes_from_point_estimates(tmp_path):
         kl_run(root, "m", "es_sigma0.001", s, "es", {"sigma": 0.001, "alpha": 5e-4}, [(1000, 0.9, 0.3)], True)
     runs = load_conciseness(sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json")))
     verdicts["hacks, 0 of 4"] = (_verdict(row := hacking_row(runs, pub, 0.2)), row.outcome.reason)
+    # a GRPO checkpoint above ES's front, one seed each
+    root = tmp_path / "front"
+    kl_run(root, "m", "es_sigma0.001", 0, "es", {"sigma": 0.001, "alpha": 5e-4}, [(1000, 0.85, 0.3)], True)
+    kl_run(root, "m", "grpo_beta0.0", 0, "grpo", {"beta": 0.0, "learning_rate": 5e-6}, [(1000, 0.95, 0.5)], True)
+    runs = load_conciseness(sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json")))
+    verdicts["front, one seed"] = (_verdict(row := pareto_row(runs, pub)), row.outcome.reason)
 
     refuted = {k: r for k, (v, r) in verdicts.items() if v == V.FAILS}
     assert not refuted, refuted
@@ -106,6 +112,7 @@ def test_no_rule_refutes_from_point_estimates(tmp_path):
     assert "18000 s" in verdicts["GPUs, five counts"][1] and "slope" in verdicts["GPUs, five counts"][1]
     assert "6.0%" in verdicts["sudoku base 6%"][1] and "lower bound" in verdicts["sudoku base 6%"][1]
     assert "Holm" in verdicts["ahead, one dip"][1] and "upper bound" in verdicts["hacks, 0 of 4"][1]
+    assert "-0.100 (fewer than two seeds" in verdicts["front, one seed"][1]
 
 
 def test_a_refutation_needs_an_interval_against_the_claim(tmp_path):
@@ -133,6 +140,8 @@ def test_holm_and_the_exact_bounds():
     lo, hi = V.clopper_pearson(0, 8)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 8))
     assert V.refute_z(1) == pytest.approx(1.959964) and V.refute_z(5) > 2.5
+    one, chosen = V.std_ratio_interval(0.06, 4, 0.004, 4), V.std_ratio_interval(0.06, 4, 0.004, 4, pairs=8)
+    assert chosen.lo < one.lo < one.hi < chosen.hi and "Bonferroni over 8 pairs" in chosen.method
 
 
 def _check(df: pd.DataFrame) -> None:
@@ -160,5 +169,6 @@ def test_table1_and_table2_rules_over_many_draws():
     hacking and stability rows, over many draws."""
     models = ["qwen2.5-0.5b-instruct", "llama-3.2-1b-instruct", "qwen2.5-7b-instruct"]
     df = calibrate(25, seed=12, groups={"table1": lambda rng: table1(rng, models), "conciseness": conciseness})
-    assert {"ES improves every base model", "GRPO with small beta hacks the reward; ES does not"} <= set(df["claim"])
+    assert {"ES improves every base model", "GRPO with small beta hacks the reward; ES does not",
+            "ES's reward-KL front lies above GRPO's"} <= set(df["claim"])
     _check(df)

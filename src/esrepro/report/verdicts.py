@@ -216,23 +216,27 @@ def tally(outcomes: Sequence[tuple[str, Outcome]]) -> str:
     return ", ".join(f"{n} {words[v]}" for v, n in counts.items() if n)
 
 
-def _f_quantiles(df1: int, df2: int) -> tuple[float, float]:
-    """The lower and upper quantiles of F(df1, df2) bounding the central :data:`LEVEL` of its law (scipy.stats)."""
+def _f_quantiles(df1: int, df2: int, level: float = LEVEL) -> tuple[float, float]:
+    """The lower and upper quantiles of F(df1, df2) bounding the central ``level`` of its law (scipy.stats)."""
     from scipy import stats
 
-    lo, hi = stats.f.ppf([(1 - LEVEL) / 2, (1 + LEVEL) / 2], df1, df2)
+    lo, hi = stats.f.ppf([(1 - level) / 2, (1 + level) / 2], df1, df2)
     return float(lo), float(hi)
 
 
-def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int) -> Interval | None:
+def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int, pairs: int = 1) -> Interval | None:
     """95% interval of sigma_b / sigma_a from two sample standard deviations over ``n_b`` and ``n_a`` seeds (normal
-    samples: (s_b^2/s_a^2) / F has an F(n_b - 1, n_a - 1) law). None with fewer than 2 seeds or a zero std of A."""
+    samples: (s_b^2/s_a^2) / F has an F(n_b - 1, n_a - 1) law). None with fewer than 2 seeds or a zero std of A.
+    ``pairs`` > 1: the pair was chosen among that many after seeing the data (the largest over the smallest), so
+    the interval is at level 1 - 0.05 / pairs (Bonferroni: it covers every pair's ratio at once)."""
     if n_a < 2 or n_b < 2 or not std_a > 0 or math.isnan(std_b):
         return None
     ratio2 = (std_b / std_a) ** 2
-    f_lo, f_hi = _f_quantiles(n_b - 1, n_a - 1)
+    level = 1 - (1 - LEVEL) / max(1, pairs)
+    f_lo, f_hi = _f_quantiles(n_b - 1, n_a - 1, level)
+    what = "95%" if pairs <= 1 else f"{level:.2%} (Bonferroni over {pairs} pairs)"
     return Interval(std_b / std_a, math.sqrt(ratio2 / f_hi), math.sqrt(ratio2 / f_lo),
-                    f"F interval of a ratio of standard deviations ({n_b} and {n_a} seeds), 95%")
+                    f"F interval of a ratio of standard deviations ({n_b} and {n_a} seeds), {what}")
 
 
 def ratio_outcome(label: str, interval: Interval) -> Outcome:
