@@ -140,6 +140,10 @@ def test_holm_and_the_exact_bounds():
     lo, hi = V.clopper_pearson(0, 8)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 8))
     assert V.refute_z(1) == pytest.approx(1.959964) and V.refute_z(5) > 2.5
+    below_95 = V.Interval(-3.0, -5.0, -1.0, "test", refute_hi=0.5)  # below 0 at 95%, not at 1 - 0.05/k
+    out = V.margin_outcome("A - B", below_95)
+    assert out.verdict == V.NOT_RESOLVED and "Holm's bound" in out.reason
+    assert V.margin_outcome("A - B", V.Interval(-3.0, -5.0, -1.0, "test", refute_hi=-0.5)).verdict == V.FAILS
     one, chosen = V.std_ratio_interval(0.06, 4, 0.004, 4), V.std_ratio_interval(0.06, 4, 0.004, 4, pairs=8)
     assert chosen.lo < one.lo < one.hi < chosen.hi and "Bonferroni over 8 pairs" in chosen.method
 

@@ -187,8 +187,8 @@ def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None, nu
     if any(iv.against < null for iv in intervals):
         return Outcome(FAILS, "; ".join(parts) + f": below {against}{family}")
     if any(iv.hi < null for iv in intervals):
-        return Outcome(NOT_RESOLVED, "; ".join(parts) + f": below {against} at 95%, not beyond the bound for the "
-                                                         f"claim's cases{family}")
+        return Outcome(NOT_RESOLVED, "; ".join(parts) + f": below {against} at 95%, but not beyond Holm's bound "
+                                                         "over the claim's cases")
     side = "above" if boot.estimate > null else "at or below"
     return Outcome(NOT_RESOLVED, "; ".join(parts) + f": the estimate is {side} {against} and the interval includes it")
 
@@ -250,7 +250,7 @@ def ratio_outcome(label: str, interval: Interval) -> Outcome:
 
 
 def gate(outcome: Outcome, scale: str) -> tuple[Outcome, str]:
-    """Rule 5: the verdict on the paper's claim at this ``scale``, and the rule's outcome on the run's numbers
+    """Rule 6: the verdict on the paper's claim at this ``scale``, and the rule's outcome on the run's numbers
     (the measured column). At the paper's scale the two are the same."""
     if scale == "paper" or outcome.verdict == UNTESTABLE:
         return outcome, outcome.verdict
