@@ -6,55 +6,24 @@ declare (esrepro.planning.claim_plan), through the paper configuration's own pla
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
+from claims_fixture import N_COUNTDOWN, PUBLISHED, ROOT, paper_fixture
+from claims_fixture import eval_run as _eval
+from claims_fixture import inputs as _inputs
+from claims_fixture import kl_run as _kl
+from claims_fixture import pipeline as _pipeline
+from claims_fixture import spec as _spec
+from claims_fixture import table as _table
 from esrepro.report import verdicts as V
-from esrepro.report.claims.table import claim_rows, claims_table
-from esrepro.steps import registry_entries
 
-ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED = ROOT / "config" / "published.yaml"
-N_COUNTDOWN = 2000  # the paper's Countdown test set
 ES_BEATS = "ES beats every RL baseline"
-
-
-def _published() -> dict:
-    return yaml.safe_load(PUBLISHED.read_text())
-
-
-def _display() -> dict[str, str]:
-    return {k: v["display"] for k, v in registry_entries(ROOT / "config" / "models.yaml").items()}
-
-
-@lru_cache(maxsize=2)
-def _pipeline(config: str = "paper.yaml"):
-    from esrepro.config import read_config
-    from esrepro.planning.load import load_pipeline
-
-    return load_pipeline(read_config(ROOT / "config" / config, root=ROOT), f"config/{config}", root=ROOT)
-
-
-@lru_cache(maxsize=2)
-def _spec(config: str = "paper.yaml") -> dict:
-    from esrepro.planning.specs import claims_spec
-
-    return claims_spec(_pipeline(config))
-
-
-def _inputs(config: str = "paper.yaml") -> list[str]:
-    from esrepro.planning.claim_plan import ClaimPlan
-    from esrepro.planning.plan import Plan
-
-    return ClaimPlan(Plan(_pipeline(config))).all_files()
 
 
 # --- the rules -------------------------------------------------------------------------------------------------------
@@ -104,119 +73,6 @@ def test_ratio_rule_combine_and_gate():
 
 
 # --- a paper-scale results folder from the published numbers -------------------------------------------------------
-def _eval(root: Path, task: str, model: str, method: str, accuracy: float, n: int, rng: np.random.Generator | None,
-          seed: int = 0) -> None:
-    """An evaluation of ``n`` problems at ``accuracy`` (%): each problem right independently (``rng``: a real
-    evaluation's outcomes), or the first round(accuracy * n / 100) right (``rng`` None: nested across methods)."""
-    d = root / "eval" / task / model / method / f"seed{seed}" / "test"
-    d.mkdir(parents=True)
-    right = rng.random(n) < accuracy / 100 if rng is not None else np.arange(n) < round(accuracy * n / 100)
-    (d / "metrics.json").write_text(json.dumps({"task": task, "split": "test", "model": model, "method": method,
-                                                "seed": seed, "accuracy": float(right.mean()), "n": n}))
-    (d / "responses.jsonl").write_text("".join(json.dumps({"id": i, "correct": bool(c), "response": ""}) + "\n"
-                                               for i, c in enumerate(right)))
-
-
-def _kl(root: Path, model: str, method: str, seed: int, algorithm: str, hyper: dict,
-        points: list[tuple[int, float, float]], words: bool) -> None:
-    """A kl.json with checkpoints (iteration, normalised reward, KL), the last one the final weights."""
-    d = root / "kl" / "conciseness" / model / method / f"seed{seed}"
-    d.mkdir(parents=True)
-    cps = [{"iteration": it, "k3": kl, "k1": kl, "exact": kl, "reward": (r - 1.0) * 2000.0,
-            "reward_sampled": (r - 1.0) * 2000.0} for it, r, kl in points]
-    last = cps[-1]
-    (d / "kl.json").write_text(json.dumps({"model": model, "method": method, "seed": seed, "algorithm": algorithm,
-                                           "hyper": hyper, "reward": last["reward"],
-                                           "reward_sampled": last["reward_sampled"], "k1": last["k1"],
-                                           "k3": last["k3"], "exact": last["exact"], "checkpoints": cps}))
-    text = "The answer is short." if words else "?! .. ))</> ;;"
-    (d / "samples.jsonl").write_text("".join(json.dumps({"id": "p", "sample": i, "response": text,
-                                                         "reward": last["reward"]}) + "\n" for i in range(20)))
-
-
-def _study_method(prefix: str, value: float, names: list[str]) -> str:
-    """The paper config's method name of a swept value (es_sigma0.001, grpo_beta0.0464, ...)."""
-    for name in names:
-        if name.startswith(prefix) and "_lr" not in name and math.isclose(float(name[len(prefix):]), value,
-                                                                           rel_tol=5e-3):
-            return name
-    raise KeyError(f"{prefix}{value} not among {names}")
-
-
-def _essa_run(root: Path, task: str, model: str, method: str, algorithm: str, curve: list[tuple[float, float]],
-              rng: np.random.Generator, engines: int = 8, problems: int | None = None, pool: int = 880) -> None:
-    d = root / "runs" / task / model / method / "seed0"
-    d.mkdir(parents=True)
-    settings = {"task": task, "model": model, "method": method, "algorithm": algorithm, "val_examples": 500}
-    manifest = {"settings": settings, "seed": 0, "world_size": 8, "train_examples": 5478}
-    if algorithm == "essa":
-        settings.update(population=192, rank=16, precision="native", engines=engines, fitness_examples=pool,
-                        resample_per_step=problems)
-        manifest.update(essa={"val_reward_sft": curve[0][1]}, engines=engines)
-    else:
-        settings.update(per_device_train_batch_size=5, gradient_accumulation_steps=64, num_generations=4)
-        manifest["essa_baseline"] = {"val_reward_sft": curve[0][1]}
-    (d / "manifest.json").write_text(json.dumps(manifest))
-    rows = []
-    for i, (t, v) in enumerate(curve):
-        row = {"iteration": i, "elapsed_seconds": t, "val_reward": v, "reward_mean": v}
-        if algorithm == "essa":
-            row["problems"] = sorted(rng.choice(pool, size=problems, replace=False).tolist()) if problems \
-                else list(range(pool))
-        rows.append(row)
-    (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def paper_fixture(root: Path, nested: bool = False, table1_override: dict | None = None, seed: int = 0) -> Path:
-    """A results folder whose numbers are the papers' (config/published.yaml), at the paper config's paths."""
-    rng = None if nested else np.random.default_rng(seed)
-    pub = _published()["tables"]
-    for model, row in pub["table1_countdown"]["models"].items():
-        for method, acc in {**row, **((table1_override or {}).get(model, {}))}.items():
-            _eval(root, "countdown", model, method, acc, N_COUNTDOWN, rng)
-    for key, task in (("puzzles_sudoku", "sudoku"), ("puzzles_arc", "arc")):
-        for model, row in pub[key]["models"].items():
-            for method, acc in row.items():
-                _eval(root, task, model, method, acc, 200, rng)
-    # Table 2: four seeds per configuration, normal around the paper's mean with its std; checkpoints every 200
-    # iterations rising to the final point; the base model; GRPO's high betas near KL 0 with low reward (Fig. 1)
-    noise = np.random.default_rng(seed + 1)
-    names = [m for _, m, _ in _pipeline().study_runs("conciseness")]
-    _kl(root, "qwen2.5-7b-instruct", "base", 0, "base", {}, [(0, 0.5, 0.0)], words=True)
-    rows = list(pub["table2_conciseness"]["rows"])
-    rows += [{"algorithm": "grpo", "beta": b, "learning_rate": 5e-6, "reward": r, "reward_std": 0.01, "kl": k,
-              "kl_std": 0.005, "hacked": False} for b, r, k in ((1.0, 0.78, 0.02), (0.599, 0.79, 0.05))]
-    for r in rows:
-        algo = r["algorithm"]
-        hyper = {"sigma": r["sigma"], "alpha": r["alpha"]} if algo == "es" else \
-            {"beta": r["beta"], "learning_rate": r["learning_rate"]}
-        method = _study_method("es_sigma", r["sigma"], names) if algo == "es" else \
-            _study_method("grpo_beta", r["beta"], names)
-        for s in range(4):
-            reward = r["reward"] + r["reward_std"] * noise.standard_normal()
-            kl = max(0.0, r["kl"] + r["kl_std"] * noise.standard_normal())
-            points = [(it, 0.5 + (reward - 0.5) * it / 1000, kl * it / 1000) for it in (200, 400, 600, 800)]
-            _kl(root, "qwen2.5-7b-instruct", method, s, algo, hyper, points + [(1000, reward, kl)],
-                words=not r["hacked"] or s % 2 == 1)  # "sometimes": two of four seeds hack
-    # ESSA: Fig. 8 (the resampled run over 0.80 within 25 minutes on 8 GPUs, GRPO after 50), Fig. 2 (290 minutes to
-    # 0.76 on 8 GPUs, under 80 on 128), Fig. 6 (both runs rise over training)
-    essa_rng = np.random.default_rng(seed + 2)
-    m = "qwen2.5-math-7b"
-    _essa_run(root, "gsm8k", m, "essa_ref", "essa", [(0.0, 0.62), (600.0, 0.70), (17400.0, 0.77)], essa_rng)
-    _essa_run(root, "gsm8k", m, "essa_resample100", "essa", [(0.0, 0.62), (600.0, 0.74), (1440.0, 0.81)], essa_rng,
-              problems=100)
-    _essa_run(root, "gsm8k", m, "essa_grpo", "verl_grpo", [(0.0, 0.62), (1500.0, 0.70), (3060.0, 0.81)], essa_rng)
-    for engines, t in ((16, 9000.0), (32, 7000.0), (64, 5500.0), (128, 4500.0)):
-        _essa_run(root, "gsm8k", m, f"essa_eng{engines}", "essa", [(0.0, 0.62), (t, 0.77)], essa_rng,
-                  engines=engines)
-    _essa_run(root, "prm800k", "llama-3.1-8b", "essa_ref", "essa", [(0.0, 0.30), (9000.0, 0.42)], essa_rng)
-    _essa_run(root, "gsm8k", "qwen2.5-32b", "essa_ref", "essa", [(0.0, 0.80), (9000.0, 0.90)], essa_rng)
-    return root
-
-
-def _table(root: Path, scale: str = "paper", config: str = "paper.yaml") -> pd.DataFrame:
-    rows = claim_rows(root, [str(root.parent / f) for f in _inputs(config)], _published(), _display(), _spec(config))
-    return claims_table(rows, scale)
 
 
 def _rooted(tmp_path: Path) -> Path:
@@ -292,12 +148,17 @@ def test_the_learning_rate_sweep_beside_the_study_does_not_enter_the_hacking_rul
     hack = df.loc["GRPO with small beta hacks the reward; ES does not"]
     assert hack["Verdict"] == V.HOLDS and "4/8" in hack["This run"], hack["This run"]
     assert df.loc["ES's front lies above GRPO's over learning rates", "Verdict"] != V.UNTESTABLE
-    # and the case that must fail: no small-beta study run hacks
+    # no small-beta study run hacks: "sometimes" is a rate above 0, which no count of runs refutes
     for r in (root / "kl" / "conciseness" / "qwen2.5-7b-instruct").glob("grpo_beta0*/seed*/samples.jsonl"):
         if "_lr" not in r.parts[-3]:
             r.write_text(json.dumps({"id": "p", "sample": 0, "response": "Short words.", "reward": 0}) + "\n")
     hack = _table(root).set_index("Claim").loc["GRPO with small beta hacks the reward; ES does not"]
-    assert hack["Verdict"] == V.FAILS and "no GRPO run" in hack["Reason"]
+    assert hack["Verdict"] == V.NOT_RESOLVED and "no GRPO run" in hack["Reason"] and "upper bound" in hack["Reason"]
+    # and the case that must fail: an ES run hacks
+    es = next((root / "kl" / "conciseness" / "qwen2.5-7b-instruct").glob("es_sigma*/seed0/samples.jsonl"))
+    es.write_text(json.dumps({"id": "p", "sample": 0, "response": "?! .. ))</> ;;", "reward": 0}) + "\n")
+    hack = _table(root).set_index("Claim").loc["GRPO with small beta hacks the reward; ES does not"]
+    assert hack["Verdict"] == V.FAILS and "ES hacks" in hack["Reason"]
 
 
 def test_the_front_rule_compares_over_es_kl_range():

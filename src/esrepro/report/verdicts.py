@@ -19,9 +19,17 @@ The rules, in the order :mod:`esrepro.report.claims` applies them:
    the 95% interval of a ratio of two normal standard deviations (:func:`std_ratio_interval`, F distribution);
    **holds** when its lower end is above 1, **does not hold** when its upper end is below 1, else not resolved.
 4. **Orders and thresholds** without a sampling model (time to a target, sweeps): the rule is stated with the claim
-   (:mod:`esrepro.report.claims`) and applied to the point estimates: holds or does not hold, and the reason says
-   that no interval backs it.
-5. **Scale**: a verdict on a paper's claim needs the paper's scale, which the configuration states (its
+   (:mod:`esrepro.report.claims`) and applied to the point estimates: it may say holds, and the reason says that no
+   interval backs it, but **never does not hold**: a point estimate against the claim is not resolved, with the
+   estimates in the reason. A refutation needs an interval wholly against the claim (a trend fitted over GPU
+   counts, a binomial bound on an accuracy or on a count of runs, a stated spread of wall-clock times).
+5. **Several cases** (every model, baseline, benchmark, evaluation point): a claim over k cases holds when every
+   case's own 95% interval clears the null (an intersection-union test: its level is each case's), and does not
+   hold when Holm's procedure over the k cases rejects a case's null. Holm rejects some case exactly when the
+   smallest one-sided p-value is below 0.025 / k, so the margin rules check each case's interval at the two-sided
+   level 1 - 0.05 / k (:func:`refute_z`, ``family`` below): a faithful run is refuted with chance at most 2.5%,
+   however many cases the claim has.
+6. **Scale**: a verdict on a paper's claim needs the paper's scale, which the configuration states (its
    ``scale`` field: ``paper``, ``tiny`` or ``rehearsal``). At any other scale the verdict is "not testable" and the
    rule's outcome on the run's own numbers is kept beside it (:func:`gate`): a 1M-parameter model on generated data,
    or a random-weight replica, does not test a claim about 0.5B-32B models on the papers' data.
@@ -75,6 +83,14 @@ class Interval:
     hi: float
     method: str
 
+    #: the upper end that refutes: the interval's at the claim's Holm-adjusted level (None: ``hi``, one case)
+    refute_hi: float | None = None
+
+    @property
+    def against(self) -> float:
+        """The upper end a refutation reads (``refute_hi`` where the claim has several cases, else ``hi``)."""
+        return self.hi if self.refute_hi is None else self.refute_hi
+
     def text(self, digits: int = 1) -> str:
         return f"{self.estimate:+.{digits}f} [{self.lo:+.{digits}f}, {self.hi:+.{digits}f}]"
 
@@ -83,11 +99,42 @@ def untestable(reason: str) -> Outcome:
     return Outcome(UNTESTABLE, reason)
 
 
+def refute_z(family: int) -> float:
+    """The one-sided normal quantile a refutation must pass in a claim over ``family`` cases: 1 - 0.025 / k (Holm's
+    first step; 1.96 for one case)."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(1 - (1 - LEVEL) / 2 / max(1, family)))
+
+
+def holm(pvalues: Sequence[float], alpha: float = (1 - LEVEL) / 2) -> list[bool]:
+    """Holm's step-down procedure: which of the one-sided ``pvalues`` are rejected with family-wise error at most
+    ``alpha`` (NaN: never rejected)."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    out = [False] * len(pvalues)
+    for rank, (p, i) in enumerate(order):
+        if p > alpha / (len(order) - rank):
+            break
+        out[i] = True
+    return out
+
+
+def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided interval of a binomial proportion, ``k`` of ``n``."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k <= 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k >= n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
 def bootstrap_margin(strata: Sequence[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
-                     seed: int = BOOTSTRAP_SEED) -> Interval:
+                     seed: int = BOOTSTRAP_SEED, family: int = 1) -> Interval:
     """Paired percentile bootstrap of a margin in points: ``strata`` are arrays of per-problem differences (A's
     correctness minus B's on the same problem, each a fraction in [-1, 1]), one array per test set; the margin is the
-    mean over test sets of each set's mean difference, x 100. Each set's problems are resampled on their own."""
+    mean over test sets of each set's mean difference, x 100. Each set's problems are resampled on their own.
+    ``family`` > 1: the claim has that many cases, and ``refute_hi`` is the upper end at level 1 - 0.05 / family."""
     arrays = [np.asarray(s, dtype=float) for s in strata]
     if not arrays or any(a.size == 0 for a in arrays):
         raise ValueError("bootstrap_margin: every test set needs at least one paired problem")
@@ -100,12 +147,14 @@ def bootstrap_margin(strata: Sequence[np.ndarray], resamples: int = BOOTSTRAP_RE
     estimate = 100.0 * float(np.mean([a.mean() for a in arrays]))
     lo, hi = np.quantile(means, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     n = sum(a.size for a in arrays)
+    top = float(np.quantile(means, 1 - (1 - LEVEL) / 2 / family)) if family > 1 else None
     return Interval(estimate, float(lo), float(hi),
-                    f"paired bootstrap over {n} test problems ({resamples} resamples), 95% percentile interval")
+                    f"paired bootstrap over {n} test problems ({resamples} resamples), 95% percentile interval", top)
 
 
-def seed_interval(a: Sequence[float], b: Sequence[float]) -> Interval | None:
-    """Welch's 95% t interval of mean(a) - mean(b) over seeds (values in points); None when either has < 2 seeds."""
+def seed_interval(a: Sequence[float], b: Sequence[float], family: int = 1) -> Interval | None:
+    """Welch's 95% t interval of mean(a) - mean(b) over seeds (values in points); None when either has < 2 seeds.
+    ``family`` > 1: ``refute_hi`` is the upper end at level 1 - 0.05 / family."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size < 2 or b.size < 2:
         return None
@@ -116,14 +165,16 @@ def seed_interval(a: Sequence[float], b: Sequence[float]) -> Interval | None:
         return Interval(diff, diff, diff, f"Welch t over seeds ({a.size} and {b.size}): no spread")
     from scipy import stats
 
-    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(LEVEL)
-    return Interval(diff, float(ci.low), float(ci.high), f"Welch t over seeds ({a.size} and {b.size}), 95%")
+    test = stats.ttest_ind(a, b, equal_var=False)
+    ci = test.confidence_interval(LEVEL)
+    top = float(test.confidence_interval(1 - (1 - LEVEL) / family).high) if family > 1 else None
+    return Interval(diff, float(ci.low), float(ci.high), f"Welch t over seeds ({a.size} and {b.size}), 95%", top)
 
 
 def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None, null: float = 0.0) -> Outcome:
     """Rule 2: holds when the lower end of the bootstrap interval (and of the seed interval, where there is one) is
     above ``null`` (0 for "A beats B", -d for "A is within d points of B"); does not hold when the upper end of
-    either is below it; not resolved otherwise. ``label`` names the comparison in the reason (e.g.
+    either (at the claim's Holm-adjusted level, :attr:`Interval.against`) is below it; not resolved otherwise. ``label`` names the comparison in the reason (e.g.
     ``"ES - GRPO-v on Qwen2.5-3B"``)."""
     parts = [f"{label}: {boot.text()} (problems)"]
     if seeds is not None:
@@ -132,8 +183,12 @@ def margin_outcome(label: str, boot: Interval, seeds: Interval | None = None, nu
     against = f"{null:+g}" if null else "0"
     if all(iv.lo > null for iv in intervals):
         return Outcome(HOLDS, "; ".join(parts) + f": above {against}")
+    family = "" if all(iv.refute_hi is None for iv in intervals) else " (Holm over the claim's cases)"
+    if any(iv.against < null for iv in intervals):
+        return Outcome(FAILS, "; ".join(parts) + f": below {against}{family}")
     if any(iv.hi < null for iv in intervals):
-        return Outcome(FAILS, "; ".join(parts) + f": below {against}")
+        return Outcome(NOT_RESOLVED, "; ".join(parts) + f": below {against} at 95%, but not beyond Holm's bound "
+                                                         "over the claim's cases")
     side = "above" if boot.estimate > null else "at or below"
     return Outcome(NOT_RESOLVED, "; ".join(parts) + f": the estimate is {side} {against} and the interval includes it")
 
@@ -161,23 +216,27 @@ def tally(outcomes: Sequence[tuple[str, Outcome]]) -> str:
     return ", ".join(f"{n} {words[v]}" for v, n in counts.items() if n)
 
 
-def _f_quantiles(df1: int, df2: int) -> tuple[float, float]:
-    """The lower and upper quantiles of F(df1, df2) bounding the central :data:`LEVEL` of its law (scipy.stats)."""
+def _f_quantiles(df1: int, df2: int, level: float = LEVEL) -> tuple[float, float]:
+    """The lower and upper quantiles of F(df1, df2) bounding the central ``level`` of its law (scipy.stats)."""
     from scipy import stats
 
-    lo, hi = stats.f.ppf([(1 - LEVEL) / 2, (1 + LEVEL) / 2], df1, df2)
+    lo, hi = stats.f.ppf([(1 - level) / 2, (1 + level) / 2], df1, df2)
     return float(lo), float(hi)
 
 
-def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int) -> Interval | None:
+def std_ratio_interval(std_b: float, n_b: int, std_a: float, n_a: int, pairs: int = 1) -> Interval | None:
     """95% interval of sigma_b / sigma_a from two sample standard deviations over ``n_b`` and ``n_a`` seeds (normal
-    samples: (s_b^2/s_a^2) / F has an F(n_b - 1, n_a - 1) law). None with fewer than 2 seeds or a zero std of A."""
+    samples: (s_b^2/s_a^2) / F has an F(n_b - 1, n_a - 1) law). None with fewer than 2 seeds or a zero std of A.
+    ``pairs`` > 1: the pair was chosen among that many after seeing the data (the largest over the smallest), so
+    the interval is at level 1 - 0.05 / pairs (Bonferroni: it covers every pair's ratio at once)."""
     if n_a < 2 or n_b < 2 or not std_a > 0 or math.isnan(std_b):
         return None
     ratio2 = (std_b / std_a) ** 2
-    f_lo, f_hi = _f_quantiles(n_b - 1, n_a - 1)
+    level = 1 - (1 - LEVEL) / max(1, pairs)
+    f_lo, f_hi = _f_quantiles(n_b - 1, n_a - 1, level)
+    what = "95%" if pairs <= 1 else f"{level:.2%} (Bonferroni over {pairs} pairs)"
     return Interval(std_b / std_a, math.sqrt(ratio2 / f_hi), math.sqrt(ratio2 / f_lo),
-                    f"F interval of a ratio of standard deviations ({n_b} and {n_a} seeds), 95%")
+                    f"F interval of a ratio of standard deviations ({n_b} and {n_a} seeds), {what}")
 
 
 def ratio_outcome(label: str, interval: Interval) -> Outcome:
@@ -191,7 +250,7 @@ def ratio_outcome(label: str, interval: Interval) -> Outcome:
 
 
 def gate(outcome: Outcome, scale: str) -> tuple[Outcome, str]:
-    """Rule 5: the verdict on the paper's claim at this ``scale``, and the rule's outcome on the run's numbers
+    """Rule 6: the verdict on the paper's claim at this ``scale``, and the rule's outcome on the run's numbers
     (the measured column). At the paper's scale the two are the same."""
     if scale == "paper" or outcome.verdict == UNTESTABLE:
         return outcome, outcome.verdict

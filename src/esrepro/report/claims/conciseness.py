@@ -14,7 +14,14 @@ from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
 from esrepro.report.claims.rows import NO, NOT_RUN, YES, ClaimRow, mean_gap, reproduced_of
 from esrepro.report.conciseness import PAPER_KL, checkpoint_points, hacked_runs, paper_rows
-from esrepro.report.verdicts import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FAILS, HOLDS, LEVEL, Interval, Outcome
+from esrepro.report.verdicts import (
+    FAILS,
+    HOLDS,
+    LEVEL,
+    NOT_RESOLVED,
+    Interval,
+    Outcome,
+)
 
 #: GRPO's "small" KL penalties: the betas whose runs the ES paper says hacked (v2 Sec. 4.2, Table 2: 0 and 0.01).
 SMALL_BETA = 0.01
@@ -54,26 +61,49 @@ def _config_points(runs: pd.DataFrame) -> dict[tuple[str, str], dict[int, np.nda
     return out
 
 
-def _mean_points(configs: dict[tuple[str, str], dict[int, np.ndarray]], algo: str,
-                 pick: dict[tuple[str, str], Sequence[int]] | None = None) -> list[Point]:
-    """Each configuration's checkpoints averaged over its seeds (``pick``: the seeds of one bootstrap draw)."""
+def _mean_points(configs: dict[tuple[str, str], dict[int, np.ndarray]], algo: str
+                 ) -> list[tuple[Point, np.ndarray]]:
+    """Each configuration's checkpoints averaged over its seeds (the iterations every seed has), with the rewards of
+    its seeds at that checkpoint."""
     out = []
     for key, seeds in configs.items():
         if key[0] != algo:
             continue
-        chosen = [seeds[s] for s in (pick[key] if pick else sorted(seeds))]
+        chosen = [seeds[s] for s in sorted(seeds)]
         iters = set.intersection(*(set(a[:, 0]) for a in chosen))
         for it in sorted(iters):
             rows = np.array([a[a[:, 0] == it][0] for a in chosen])
-            out.append((float(rows[:, 1].mean()), float(rows[:, 2].mean())))
+            out.append(((float(rows[:, 1].mean()), float(rows[:, 2].mean())), rows[:, 2]))
     return out
 
 
+def welch_gap(a: np.ndarray, b: np.ndarray, family: int) -> tuple[Interval, float]:
+    """mean(a) - mean(b) over seeds with its 95% Welch t interval, and the one-sided p-value of "a at least b" (NaN
+    with fewer than two seeds on a side); ``refute_hi`` at level 1 - 0.05 / ``family``."""
+    from scipy import stats
+
+    diff = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return Interval(diff, math.nan, math.nan, "fewer than two seeds"), math.nan
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Interval(diff, diff, diff, "no spread over seeds"), 0.0 if diff < 0 else 1.0
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    q, q_family = stats.t.ppf([(1 + LEVEL) / 2, 1 - (1 - LEVEL) / 2 / max(1, family)], df)
+    return (Interval(diff, diff - q * se, diff + q * se, f"Welch t over seeds ({a.size} and {b.size}), 95%",
+                     diff + q_family * se), float(stats.t.cdf(diff / se, df)))
+
+
 def pareto_test(runs: pd.DataFrame) -> tuple[Outcome, str, str]:
-    """The front rule on a run's checkpoints: the smallest gap of ES's front over GRPO's front points within
-    ES's KL range, with a percentile bootstrap over each configuration's seeds. (outcome, this run, interval)."""
+    """The front rule on a run's checkpoints: at each GRPO front point within ES's KL range, the gap of ES's front
+    (the best ES checkpoint at no more KL) over it, with a Welch t interval over the two checkpoints' seeds. Holds
+    when every gap's 95% interval lies above 0 (an intersection-union test); does not hold when Holm's procedure
+    over the compared front points finds a GRPO point above ES's front; not resolved otherwise. The KL of each point
+    is its mean over seeds (its spread is not modelled). (outcome, this run, interval)."""
     configs = _config_points(runs)
-    es, grpo = _mean_points(configs, "es"), _mean_points(configs, "grpo")
+    es_l, grpo_l = _mean_points(configs, "es"), _mean_points(configs, "grpo")
+    es, grpo = [p for p, _ in es_l], [p for p, _ in grpo_l]
     if not es or not grpo:
         return V.untestable("ES or GRPO not run"), "not run", ""
     gaps, left = front_gaps(es, grpo)
@@ -82,21 +112,30 @@ def pareto_test(runs: pd.DataFrame) -> tuple[Outcome, str, str]:
         ours += f", {len(left)} left of every ES point (not compared)"
     if not gaps:
         return V.untestable("every GRPO front point lies left of ES's smallest KL"), ours, ""
-    estimate = min(g for _, g in gaps)
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    draws = []
-    for _ in range(BOOTSTRAP_RESAMPLES):
-        pick = {key: list(rng.choice(sorted(seeds), size=len(seeds))) for key, seeds in configs.items()}
-        g, _ = front_gaps(_mean_points(configs, "es", pick), _mean_points(configs, "grpo", pick))
-        if g:
-            draws.append(min(x for _, x in g))
-    lo, hi = np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if draws else (estimate, estimate)
-    iv = Interval(estimate, float(lo), float(hi), "bootstrap over seeds")
-    (k, r), _ = min(gaps, key=lambda t: t[1])
-    name = f"smallest gap ES front - GRPO front (at KL {k:.3f}, GRPO reward {r:.3f})"
-    outcome = V.margin_outcome(name, iv)
-    text = f"{iv.estimate:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}] (reward, bootstrap over seeds)"
-    return outcome, ours + f"; smallest gap {estimate:+.3f}", text
+    seeds_of = dict(grpo_l)
+    tested = []
+    for (k, r), _ in gaps:
+        top, top_rewards = max(((p, rw) for p, rw in es_l if p[0] <= k + 1e-12), key=lambda t: t[0][1])
+        iv, pvalue = welch_gap(top_rewards, seeds_of[(k, r)], len(gaps))
+        tested.append(((k, r), iv, pvalue))
+    rejected = V.holm([pv for _, _, pv in tested])
+    ours += f"; smallest gap {min(iv.estimate for _, iv, _ in tested):+.3f}"
+    method = f"reward, Welch t over seeds per point; Holm over {len(tested)} points"
+
+    def text(iv: Interval) -> str:
+        if math.isnan(iv.lo):
+            return f"{iv.estimate:+.3f} (fewer than two seeds: no interval)"
+        return f"{iv.estimate:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}] ({method})"
+
+    against = [t for t, hit in zip(tested, rejected, strict=True) if hit]
+    (k, r), iv, _ = min(against or tested, key=lambda t: t[1].estimate)
+    where = f"ES front - GRPO front point at KL {k:.3f} (GRPO reward {r:.3f}): {text(iv)}"
+    if against:
+        return Outcome(FAILS, f"{where}: below 0"), ours, text(iv)
+    if all(not math.isnan(t[1].lo) and t[1].lo > 0 for t in tested):
+        return Outcome(HOLDS, f"every gap above 0; the smallest, {where}"), ours, text(iv)
+    return Outcome(NOT_RESOLVED, f"{where}: not every gap's interval lies above 0, and Holm rejects no point"), \
+        ours, text(iv)
 
 
 def _paper_pareto(prow: Sequence[Mapping[str, Any]]) -> str:
@@ -150,7 +189,8 @@ def pareto_row(runs: pd.DataFrame, published: Mapping[str, Any], key: str = "es_
 
 
 def hacking_row(runs: pd.DataFrame, published: Mapping[str, Any], hacking_margin: float) -> ClaimRow:
-    """Some GRPO run at beta <= 0.01 hacks the reward and no ES run does (v2 Sec. 4.2: "sometimes")."""
+    """Some GRPO run at beta <= 0.01 hacks the reward and no ES run does (v2 Sec. 4.2: "sometimes"). An ES run that
+    hacks refutes; no small-beta GRPO run hacking does not (a rate above 0 is never refuted by a count of runs)."""
     claim = BY_KEY["grpo_small_beta_hacks"]
     prow = paper_rows(published)
     marked = [f"beta {r['beta']:g}" for r in prow if r.get("hacked")]
@@ -170,8 +210,11 @@ def hacking_row(runs: pd.DataFrame, published: Mapping[str, Any], hacking_margin
         outcome = V.untestable("no GRPO run with beta <= 0.01" if small.empty else "no ES run")
     elif es["hacked"].any():
         outcome = Outcome(FAILS, f"ES hacks: {', '.join(sorted(set(es[es['hacked']]['method'])))}")
-    elif not small["hacked"].any():
-        outcome = Outcome(FAILS, f"no GRPO run at beta <= {SMALL_BETA:g} hacks ({len(small)} runs)")
+    elif not small["hacked"].any():  # "sometimes": no count of runs refutes a rate above 0
+        upper = V.clopper_pearson(0, len(small))[1]
+        outcome = Outcome(NOT_RESOLVED, f"no GRPO run at beta <= {SMALL_BETA:g} hacks ({len(small)} runs): the "
+                                        f"hacking rate's exact 95% upper bound is {upper:.2f}, so \"sometimes\" is "
+                                        "neither confirmed nor refuted")
     else:
         outcome = Outcome(HOLDS, f"{int(small['hacked'].sum())} of {len(small)} GRPO runs at beta <= "
                                  f"{SMALL_BETA:g} hack; no ES run of {len(es)} does (counts, no interval)")
@@ -190,7 +233,8 @@ def hacking_row(runs: pd.DataFrame, published: Mapping[str, Any], hacking_margin
 
 
 def stability_row(runs: pd.DataFrame, published: Mapping[str, Any], reward_cutoff: float | None) -> ClaimRow:
-    """GRPO's largest reward std over seeds over ES's smallest, among configurations above the cut-off (rule 3)."""
+    """GRPO's largest reward std over seeds over ES's smallest, among configurations above the cut-off (rule 3),
+    with the F interval widened for the choice of that pair among all GRPO-ES pairs (Bonferroni)."""
     claim = BY_KEY["es_stable_across_runs"]
     prow = paper_rows(published)
     stated = (((published.get("tables") or {}).get("table2_conciseness") or {}).get("std_ratio"))
@@ -220,7 +264,7 @@ def stability_row(runs: pd.DataFrame, published: Mapping[str, Any], reward_cutof
     else:
         g = max(gr_k, key=lambda p: p["std"])
         e = min(es_k, key=lambda p: p["std"])
-        iv = V.std_ratio_interval(g["std"], g["n"], e["std"], e["n"])
+        iv = V.std_ratio_interval(g["std"], g["n"], e["std"], e["n"], pairs=len(gr_k) * len(es_k))
         if iv is None:
             outcome = V.untestable("ES's smallest std is 0: no ratio")
         else:

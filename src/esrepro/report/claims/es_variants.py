@@ -21,6 +21,7 @@ def matches_row(evals: Evals, display: Mapping[str, str], variants: Mapping[str,
     low-rank - full-rank clears -:data:`COMPETITIVE_MARGIN` points (rule 2), for every model and rank."""
     claim = BY_KEY["eggroll_matches_es"]
     cases, ours, intervals = [], [], []
+    family = len(evals.models(task, split, "es")) * max(1, len(variants))
     for model in evals.models(task, split, "es"):
         name = display.get(model, model)
         parts = [f"ES {fmt(evals.mean(task, split, model, 'es'))}"]
@@ -30,7 +31,7 @@ def matches_row(evals: Evals, display: Mapping[str, str], variants: Mapping[str,
                 cases.append((key, V.untestable(f"{lab} not run on {name}")))
                 continue
             out, text = compare(evals, [(task, split)], (model, method), (model, "es"), f"{lab} - ES on {name}",
-                                null=-COMPETITIVE_MARGIN)
+                                null=-COMPETITIVE_MARGIN, family=family)
             cases.append((key, out))
             parts.append(f"{lab} {fmt(evals.mean(task, split, model, method))}")
             intervals.append(f"{key}: {text}")

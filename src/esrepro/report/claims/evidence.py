@@ -91,6 +91,19 @@ class Evals:
             if n:
                 self.n.setdefault(key, {})[seed] = int(n)
 
+    @classmethod
+    def from_outcomes(cls, outcomes: Mapping[tuple[str, str, str, str], Mapping[int, Sequence[bool]]]) -> Evals:
+        """Evaluations held in memory: per (task, split, model, method) and seed, each test problem's correctness
+        in problem order (what ``responses.jsonl`` holds; the ids are the positions)."""
+        evals = cls(())
+        for key, by_seed in outcomes.items():
+            for seed, right in by_seed.items():
+                right = np.asarray(right, dtype=bool)
+                evals.acc.setdefault(key, {})[int(seed)] = 100.0 * float(right.mean())
+                evals.n.setdefault(key, {})[int(seed)] = int(right.size)
+                evals.problems.setdefault(key, {})[int(seed)] = {str(i): float(c) for i, c in enumerate(right)}
+        return evals
+
     def seeds(self, task: str, split: str, model: str, method: str) -> list[float]:
         return [v for _, v in sorted(self.acc.get((task, split, model, method), {}).items())]
 

@@ -70,9 +70,10 @@ def why_of(cases: Sequence[tuple[str, Outcome]], unit: str) -> str:
 
 
 def compare(evals: Evals, strata: Sequence[tuple[str, str]], a: tuple[str, str], b: tuple[str, str],
-            name: str, null: float = 0.0) -> tuple[Outcome, str]:
+            name: str, null: float = 0.0, family: int = 1) -> tuple[Outcome, str]:
     """Rule 2 on the margin A - B ((model, method) each) over test sets ``strata`` ((task, split) pairs): the outcome
-    and the interval's text. Not testable when a side has no evaluation, or no per-problem results on a set."""
+    and the interval's text. Not testable when a side has no evaluation, or no per-problem results on a set.
+    ``family``: the claim's number of cases (refuted under Holm, rule 5 of :mod:`esrepro.report.verdicts`)."""
     for task, split in strata:
         for model, method in (a, b):
             if not evals.seeds(task, split, model, method):
@@ -80,11 +81,11 @@ def compare(evals: Evals, strata: Sequence[tuple[str, str]], a: tuple[str, str],
     diffs = [_paired(evals.per_problem(t, s, *a), evals.per_problem(t, s, *b)) for t, s in strata]
     if any(len(d) == 0 for d in diffs):
         return V.untestable(f"{name}: no per-problem results (responses.jsonl) to pair"), ""
-    boot = V.bootstrap_margin(diffs)
+    boot = V.bootstrap_margin(diffs, family=family)
     seeds = None
     if len(strata) == 1:
         (t, s), = strata
-        seeds = V.seed_interval(evals.seeds(t, s, *a), evals.seeds(t, s, *b))
+        seeds = V.seed_interval(evals.seeds(t, s, *a), evals.seeds(t, s, *b), family=family)
     text = f"{boot.text()} (problems)" + (f"; {seeds.text()} (seeds)" if seeds else "")
     outcome = V.margin_outcome(name, boot, seeds, null=null)
     evals.margins.append({"comparison": name, "estimate": boot.estimate, "problems_lo": boot.lo,

@@ -95,7 +95,7 @@ def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, 
     if key == "essa_faster_than_grpo":
         return E.faster_row(runs, curves, published, s["essa_grpo_target"], display)
     if key == "essa_data_efficiency":
-        return E.data_row(runs, s["essa_grpo_target"], display)
+        return E.data_row(runs, curves, s["essa_grpo_target"], display)
     if key == "essa_time_falls_with_gpus":
         return E.engines_row(runs, curves, published, s["essa_target"], display)
     if key == "essa_moderate_population":
