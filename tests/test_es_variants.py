@@ -1,6 +1,7 @@
 """Low-rank ES beside full-rank ES, beyond the papers: which configurations plan it, the es_variants table from
 evaluations drawn as real ones are (independent per-problem outcomes, two seeds) and the claims table's
-non-inferiority row on the extension config's paper-scale paths, including the rank that must fail."""
+row on the extension config's paper-scale paths (low-rank ES keeps 80% of the control arm's gain), including the rank
+that must fail and the control arm that gains nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from esrepro.report import verdicts as V
 
 ROOT = Path(__file__).resolve().parents[1]
-CLAIM = "Low-rank ES matches full-rank ES at equal budget"
+CLAIM = "Low-rank ES keeps full-rank ES's gain at equal budget"
 
 
 @lru_cache(maxsize=3)
@@ -180,22 +181,64 @@ def _claim(root: Path, accuracies: dict[str, float], scale: str = "paper") -> pd
 
 
 def test_equal_accuracy_at_every_rank_holds(tmp_path):
-    row = _claim(tmp_path, {"es": 60.0, "eggroll1": 60.0, "eggroll4": 60.0})
+    row = _claim(tmp_path, {"base": 40.0, "eslinear": 60.0, "es": 60.0, "eggroll1": 60.0, "eggroll4": 60.0})
     assert row["Verdict"] == V.HOLDS, row["Reason"]
     assert "This pipeline's question" in row["Where"] and row["Reproduced"] == "no paper number"
     assert row["Interval"].count("EGGROLL (rank 1)") == 7 and "(problems)" in row["Interval"]
 
 
-def test_a_rank_ten_points_below_does_not_hold_and_is_named(tmp_path):
-    row = _claim(tmp_path, {"es": 60.0, "eggroll1": 59.0, "eggroll4": 50.0})
+def test_a_rank_that_keeps_half_the_gain_does_not_hold_and_is_named(tmp_path):
+    # control gains 20 points; rank 4 keeps 10 of them (50%), rank 1 keeps 19 (95%)
+    row = _claim(tmp_path, {"base": 40.0, "eslinear": 60.0, "es": 60.0, "eggroll1": 59.0, "eggroll4": 50.0})
     assert row["Verdict"] == V.FAILS, row["Reason"]
     assert "EGGROLL (rank 4)" in row["Reason"] and "does not hold" in row["Why"]
     assert "EGGROLL (rank 1)" not in row["Why"].split("does not hold")[1]
 
 
+def test_a_control_arm_that_gains_nothing_leaves_the_claim_open_whatever_low_rank_does(tmp_path):
+    row = _claim(tmp_path, {"base": 50.0, "eslinear": 50.0, "es": 60.0, "eggroll1": 30.0, "eggroll4": 50.0})
+    assert row["Verdict"] == V.NOT_RESOLVED, row["Reason"]
+    assert "control arm's gain over the base model is not established" in row["Reason"]
+
+
+def test_without_the_control_arm_or_the_base_model_nothing_is_decided(tmp_path):
+    row = _claim(tmp_path, {"base": 40.0, "es": 60.0, "eggroll1": 60.0, "eggroll4": 30.0})
+    assert row["Verdict"] == V.UNTESTABLE and "the control arm not evaluated" in row["Reason"]
+    row = _claim(tmp_path / "nobase", {"eslinear": 60.0, "es": 60.0, "eggroll1": 60.0, "eggroll4": 30.0})
+    assert row["Verdict"] == V.UNTESTABLE and "the base model not evaluated" in row["Reason"]
+
+
+def test_seeds_decide_a_refutation_where_each_arm_has_several():
+    """Training's spread over seeds: a low-rank run below the bound on paired problems alone (one checkpoint each,
+    4,000 problems) but within the seeds' spread is not refuted with three seeds an arm; far below it, it is."""
+    from esrepro.report.claims import es_variants as EV
+    from esrepro.report.claims.evidence import Evals
+
+    rng = np.random.default_rng(8)
+    difficulty = rng.standard_normal(4000)
+
+    def arm(accs):
+        from scipy.stats import norm
+        return {s: 0.8 * difficulty + 0.6 * rng.standard_normal(difficulty.size) < norm.ppf(a / 100)
+                for s, a in enumerate(accs)}
+
+    def verdict(low):
+        key = ("countdown", "test", "m")
+        evals = Evals.from_outcomes({(*key, "base"): arm([20.0]), (*key, "eslinear"): arm([46.0, 50.0, 54.0]),
+                                     (*key, "eggroll1"): arm(low)})
+        return EV.matches_row(evals, {}, {"eggroll1": "rank 1"}, {"eslinear": "control"}, "countdown",
+                              "test").outcome
+    spread = verdict([38.0, 42.0, 46.0])  # D = 42 - 40 - 4 = -2 on average, seeds 4 points apart
+    assert spread.verdict == V.NOT_RESOLVED and "(seeds)" in spread.reason, spread.reason
+    assert "-" in spread.reason.split("(problems)")[0]
+    far = verdict([28.0, 30.0, 32.0])  # keeps a third of the gain
+    assert far.verdict == V.FAILS, far.reason
+
+
 def test_a_rank_not_run_leaves_the_claim_untested_and_below_paper_scale_only_the_rule_is_shown(tmp_path):
-    row = _claim(tmp_path, {"es": 60.0, "eggroll1": 60.0})
-    assert row["Verdict"] != V.HOLDS and "not testable: " in row["Why"]
+    row = _claim(tmp_path, {"base": 40.0, "eslinear": 60.0, "es": 60.0, "eggroll1": 60.0})
+    assert "not testable: " in row["Why"] and "(not testable: " in row["Reason"]
     assert "EGGROLL (rank 4)" in row["Why"].split("not testable: ")[1]
-    tiny = _claim(tmp_path / "tiny", {"es": 60.0, "eggroll1": 60.0, "eggroll4": 60.0}, scale="tiny")
+    tiny = _claim(tmp_path / "tiny", {"base": 40.0, "eslinear": 60.0, "es": 60.0, "eggroll1": 60.0,
+                                      "eggroll4": 60.0}, scale="tiny")
     assert tiny["Verdict"] == V.UNTESTABLE and tiny["Rule on this run"] == V.HOLDS

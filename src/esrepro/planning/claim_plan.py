@@ -73,7 +73,7 @@ class ClaimPlan:
             return {}
         t1 = self.p.cfg.report.table1
         return {"eggroll_matches_es": {"evals": [[t1.task, t1.split, m, meth] for m in self.p.train_models(t1.task)
-                                                 for meth in ("es", *variants)]}}
+                                                 for meth in (BASE, "es", *variants)]}}
 
     def _conciseness(self) -> dict[str, Selectors]:
         p, out = self.p, {}

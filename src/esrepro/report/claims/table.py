@@ -49,7 +49,8 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
             "reward_cutoff": spec.get("reward_cutoff"), "hacking_margin": spec.get("hacking_margin", 0.2),
             "essa_target": spec.get("essa_target"),
             "essa_grpo_target": spec.get("essa_grpo_target", spec.get("essa_target")),
-            "math_model": spec.get("math_model"), "es_variants": spec.get("es_variants") or {}}
+            "math_model": spec.get("math_model"), "es_variants": spec.get("es_variants") or {},
+            "es_controls": spec.get("es_controls") or {}}
 
 
 def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
@@ -77,7 +78,7 @@ def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, 
         return out
     if key == "eggroll_matches_es":
         evals = Evals(files["evals"])
-        out = EV.matches_row(evals, display, s["es_variants"], s["task"], s["split"])
+        out = EV.matches_row(evals, display, s["es_variants"], s["es_controls"], s["task"], s["split"])
         margins.extend(evals.margins)
         return out
     if key in ("es_ahead_throughout", "es_sample_efficiency_v1"):
