@@ -13,12 +13,16 @@ from esrepro import paths as P
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, ESSA_SWEEPS, Pipeline
 from esrepro.planning.plan import PUZZLES, ExtrasPlan, Plan
 from esrepro.report.claims.catalogue import row_id
+from esrepro.report.claims.small_models import V1_RL, smallest
 
 Selectors = dict[str, list[list[str]]]
 #: The ESSA sweeps' keys by the row that reads them (with the reference run).
 ESSA_ROW_SWEEPS = {"essa_time_falls_with_gpus": "engines", "essa_moderate_population": "populations",
                    "essa_rank": "ranks", "essa_quantised": "precisions"}
 SWEEP_PREFIX = {key: prefix for key, _, prefix in ESSA_SWEEPS}
+#: The convergence-speed row of each ESSA sweep row (the same runs).
+SPEED_OF = {"essa_moderate_population": "essa_population_speed", "essa_rank": "essa_rank_speed",
+            "essa_quantised": "essa_quantised_speed"}
 
 
 class ClaimPlan:
@@ -56,6 +60,12 @@ class ClaimPlan:
         for m in models:
             if rl:
                 out[row_id("es_beats_rl", m)] = {"evals": [[t1.task, t1.split, m, meth] for meth in ("es", *rl)]}
+        small = self.small_model()
+        if small is not None:
+            out["es_small_models_v1"] = {"evals": [[t1.task, t1.split, small, meth] for meth in ("es", BASE, *rl)
+                                                   if meth in ("es", BASE, *V1_RL)]}
+        out["rl_sensitive_hyperparameters"] = {"grids": [[t1.task, m, meth] for m in models for meth in rl
+                                                         if len(p.grid_cells(m, meth)) > 1]}
         periodic = []
         for d in ExtrasPlan(self.plan).periodic_runs(t1.task):
             task, model, method = d.rstrip("/").split("/")[-4:-1]
@@ -82,7 +92,7 @@ class ClaimPlan:
             return out
         runs = [*((m, BASE) for m in study.models), *((m, meth) for m, meth, _ in p.study_runs("conciseness"))]
         kl = [[study.task, m, meth] for m, meth in dict.fromkeys(runs)]
-        for row in ("es_pareto", "grpo_small_beta_hacks", "es_stable_across_runs"):
+        for row in ("es_pareto", "grpo_small_beta_hacks", "es_stable_across_runs", "es_kl_stable"):
             out[row] = {"kl": kl}
         sweep = p.studies().get("conciseness_lr")
         if sweep is not None and sweep.task == study.task:
@@ -90,6 +100,9 @@ class ClaimPlan:
             es = [(m, meth) for m, meth, _ in p.study_runs("conciseness")
                   if p.algorithm_of(study.task, meth).name == "es"]
             out["es_pareto_lr"] = {"kl": [[study.task, m, meth] for m, meth in dict.fromkeys(lr + es)]}
+            swept = [(m, meth) for m, meth, _ in p.study_runs("conciseness_lr")]
+            out["grpo_lr_raises_reward_kl"] = {"kl": [[study.task, m, meth] for m, meth in dict.fromkeys(swept)]}
+            out["grpo_near_base_es_shifts"] = out["es_pareto_lr"]
         return out
 
     def _math_puzzles(self) -> dict[str, Selectors]:
@@ -104,6 +117,14 @@ class ClaimPlan:
             if task in p.cfg.train and task in p.evaluated_tasks() and "es" in p.train_methods(task):
                 out[row] = {"evals": [[task, "test", m, meth] for m in p.train_models(task) for meth in ("es", BASE)]}
         return out
+
+    def small_model(self) -> str | None:
+        """The smallest of Table 1's models by the registry's size (v1's small-model claim)."""
+        p, t1 = self.p, self.p.cfg.report.table1
+        if t1.task not in p.cfg.train or "es" not in p.train_methods(t1.task):
+            return None
+        models = p.train_models(t1.task)
+        return smallest(models, {m: p.model(m).size for m in models})
 
     def math_model(self) -> str | None:
         """The model of the math claims' ES and base runs (the first model trained on the math sets' task)."""
@@ -121,11 +142,14 @@ class ClaimPlan:
         grpo = [[task, m, meth] for m, methods in per_model.items() if ESSA_GRPO in methods
                 for meth in methods if meth in (ESSA_REF, ESSA_GRPO) or meth.startswith(resample)]
         out["essa_faster_than_grpo"] = {"runs": grpo}
+        out["essa_fig8_accuracy"] = {"runs": grpo}
         out["essa_data_efficiency"] = {"runs": grpo}
         for row, key in ESSA_ROW_SWEEPS.items():
             swept = {meth for _, meth in p.essa_sweep(key)}
             out[row] = {"runs": [[task, m, meth] for m, methods in per_model.items() if swept & set(methods)
                                  for meth in methods if meth == ESSA_REF or meth in swept]}
+            if row in SPEED_OF:
+                out[SPEED_OF[row]] = out[row]
         fig6 = []
         if study.scaling is not None:
             fig6 += [[study.scaling.task, m, ESSA_REF] for m in p.essa_models(study.scaling.task)]
@@ -143,6 +167,8 @@ class ClaimPlan:
                           | ({0} if method == BASE else set()))
         if kind == "runs":
             return [s for m, meth, s in p.essa_runs(task) if (m, meth) == (model, method)]
+        if kind == "grids":
+            return [s for m, meth, s in self.plan.train_runs(task) if (m, meth) == (model, method)]
         return [s for m, meth, s in self.plan.train_runs(task) if (m, meth) == (model, method)]
 
     def keys(self, row: str) -> list[tuple[str, str, str, str, int]]:
@@ -166,6 +192,8 @@ class ClaimPlan:
             elif kind == "kl":
                 d = P.fill(R.KL, task=task, model=model, method=method, seed=seed)
                 out += [f"{d}/kl.json", f"{d}/samples.jsonl"]
+            elif kind == "grids":
+                out.append(f"{P.fill(R.RUN, task=task, model=model, method=method, seed=seed)}/{P.SELECTION}")
             else:
                 d = P.fill(R.RUN, task=task, model=model, method=method, seed=seed)
                 out += [f"{d}/{P.MANIFEST}"] + ([f"{d}/{P.TRAIN_LOG}"] if kind == "runs" else [])

@@ -118,6 +118,7 @@ def claims_spec(p: Pipeline, rows: list[str] | None = None) -> dict[str, Any]:
             "essa_grpo_target": (essa.grpo_target_accuracy if essa.grpo_target_accuracy is not None
                                  else essa.target_accuracy) if essa is not None else None,
             "math_model": claims.math_model(),
+            "small_model": claims.small_model(),
             "es_variants": {r["method"]: r["label"] for r in es_variants_spec(p)["runs"] if r["rank"] is not None},
             "es_controls": {r["method"]: r["label"] for r in es_variants_spec(p)["runs"]
                             if r["rank"] is None and r["noise_on"] == "linear"},

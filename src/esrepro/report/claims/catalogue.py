@@ -44,6 +44,18 @@ ES_CLAIMS: tuple[Claim, ...] = (
           "(v1 only: v2 no longer states it).",
           "Per model and RL method: samples ES's mean curve needs to reach the RL method's best accuracy, over "
           "the samples the RL method needed; holds when under 0.2 in more than half of the cases."),
+    Claim("es_small_models_v1", "ES improves the smallest model, where RL does not (v1)", "ES v1 Sec. 4.1, Table 1",
+          "On the smallest model (Qwen2.5-0.5B-Instruct) PPO and GRPO stay at 0.3% while ES reaches 14.4%: ES elicits "
+          "reasoning even from the smallest base model.",
+          "On the smallest Table 1 model (by the registry's size): the margins ES - Original and ES - each of v1's "
+          "RL baselines (PPO, GRPO with groups of 8 and 30) clear 0 (rule 2, Holm over the comparisons)."),
+    Claim("rl_sensitive_hyperparameters", "RL is sensitive to its hyperparameters", "ES v2 Sec. 4.1, App. A.2 Table 4",
+          "RL methods are sensitive to the KL penalty and the learning rate, and make little progress unless both "
+          "are set precisely; ES runs every experiment with one setting.",
+          "Per model and grid-trained RL method: the best grid cell's final training reward (mean over its last "
+          "quarter of steps, the selection's score) minus the worst cell's clears 0, Welch t over those steps with "
+          "the lower end Bonferroni-widened for choosing the pair; every grid must. A largest gap is never negative: "
+          "not refuted, only open."),
     Claim("es_pareto", "ES's reward-KL front lies above GRPO's", "ES v2 Sec. 4.2, Fig. 1",
           "ES's Pareto front is \"higher and to the left\" of GRPO's (reward against KL to the base model).",
           "Over the KL range ES's front covers, ES's front reward (the best ES point at no more KL) minus each "
@@ -52,6 +64,20 @@ ES_CLAIMS: tuple[Claim, ...] = (
     Claim("es_pareto_lr", "ES's front lies above GRPO's over learning rates", "ES v2 App. A.4, Fig. 4b",
           "Over GRPO's learning rates and betas, ES's front still dominates GRPO's.",
           "The front rule of Fig. 1 with GRPO's points from the learning-rate sweep."),
+    Claim("grpo_lr_raises_reward_kl", "GRPO's reward and KL rise with its learning rate", "ES v2 App. A.4, Fig. 4a",
+          "Over the learning-rate sweep, both GRPO's mean reward and its mean KL to the base model increase with the "
+          "learning rate.",
+          "Per beta, the least-squares slopes of reward and of KL (k3) on log10 learning rate, every seed a point: "
+          "holds when every slope's 95% t interval lies above 0; refuted when one lies below 0 at Holm's bound over "
+          "the slopes."),
+    Claim("grpo_near_base_es_shifts", "GRPO at small learning rates stays near the base reward; ES moves it up",
+          "ES v2 App. A.4, Fig. 5",
+          "At the sweep's smaller learning rates every GRPO model's reward distribution stays close to the base "
+          "model's, while ES shifts it towards higher rewards.",
+          "At the sweep's two smallest learning rates: ES's mean reward (its best configuration) minus the base "
+          "model's and minus each GRPO configuration's clears 0 (Welch t over seeds; one-sample t against the base "
+          "model), every comparison; refuted at Holm's bound over the comparisons and the choice of ES's "
+          "configuration."),
     Claim("grpo_small_beta_hacks", "GRPO with small beta hacks the reward; ES does not", "ES v2 Sec. 4.2, Table 2",
           "GRPO at beta 0 and 0.01 \"sometimes\" hacks the conciseness reward; ES shows no hacking.",
           "A run hacks when its share of non-word responses exceeds the base model's by the study's hacking "
@@ -61,6 +87,22 @@ ES_CLAIMS: tuple[Claim, ...] = (
           "0.85 reward cut-off.",
           "GRPO's largest std over seeds over ES's smallest, above the cut-off; the F interval of the ratio, "
           "Bonferroni-widened for choosing that pair among all GRPO-ES pairs, clears 1 (rule 3)."),
+    Claim("es_kl_stable", "ES's KL varies less over seeds than GRPO's", "ES v2 Sec. 4.2, Table 2",
+          "The KL to the base model shows the same pattern as the reward: GRPO's spread over four seeds is larger "
+          "than ES's.",
+          "The stability rule on KL (k3): GRPO's largest KL std over seeds over ES's smallest, among the "
+          "configurations above the reward cut-off; the Bonferroni-widened F interval of the ratio clears 1 "
+          "(rule 3)."),
+    Claim("es_correlated_noise", "Correlated noise does as well as i.i.d. noise", "ES v2 App. A.2",
+          "Seeding every tensor alike (the released code's correlated noise) gives results not significantly "
+          "different from i.i.d. noise.",
+          "Not planned: no configuration trains ES with noise: correlated beside noise: iid on one model and task; "
+          "both are ES options (esrepro options es), so a configuration can add the pair.", planned=False),
+    Claim("es_random_walk", "ES's parameter shifts are close to a random walk", "ES v2 App. A.7",
+          "For most models the distribution of ES's parameter shifts deviates little from a random walk's, except "
+          "near zero; conciseness on the largest model deviates systematically.",
+          "Not planned as a verdict: the parameter-shift figure draws ES's shifts beside a random walk's, but the "
+          "paper states no distance that counts as close.", planned=False),
     Claim("es_improves_math", "ES improves the base model on every math benchmark", "ES v2 Sec. 4.3, Fig. 2",
           "ES \"significantly improved the base models across each benchmark\".",
           "Per benchmark, the margin ESCHKPT-1 - Qwen2.5-Math-7B clears 0 (rule 2); every benchmark must."),
@@ -86,6 +128,14 @@ ESSA_CLAIMS: tuple[Claim, ...] = (
           "ESSA is \"more data efficient\" than GRPO: it reaches competitive accuracy with fewer samples.",
           "Training problems drawn until the held-out accuracy first reaches 0.80 (ESSA: generations x problems "
           "per generation; GRPO: steps x prompts per step): ESSA's fewer (counts, no interval)."),
+    Claim("essa_fig8_accuracy", "ESSA ends above GRPO's accuracy", "ESSA Sec. 5.4, Fig. 8",
+          "ESSA reaches higher accuracy than GRPO and plateaus there (Qwen2.5-Math-7B on GSM8K, 8 GPUs).",
+          "Per model: ESSA's last held-out accuracy (mean over seeds) minus GRPO's clears 0, a normal interval of "
+          "two proportions on the held-out problems (rule 2); refuted at Holm's bound over the models."),
+    Claim("essa_low_tuning", "ESSA needs little hyperparameter tuning", "ESSA abstract",
+          "ES removes the need for extensive hyperparameter tuning, making alignment simpler and more stable.",
+          "Not planned: a statement about the effort of tuning, which no run measures; the ES paper's row on RL's "
+          "sensitivity to its hyperparameters is the nearest measured claim.", planned=False),
     Claim("essa_time_falls_with_gpus", "ESSA's time to 0.76 falls as GPUs are added", "ESSA Sec. 5.1, Fig. 2",
           "Time to 0.76 GSM8K accuracy falls near-linearly with GPUs: about 290 minutes on 8, under 80 on 128.",
           "Training seconds to held-out accuracy 0.76 fall with every added engine count (times, no interval)."),
@@ -93,13 +143,27 @@ ESSA_CLAIMS: tuple[Claim, ...] = (
           "Growing the population past a moderate size brings no further gain.",
           "Best held-out accuracy per population: the largest is no higher than a smaller one's and the best is "
           "above the smallest's (three or more populations; point estimates)."),
+    Claim("essa_population_speed", "A moderate ESSA population converges fastest", "ESSA Sec. 5.2, Fig. 4",
+          "Growing the population to a moderate size speeds convergence; very large populations slow it.",
+          "Generations until the held-out accuracy (mean over seeds) first reaches the level every population "
+          "reaches: fastest at a population that is neither the smallest nor the largest (generation counts, no "
+          "interval: holds when they agree, else not resolved)."),
     Claim("essa_rank", "ESSA's largest LoRA rank does worse than a smaller one", "ESSA Sec. 5.3, Fig. 7",
           "The largest LoRA rank reaches a lower accuracy than smaller ranks.",
           "Best held-out accuracy of the largest rank below a smaller rank's (three or more ranks; point "
           "estimates)."),
+    Claim("essa_rank_speed", "ESSA's largest LoRA rank converges slower than a smaller one", "ESSA Sec. 5.3, Fig. 7",
+          "Moderate ranks converge faster; the largest rank slows progress.",
+          "Generations to the level every rank reaches: the largest rank's more than a smaller rank's (generation "
+          "counts, no interval: holds when they agree, else not resolved)."),
     Claim("essa_quantised", "ESSA with INT8 and INT4 does at least as well as BF16", "ESSA Sec. 5.5, Fig. 9",
           "INT4 and INT8 slightly outperform BF16 in convergence speed and final accuracy.",
           "Best held-out accuracy of INT8 and INT4 at least BF16's (point estimates)."),
+    Claim("essa_quantised_speed", "ESSA with INT8 and INT4 converges at least as fast as BF16",
+          "ESSA Sec. 5.5, Fig. 9",
+          "INT4 and INT8 slightly outperform BF16 in convergence speed.",
+          "Generations to the level every precision reaches: INT8's and INT4's at most BF16's (generation counts, no "
+          "interval: holds when they agree, else not resolved)."),
     Claim("essa_improves_over_training", "ESSA improves accuracy over training", "ESSA Sec. 5.2, Fig. 6",
           "ESSA \"consistently improves accuracy over training steps\" for Llama-3.1-8B on PRM800K and Qwen2.5-32B "
           "on GSM8K.",

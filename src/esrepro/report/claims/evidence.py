@@ -9,7 +9,9 @@ kind:
 - ``kl``: ``[task, model, method]``, every seed's ``kl/.../kl.json`` (and ``samples.jsonl`` beside it);
 - ``periodic``: ``[task, model, method]``, every seed's run ``manifest.json``, whose ``periodic_eval.jsonl`` beside
   it holds the test-accuracy curve against training samples;
-- ``runs``: ``[task, model, method]``, every seed's run ``manifest.json`` (with ``log.jsonl``): the ESSA study.
+- ``runs``: ``[task, model, method]``, every seed's run ``manifest.json`` (with ``log.jsonl``): the ESSA study;
+- ``grids``: ``[task, model, method]``, every seed's ``selection.json`` of an RL method trained over a hyperparameter
+  grid (its cells' logs beside the run, under ``grid/``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pandas as pd
 from esrepro.io import read_json, read_jsonl
 
 PathLike = str | os.PathLike
-KINDS = ("evals", "kl", "periodic", "runs")
+KINDS = ("evals", "kl", "periodic", "runs", "grids")
 
 
 def file_key(results: PathLike, path: PathLike) -> tuple[str, tuple] | None:
@@ -44,6 +46,8 @@ def file_key(results: PathLike, path: PathLike) -> tuple[str, tuple] | None:
         return "kl", tuple(rel[1:4])
     if len(rel) == 6 and rel[0] == "runs" and name == "manifest.json":
         return "runs", tuple(rel[1:4])
+    if len(rel) == 6 and rel[0] == "runs" and name == "selection.json":
+        return "grids", tuple(rel[1:4])
     return None
 
 

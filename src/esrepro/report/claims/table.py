@@ -20,10 +20,14 @@ import pandas as pd
 from esrepro.io import read_jsonl, write_text
 from esrepro.report import verdicts as V
 from esrepro.report.claims import conciseness as C
+from esrepro.report.claims import conciseness_sweep as CS
 from esrepro.report.claims import countdown as CD
 from esrepro.report.claims import es_variants as EV
 from esrepro.report.claims import essa as E
+from esrepro.report.claims import essa_convergence as EC
 from esrepro.report.claims import math_puzzles as MP
+from esrepro.report.claims import rl_grid as RG
+from esrepro.report.claims import small_models as SM
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
 from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa, load_periodic, pick
 from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt
@@ -50,7 +54,7 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
             "essa_target": spec.get("essa_target"),
             "essa_grpo_target": spec.get("essa_grpo_target", spec.get("essa_target")),
             "math_model": spec.get("math_model"), "es_variants": spec.get("es_variants") or {},
-            "es_controls": spec.get("es_controls") or {}}
+            "es_controls": spec.get("es_controls") or {}, "small_model": spec.get("small_model")}
 
 
 def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
@@ -76,6 +80,18 @@ def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, 
             out = MP.puzzle_row(evals, published, display, "sudoku" if key == "es_lifts_sudoku" else "arc")
         margins.extend(evals.margins)
         return out
+    if key == "es_small_models_v1":
+        evals = Evals(files["evals"])
+        out = SM.small_model_row(evals, published, display, s["small_model"], s["task"], s["split"])
+        margins.extend(evals.margins)
+        return out
+    if key == "rl_sensitive_hyperparameters":
+        return RG.sensitivity_row(RG.load_grids(files["grids"]), display)
+    if key in ("es_kl_stable", "grpo_lr_raises_reward_kl", "grpo_near_base_es_shifts"):
+        runs = load_conciseness(files["kl"])
+        if key == "es_kl_stable":
+            return CS.kl_stability_row(runs, published, s["reward_cutoff"])
+        return CS.lr_trend_row(runs) if key == "grpo_lr_raises_reward_kl" else CS.near_base_row(runs)
     if key == "eggroll_matches_es":
         evals = Evals(files["evals"])
         out = EV.matches_row(evals, display, s["es_variants"], s["es_controls"], s["task"], s["split"])
@@ -107,6 +123,10 @@ def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, 
         return E.precision_row(runs, display)
     if key == "essa_improves_over_training":
         return E.improves_row(runs, curves, display)
+    if key == "essa_fig8_accuracy":
+        return EC.fig8_accuracy_row(runs, curves, display)
+    if key in EC.SPEED_ROWS:
+        return EC.speed_row(runs, curves, key, display)
     raise KeyError(f"no rule builds claim {key!r}")
 
 
