@@ -25,6 +25,7 @@ from esrepro.perturb.noise import MIRROR_BIT, member_seed, mirror, noise_like, t
 from esrepro.perturb.ops import update_
 
 SHAPES = [(7, 5), (16, 3), (4, 4)]
+PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _rewards(rng: np.random.Generator, n: int, prompts: int = 16) -> list[float]:
@@ -251,3 +252,48 @@ def test_an_odd_population_with_antithetic_fails_naming_population():
         cls(antithetic=True, population=30)
     with pytest.raises(ValueError, match="population"):
         ESStrategy(5, 1e-3, 5e-4, 0, antithetic=True)
+
+
+# --- through the loop ------------------------------------------------------------------------------------------
+
+
+def test_one_eggroll_iteration_with_the_recipe_follows_the_authors_equation(tiny_model_dir, tmp_path):
+    """One eggroll iteration through the ES loop with real greedy scoring on a tiny transformers model and every
+    recipe option on: members come in mirrored pairs, and every linear projection moves by
+    lr * √N * mean_i(f_i * s_i (sigma / √r) A_j B_jᵀ), j = i // 2, typed from the authors' code."""
+    import json
+
+    from esrepro.backends.spec import EngineSpec
+    from esrepro.es.loop import run_es
+    from esrepro.models.loading import load_model
+    from esrepro.population.evaluators import SerialEvaluator
+    from esrepro.population.spec import Scoring
+    from esrepro.settings.methods import EggrollSettings
+    from esrepro.tasks.conciseness import prepare
+
+    prepare(tmp_path / "conciseness", {"kind": "generated"}, seed=0)  # a length reward: varies for a random model
+    examples = [json.loads(x) for x in (tmp_path / "conciseness" / "train.jsonl").read_text().splitlines()]
+    cfg = EggrollSettings(iterations=1, population=6, sigma=0.1, alpha=0.05, rank=2, max_new_tokens=8,
+                          train_examples=len(examples), batch_size=8, resume_every=1, antithetic=True,
+                          fitness="centred", step="sigma_sqrt_n")
+    evaluator = SerialEvaluator(EngineSpec(str(tiny_model_dir), rank=cfg.rank, noise=cfg.noise, restore=cfg.restore),
+                                Scoring("conciseness", examples, cfg.max_new_tokens))
+    row = run_es(evaluator, cfg, tmp_path / "state", seed=4, progress=False)[0]
+    seeds, n, r, sigma = row["seeds"], cfg.population, cfg.rank, cfg.sigma
+    assert seeds[1::2] == [s | MIRROR_BIT for s in seeds[::2]]
+    rewards = np.asarray(row["rewards"], dtype=np.float64)
+    assert rewards.std() > 0, "the members should score differently (test too weak)"
+    f = _authors_fitness(rewards, n)
+    after = dict(evaluator.worker.engine.named_parameters())
+    for k, (name, w0) in enumerate(load_model(tiny_model_dir).named_parameters()):
+        if not (name.endswith(".weight") and name.rsplit(".", 2)[-2] in PROJ):
+            assert torch.equal(after[name], w0), name
+            continue
+        mean = torch.zeros(w0.shape, dtype=torch.float64)
+        for i in range(n):
+            A, B = _typed_factors(w0.shape, seeds[2 * (i // 2)], k, r)
+            mean += f[i] * (1 if i % 2 == 0 else -1) * sigma / math.sqrt(r) * (A.double() @ B.double().T)
+        expected = w0.double() + cfg.alpha * math.sqrt(n) * mean / n
+        got = after[name].double()
+        assert torch.allclose(got, expected, rtol=0, atol=1e-7), (name, (got - expected).abs().max())
+        assert not torch.equal(after[name], w0)
