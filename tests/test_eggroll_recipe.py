@@ -297,3 +297,32 @@ def test_one_eggroll_iteration_with_the_recipe_follows_the_authors_equation(tiny
         got = after[name].double()
         assert torch.allclose(got, expected, rtol=0, atol=1e-7), (name, (got - expected).abs().max())
         assert not torch.equal(after[name], w0)
+
+
+# --- the parameter-shift figure's random walk ------------------------------------------------------------------
+
+
+def test_the_random_walk_of_a_recipe_run_matches_its_updates():
+    """The walk the parameter-shift figure draws for a run with the recipe: its scale is the per-coordinate std of
+    updates applied by the trainer's own path with rewards unrelated to the noise, and by hand
+    alpha sigma / √N * sqrt(sum_t sum_j (f_2j - f_2j+1)^2)."""
+    from esrepro.report.param_shift import RandomWalk
+
+    rng = np.random.default_rng(0)
+    n, sigma, alpha, steps = 8, 0.02, 0.5, 6
+    recipe = {"sigma": sigma, "antithetic": True, "fitness": "centred", "step": "sigma_sqrt_n"}
+    strategy = ESStrategy(n, sigma, alpha, 1, antithetic=True, fitness="centred", step="sigma_sqrt_n")
+    theta = [torch.zeros(400_000)]
+    log, by_hand = [], 0.0
+    for t in range(steps):
+        seeds, rewards = strategy.ask(t), _rewards(rng, n)
+        u = strategy.tell(seeds, rewards)
+        update_(theta, u.seeds, u.weights, u.alpha, "iid")
+        log.append({"rewards": rewards})
+        f = _authors_fitness(np.asarray(rewards, dtype=np.float64), n)
+        by_hand += float(np.sum((f[0::2] - f[1::2]) ** 2))
+    walk = RandomWalk.es_from_log(log, alpha, n, recipe)
+    assert walk.scale == pytest.approx(alpha * sigma / math.sqrt(n) * math.sqrt(by_hand), rel=1e-5)
+    assert float(theta[0].std()) == pytest.approx(walk.scale, rel=0.01)
+    es_walk = RandomWalk.es_from_log(log, alpha, n)
+    assert es_walk.scale == pytest.approx(alpha * math.sqrt(steps / n), rel=1e-5)  # ES's, unchanged
