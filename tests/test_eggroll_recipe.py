@@ -82,6 +82,23 @@ def test_a_mirrored_members_low_rank_noise_is_exactly_minus_its_partners(rank, r
             assert torch.equal(member_noise(shape, "cpu", mirror(base), k, rank, "iid"), -E)
 
 
+def test_a_mirrored_members_vllm_adapter_negates_lora_b_only(tiny_model_dir, tmp_path):
+    """The adapter vLLM scores a member with: mirror s holds lora_B = -A and lora_A = Bᵀ of s, so its update
+    sigma lora_B lora_A / √r is minus s's."""
+    from safetensors.torch import load_file
+
+    from esrepro.backends.vllm_eggroll import lowrank_targets
+    from esrepro.perturb.adapter import ADAPTER_WEIGHTS, write_member_adapter
+
+    targets, base = lowrank_targets(tiny_model_dir), member_seed(9, 2, 1)
+    plus = load_file(str(write_member_adapter(tmp_path / "p", targets, base, 0.1, 2, "iid") / ADAPTER_WEIGHTS))
+    minus = load_file(str(write_member_adapter(tmp_path / "m", targets, mirror(base), 0.1, 2, "iid")
+                          / ADAPTER_WEIGHTS))
+    assert plus.keys() == minus.keys() and len(plus) >= 2
+    for key, t in plus.items():
+        assert torch.equal(minus[key], -t if key.endswith("lora_B.weight") else t), key
+
+
 def test_mirroring_refuses_a_seed_that_already_uses_bit_30():
     with pytest.raises(ValueError, match="2\\*\\*30"):
         mirror(MIRROR_BIT + 1)
