@@ -19,7 +19,7 @@ from tqdm import tqdm
 from esrepro.es.strategy import ESStrategy
 from esrepro.population.evaluators import EngineMismatch
 from esrepro.population.worker import BATCHED_PHASES
-from esrepro.settings.methods import ENGINE_FIELDS, ESSettings
+from esrepro.settings.methods import ENGINE_FIELDS, RECIPE_FIELDS, ESSettings
 from esrepro.train.resume import ResumeMismatch, announce_resume, has_state, read_state, state_key, write_state
 
 #: Settings that do not change the weights a run ends with (a resume may change them).
@@ -28,8 +28,16 @@ NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_par
 
 
 def _state_key(cfg: ESSettings, seed: int) -> dict:
-    """What a resume state must have been written with: the settings that shape the weights, and the seed."""
-    return state_key(cfg, seed, NOT_IN_STATE)
+    """What a resume state must have been written with: the settings that shape the weights, and the seed (EGGROLL's
+    recipe options only where they differ from ES's, so states written before they existed still resume)."""
+    at_default = {f for f in RECIPE_FIELDS if getattr(cfg, f) == type(cfg).model_fields[f].default}
+    return state_key(cfg, seed, NOT_IN_STATE | at_default)
+
+
+def strategy_of(cfg: ESSettings, seed: int) -> ESStrategy:
+    """The ask/tell strategy of a run with settings ``cfg`` and run seed ``seed``."""
+    return ESStrategy(cfg.population, cfg.sigma, cfg.alpha, seed, antithetic=cfg.antithetic, fitness=cfg.fitness,
+                      step=cfg.step)
 
 
 def _save_state(state_dir: Path, cfg: ESSettings, seed: int, iteration: int, evaluator, log: list[dict],
@@ -100,7 +108,7 @@ def run_es(
     :func:`iteration_batch`'s prompts only.
     """
     state_dir = Path(state_dir)
-    strategy = ESStrategy(cfg.population, cfg.sigma, cfg.alpha, seed)
+    strategy = strategy_of(cfg, seed)
     start, log = 0, []
     if has_state(state_dir):
         start, log = _load_state(state_dir, cfg, seed, evaluator, extra)

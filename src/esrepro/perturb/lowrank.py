@@ -34,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from esrepro.perturb.noise import NoiseVariant, tensor_seed
+from esrepro.perturb.noise import NoiseVariant, noise_source, tensor_seed
 
 
 def check_rank(rank: int, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -50,13 +50,18 @@ def check_rank(rank: int, shapes: dict[str, tuple[int, ...]]) -> None:
 
 def factors(shape: Sequence[int], device: torch.device | str, seed: int, index: int, rank: int,
             variant: NoiseVariant, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B), float32 standard normal, A (m x r) and B (n x r), of tensor ``index`` (shape (m, n)) under ``seed``."""
+    """(A, B), float32 standard normal, A (m x r) and B (n x r), of tensor ``index`` (shape (m, n)) under ``seed``.
+
+    A mirrored seed (:func:`esrepro.perturb.noise.mirror`) gets its partner's factors with A negated, so its
+    A Bᵀ is exactly minus the partner's (the authors' antithetic pair: ±sigma on one draw of A and B).
+    """
     m, n = int(shape[0]), int(shape[1])
     device = torch.device(device)
     gen = generator if generator is not None else torch.Generator(device=device)
-    gen.manual_seed(tensor_seed(seed, index, variant))
+    source, negate = noise_source(seed)
+    gen.manual_seed(tensor_seed(source, index, variant))
     z = torch.randn((n + m, rank), generator=gen, dtype=torch.float32, device=device)
-    return z[n:], z[:n]
+    return (z[n:].neg() if negate else z[n:]), z[:n]
 
 
 def member_noise(shape: Sequence[int], device: torch.device | str, seed: int, index: int, rank: int,

@@ -27,6 +27,23 @@ def member_seed(run_seed: int, iteration: int, member: int) -> int:
     return _hash_words(run_seed, iteration, member)[0] & ((1 << 30) - 1)
 
 
+#: Bit 30 of a member seed marks the mirrored member of an antithetic pair (member seeds are below 2**30).
+MIRROR_BIT = 1 << 30
+
+
+def mirror(seed: int) -> int:
+    """The antithetic partner of member ``seed``: the same noise, negated (bit 30 set)."""
+    if not 0 <= int(seed) < MIRROR_BIT:
+        raise ValueError(f"member seed {seed} is not below 2**30, so it cannot be mirrored")
+    return int(seed) | MIRROR_BIT
+
+
+def noise_source(seed: int) -> tuple[int, bool]:
+    """(the seed whose noise member ``seed`` draws, whether it negates that noise): a mirrored member draws its
+    partner's noise and negates it; any other seed draws its own."""
+    return int(seed) & ~MIRROR_BIT, bool(int(seed) & MIRROR_BIT)
+
+
 def tensor_seed(seed: int, index: int, variant: NoiseVariant) -> int:
     """Generator seed for tensor ``index`` under member seed ``seed``.
 
@@ -54,11 +71,14 @@ def noise_like(
 
     What :func:`tensor_noise` returns for a tensor of that shape on that device; for code that
     holds only part of a tensor (a tensor-parallel shard) and regenerates the whole tensor's noise.
+    A mirrored seed (:func:`mirror`) gets minus its partner's noise, exactly.
     """
     device = torch.device(device)
     gen = generator if generator is not None else torch.Generator(device=device)
-    gen.manual_seed(tensor_seed(seed, index, variant))
-    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32, device=device)
+    source, negate = noise_source(seed)
+    gen.manual_seed(tensor_seed(source, index, variant))
+    eps = torch.randn(tuple(shape), generator=gen, dtype=torch.float32, device=device)
+    return eps.neg_() if negate else eps
 
 
 def tensor_noise(

@@ -67,6 +67,18 @@ def zscore(rewards: Sequence[float]) -> np.ndarray:
     return (r - r.mean()) / (r.std() + np.float32(1e-8))
 
 
+def centred(rewards: Sequence[float]) -> np.ndarray:
+    """(r - mean) / sqrt(var + 1e-5) in float32, with the population variance: EGGROLL's fitness shaping.
+
+    The authors' ``EggRoll.convert_fitnesses`` (ESHyperscale/HyperscaleES at b77f7d6,
+    ``src/hyperscalees/noiser/eggroll.py``) subtracts the mean of each group of ``group_size`` scores (their LLM
+    runs: the generations of one prompt) and divides by sqrt(var(all scores) + 1e-5). Here every member is scored on
+    the same prompts, so the group is the whole population and a member's score is its mean reward.
+    """
+    r = np.asarray(rewards, dtype=np.float32)
+    return (r - r.mean()) / np.sqrt(r.var() + np.float32(1e-5))
+
+
 def update_(
     params: Sequence[torch.Tensor],
     seeds: Sequence[int],

@@ -22,7 +22,9 @@ paper's "learning rate digestion" (alpha absorbs 1/sigma) does not change this: 
 coefficient actually applied, and sigma does not enter. The alternative, a walk of T steps
 of sigma * eps (the perturbation scale), has s = sigma * sqrt(T) = 2.2e-2, ten times ES's
 scale, so it could not "deviate very little" from ES's shifts. :class:`RandomWalk` holds
-both; :meth:`RandomWalk.from_run` takes the exact sum of z^2 from a run's log.
+both; :meth:`RandomWalk.from_run` takes the exact sum of z^2 from a run's log. A run with EGGROLL's recipe options
+(:mod:`esrepro.es.strategy`) walks by its own weights and step: alpha' / N * sqrt(sum_t sum_j v_j^2), v its shaped
+weights, or with antithetic pairs the difference of each pair's two weights (one draw of noise per pair).
 
 What the walk leaves out: with the authors' "correlated" noise (every tensor reseeded with
 the member's seed) same-shaped tensors move identically; each coordinate's law, hence the
@@ -91,18 +93,31 @@ class RandomWalk:
                    f"ES random walk (T={steps}, N={population}, alpha={alpha:g})")
 
     @classmethod
-    def es_from_log(cls, log_rows: Sequence[Mapping], alpha: float, population: int) -> "RandomWalk":
-        """ES's walk with the exact sum of z^2 of a run: each log row's ``rewards`` z-scored as the trainer does."""
-        from esrepro.perturb.ops import zscore
+    def es_from_log(cls, log_rows: Sequence[Mapping], alpha: float, population: int,
+                    recipe: Mapping | None = None) -> "RandomWalk":
+        """ES's walk with the exact sum of z^2 of a run: each log row's ``rewards`` z-scored as the trainer does.
 
+        ``recipe``: the run's settings ``sigma``, ``antithetic``, ``fitness`` and ``step`` (EGGROLL's options,
+        :mod:`esrepro.es.strategy`; absent: ES's). The weights are then shaped as the trainer shapes them, a
+        mirrored pair's one draw of noise counts once with its weights' difference ((w_2j - w_2j+1) eps_j), and the
+        step is the update's alpha' / N.
+        """
+        from esrepro.es.strategy import ESStrategy
+
+        r = dict(recipe or {})
+        strategy = ESStrategy(population, float(r.get("sigma", 1.0)), alpha, 0, antithetic=bool(r.get("antithetic")),
+                              fitness=r.get("fitness", "zscore"), step=r.get("step", "alpha_over_n"))
         total = 0.0
         for i, row in enumerate(log_rows):
             rewards = row.get("rewards")
             if rewards is None or len(rewards) != population:
                 raise ValueError(f"log row {i}: expected {population} member rewards under 'rewards', "
                                  f"got {rewards!r:.80}")
-            total += float(np.sum(zscore(rewards).astype(np.float64) ** 2))
-        return cls(len(log_rows), population, alpha, total,
+            w = strategy.weights(rewards).astype(np.float64)
+            if strategy.antithetic:
+                w = w[0::2] - w[1::2]
+            total += float(np.sum(w ** 2))
+        return cls(len(log_rows), population, strategy.update_alpha(population), total,
                    f"ES random walk (T={len(log_rows)}, N={population}, alpha={alpha:g})")
 
     @classmethod
@@ -121,7 +136,11 @@ class RandomWalk:
         log = read_jsonl(run / "log.jsonl")
         alpha, population = float(settings["alpha"]), int(settings["population"])
         if log and all("rewards" in r for r in log):
-            return cls.es_from_log(log, alpha, population)
+            return cls.es_from_log(log, alpha, population, settings)
+        recipe = {k: settings[k] for k in ("antithetic", "fitness", "step") if k in settings}
+        if recipe:
+            raise ValueError(f"{run / 'log.jsonl'}: no member rewards, which the walk of EGGROLL's recipe "
+                             f"({recipe}) needs")
         return cls.es(alpha, population, len(log))
 
 

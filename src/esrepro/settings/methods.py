@@ -90,6 +90,10 @@ class PopulationSettings(MethodSettings):
 ENGINE_FIELDS = frozenset(PopulationSettings.model_fields) - frozenset(MethodSettings.model_fields)
 
 
+#: ES options for EGGROLL's own recipe; at their defaults (ES's) they are left out of a run's spec and resume key.
+RECIPE_FIELDS = ("antithetic", "fitness", "step")
+
+
 class ESSettings(PopulationSettings):
     """Full-parameter evolution strategies (the paper's Algorithm 1)."""
 
@@ -131,6 +135,17 @@ class ESSettings(PopulationSettings):
         "all", description="the parameters a member's noise perturbs: all (the paper's ES), or linear: only the "
         "decoder blocks' linear projections, the tensors low-rank ES perturbs, each keyed by the same (seed, tensor) "
         "(full-rank ES as low-rank ES's control arm: the two then differ by the noise's rank alone)")
+    antithetic: bool = Field(
+        False, description="false: N independent members (ES); true: members in mirrored pairs, +sigma and -sigma "
+        "on one draw of noise, as EGGROLL's code does (population must be even)")
+    fitness: Literal["zscore", "centred"] = Field(
+        "zscore", description="update weights from the members' rewards: zscore, (r - mean) / (std + 1e-8) (ES); "
+        "centred, (r - mean) / sqrt(var + 1e-5), EGGROLL's convert_fitnesses with the population as the group of "
+        "one prompt's generations")
+    step: Literal["alpha_over_n", "sigma_sqrt_n"] = Field(
+        "alpha_over_n", description="update scale: alpha_over_n, theta += alpha / N * sum w eps (ES, 1/sigma folded "
+        "into alpha); sigma_sqrt_n, theta += alpha * sigma / sqrt(N) * sum w eps, EGGROLL's update with alpha its "
+        "learning rate")
 
     def as_dict(self) -> dict[str, Any]:
         """:meth:`Settings.as_dict`, without ``start_from`` when it is unset and without ``noise_on`` at its default
@@ -139,9 +154,17 @@ class ESSettings(PopulationSettings):
         out = super().as_dict()
         if out.get("start_from") is None:
             out.pop("start_from", None)
-        if out.get("noise_on") == type(self).model_fields["noise_on"].default:
-            out.pop("noise_on", None)
+        for name in ("noise_on", *RECIPE_FIELDS):
+            if name in out and out[name] == type(self).model_fields[name].default:
+                out.pop(name)
         return out
+
+    @model_validator(mode="after")
+    def _antithetic_pairs(self) -> "ESSettings":
+        if self.antithetic and self.population % 2:
+            raise FieldProblem("population", f"population {self.population} is odd, but antithetic: true pairs every "
+                               "member with its mirror; set an even population or antithetic: false")
+        return self
 
     @model_validator(mode="after")
     def _generation_backend(self) -> "ESSettings":
