@@ -249,13 +249,14 @@ def test_default_settings_keep_todays_spec_resume_key_and_strategy():
     for cls in (ESSettings, EggrollSettings):
         cfg = cls()
         assert not set(RECIPE_FIELDS) & set(cfg.as_dict()), "defaults must stay out of the run's spec"
-        assert not set(RECIPE_FIELDS) & set(_state_key(cfg, 0)), "defaults must stay out of the resume key"
+        assert not {*RECIPE_FIELDS, "noise_on"} & set(_state_key(cfg, 0)), "defaults must stay out of the resume key"
         s = strategy_of(cfg, 3)
         assert (s.antithetic, s.fitness, s.step) == (False, "zscore", "alpha_over_n")
     set_ = EggrollSettings(antithetic=True, fitness="centred", step="sigma_sqrt_n")
     assert {k: set_.as_dict()[k] for k in RECIPE_FIELDS} == {"antithetic": True, "fitness": "centred",
                                                              "step": "sigma_sqrt_n"}
     assert set(RECIPE_FIELDS) <= set(_state_key(set_, 0))
+    assert _state_key(ESSettings(noise_on="linear"), 0)["noise_on"] == "linear"  # the control arm resumes only itself
     s = strategy_of(set_, 3)
     assert (s.antithetic, s.fitness, s.step) == (True, "centred", "sigma_sqrt_n")
 

@@ -29,8 +29,9 @@ NOT_IN_STATE = {"keep_every", "resume_every", "resume_on_other_gpu", "tensor_par
 
 def _state_key(cfg: ESSettings, seed: int) -> dict:
     """What a resume state must have been written with: the settings that shape the weights, and the seed (EGGROLL's
-    recipe options only where they differ from ES's, so states written before they existed still resume)."""
-    at_default = {f for f in RECIPE_FIELDS if getattr(cfg, f) == type(cfg).model_fields[f].default}
+    recipe options and ``noise_on`` only where they differ from ES's, so states written before they existed still
+    resume)."""
+    at_default = {f for f in (*RECIPE_FIELDS, "noise_on") if getattr(cfg, f) == type(cfg).model_fields[f].default}
     return state_key(cfg, seed, NOT_IN_STATE | at_default)
 
 
