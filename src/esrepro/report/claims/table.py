@@ -25,8 +25,8 @@ from esrepro.report.claims import es_variants as EV
 from esrepro.report.claims import essa as E
 from esrepro.report.claims import math_puzzles as MP
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
-from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa, load_periodic, pick
-from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt
+from esrepro.report.claims.evidence import Evals, arm_seeds, load_conciseness, load_essa, load_periodic, pick
+from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt, seeds_text
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, UNTESTABLE, Outcome
 
 PathLike = str | os.PathLike
@@ -36,11 +36,11 @@ PathLike = str | os.PathLike
 #: name says seconds).
 WALL = "This run, wall seconds"
 #: The Markdown table's columns: one short sentence a cell.
-SHORT_COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Why", "Decided by")
+SHORT_COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Seeds", "Why", "Decided by")
 #: The CSV's columns: the short ones, then the long reasons, the rule, the interval, the cost and the target.
-COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Why", "Decided by", "Rule on this run",
-           "Reproduced, detail", "Interval", "Reason", "Wording", "Rule", "Jobs", "GPU jobs", "GPU-h requested",
-           "Target", "Id", WALL)
+COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Seeds", "Why", "Decided by",
+           "Rule on this run", "Reproduced, detail", "Interval", "Reason", "Wording", "Rule", "Jobs", "GPU jobs",
+           "GPU-h requested", "Target", "Id", WALL)
 NOT_PLANNED = "not planned"
 
 
@@ -54,7 +54,15 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
               settings: Mapping[str, Any], margins: list[dict[str, Any]]) -> ClaimRow:
-    """One row from the files its selectors picked (``files`` by kind)."""
+    """One row from the files its selectors picked (``files`` by kind), with the training seeds they hold."""
+    out = _rule_row(row, files, published, display, settings, margins)
+    out.seeds = seeds_text(arm_seeds(files)) if claim_of(row).planned else NOT_RUN
+    return out
+
+
+def _rule_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
+              settings: Mapping[str, Any], margins: list[dict[str, Any]]) -> ClaimRow:
+    """The row its claim's rule builds."""
     claim = claim_of(row)
     key, model = claim.key, (row.split(".", 1)[1] if claim.per_model else None)
     s = settings
@@ -174,7 +182,7 @@ def claims_table(rows: Sequence[tuple[ClaimRow, Mapping[str, Any]]], scale: str)
         if scale != "paper" and reproduced not in (NOT_RUN, NO_NUMBER):
             reproduced, rep_detail = f"not compared ({scale} scale)", ""
         records.append({"Claim": r.title, "Where": r.claim.where, "Paper": r.paper, "This run": r.ours,
-                        "Reproduced": reproduced, "Verdict": final.verdict, "Why": why,
+                        "Reproduced": reproduced, "Verdict": final.verdict, "Seeds": r.seeds, "Why": why,
                         "Decided by": decided_by(entry), "Rule on this run": measured,
                         "Reproduced, detail": rep_detail, "Interval": r.interval, "Reason": final.reason,
                         "Wording": r.claim.wording, "Rule": r.claim.rule, "Jobs": entry.get("jobs", 0),

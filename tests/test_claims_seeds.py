@@ -1,0 +1,69 @@
+"""Every claims row names the training seeds it rests on: Table 1's rows drawn as real runs with one and with three
+seeds per method, the conciseness study's four seeds, the ESSA study's one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from claims_fixture import N_COUNTDOWN, conciseness_fixture, display, essa_fixture, eval_run, published, spec
+from esrepro.report.claims.evidence import arm_seeds, file_seed
+from esrepro.report.claims.rows import ONE_SEED, seeds_text
+from esrepro.report.claims.table import claim_rows, claims_table
+
+MODEL = "qwen2.5-3b-instruct"
+
+
+def _table1(root: Path, seeds: dict[str, int], rng: np.random.Generator) -> Path:
+    """Table 1's evaluations of :data:`MODEL` at the paper's accuracies, ``seeds[method]`` training seeds per
+    method (the base model evaluated once), each problem right independently."""
+    row = published()["tables"]["table1_countdown"]["models"][MODEL]
+    for method, acc in row.items():
+        for seed in range(1 if method == "base" else seeds.get(method, seeds["*"])):
+            eval_run(root, "countdown", MODEL, method, acc, N_COUNTDOWN, rng, seed=seed)
+    return root
+
+
+def _rows(root: Path, only: list[str]) -> pd.DataFrame:
+    files = [str(p) for p in root.rglob("*") if p.is_file()]
+    rows = claim_rows(root, files, published(), display(), spec(), only=only)
+    return claims_table(rows, "paper").set_index("Id")
+
+
+@pytest.mark.parametrize("n, expected", [(1, f"1 seed each ({ONE_SEED})"), (3, "3 seeds each")])
+def test_table1_rows_name_their_seeds(tmp_path, n, expected):
+    root = _table1(tmp_path / "results", {"*": n}, np.random.default_rng(n))
+    df = _rows(root, ["es_improves_base", f"es_beats_rl.{MODEL}"])
+    assert df.loc[f"es_beats_rl.{MODEL}", "Seeds"] == expected
+    one = f" ({ONE_SEED})" if n == 1 else ""
+    assert df.loc["es_improves_base", "Seeds"] == f"{n} seed{'s' if n > 1 else ''}{one}"  # ES alone is trained
+
+
+def test_arms_with_different_seeds_are_named_and_one_seed_is_flagged(tmp_path):
+    root = _table1(tmp_path / "results", {"es": 3, "ppo": 1, "*": 3}, np.random.default_rng(5))
+    seeds = _rows(root, [f"es_beats_rl.{MODEL}"]).loc[f"es_beats_rl.{MODEL}", "Seeds"]
+    assert seeds == f"5 arms 3 each, PPO-z 1 ({ONE_SEED})"
+
+
+def test_the_studies_seeds(tmp_path):
+    root = tmp_path / "results"
+    conciseness_fixture(root, np.random.default_rng(1))
+    essa_fixture(root, np.random.default_rng(2))
+    df = _rows(root, ["es_stable_across_runs", "essa_faster_than_grpo"])
+    assert df.loc["es_stable_across_runs", "Seeds"] == "4 seeds each"
+    assert df.loc["essa_faster_than_grpo", "Seeds"] == f"1 seed each ({ONE_SEED})"
+
+
+def test_seed_text_from_paths():
+    assert file_seed("results/eval/countdown/m/es/seed2/test/metrics.json") == ("m", "es", 2)
+    assert file_seed("results/kl/conciseness/m/grpo/seed3/kl.json") == ("m", "grpo", 3)
+    assert file_seed("results/runs/gsm8k/m/essa_ref/seed0/manifest.json") == ("m", "essa_ref", 0)
+    files = {"evals": [f"r/eval/t/{m}/es/seed{s}/test/metrics.json" for m in ("a", "b") for s in range(3)]
+             + ["r/eval/t/a/base/seed0/test/metrics.json", "r/eval/t/a/ppo/seed0/test/metrics.json",
+                "r/eval/t/b/ppo/seed0/test/metrics.json", "r/eval/t/b/ppo/seed1/test/metrics.json"]}
+    assert arm_seeds(files) == {"es": [3, 3], "ppo": [1, 2]}
+    assert seeds_text(arm_seeds(files)) == f"ES 3, PPO-z 1-2 ({ONE_SEED})"
+    assert seeds_text({}) == "no trained run"
