@@ -67,3 +67,54 @@ def test_seed_text_from_paths():
     assert arm_seeds(files) == {"es": [3, 3], "ppo": [1, 2]}
     assert seeds_text(arm_seeds(files)) == f"ES 3, PPO-z 1-2 ({ONE_SEED})"
     assert seeds_text({}) == "no trained run"
+
+
+# --- claims.seeds: more seeds for the runs Table 1's claims read ------------------------------------------------------
+def _paper(seeds: int | None):
+    import copy
+
+    from claims_fixture import ROOT, pipeline
+    from esrepro.config import read_config
+    from esrepro.planning.load import load_pipeline
+
+    if seeds is None:
+        return pipeline()
+    cfg = copy.deepcopy(read_config(ROOT / "config" / "paper.yaml", root=ROOT))
+    cfg["claims"] = {"seeds": seeds}
+    return load_pipeline(cfg, "config/paper.yaml", root=ROOT)
+
+
+def test_claims_seeds_train_table1s_es_and_rl_runs_again():
+    from esrepro.planning.claim_cost import table1_cost
+    from esrepro.planning.claim_plan import ClaimPlan
+    from esrepro.planning.plan import Plan
+
+    one, three = _paper(None), _paper(3)
+    runs = set(Plan(three).train_runs("countdown"))
+    for model in three.train_models("countdown"):
+        for method in three.train_methods("countdown"):
+            trained = method == "es" or three.is_rl("countdown", method)
+            assert ((model, method, 2) in runs) == trained, (model, method)
+    assert set(Plan(one).train_runs("countdown")) < runs
+    assert Plan(three).train_runs("conciseness") == Plan(one).train_runs("conciseness")  # no other study's runs
+    row = f"es_beats_rl.{MODEL.replace('3b', '7b')}"
+    assert {k[4] for k in ClaimPlan(Plan(three)).keys(row)} == {0, 1, 2}
+    assert table1_cost(three).gpu_hours > 2 * table1_cost(one).gpu_hours
+
+
+def test_the_default_config_keeps_its_runs():
+    from claims_fixture import pipeline
+
+    p = pipeline("config.yaml")
+    assert p.cfg.claims.seeds == 1
+    assert all(not p.claims_seeds("countdown", m, meth) for m in p.train_models("countdown")
+               for meth in p.train_methods("countdown"))
+
+
+@pytest.mark.parametrize("seeds", [0, -2])
+def test_claims_seeds_below_one_is_refused(seeds):
+    from esrepro.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _paper(seeds)
+    assert any("claims.seeds" in p and "at least 1" in p for p in err.value.problems), err.value.problems
