@@ -55,7 +55,7 @@ def label(method: str) -> str:
 
 
 #: What a row decided on one training seed per arm certifies (docs/claims.md, "Seeds").
-ONE_SEED = "one seed: tests these checkpoints, not run-to-run spread"
+ONE_SEED = "one seed: certifies these checkpoints, not run-to-run spread"
 NO_SEEDS = "no trained run"
 
 

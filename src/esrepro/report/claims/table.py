@@ -283,13 +283,10 @@ def margins_figure(margins: pd.DataFrame, out_stem: PathLike, scale: str) -> lis
 
 # --- writing --------------------------------------------------------------------------------------------------------
 def _markdown(df: pd.DataFrame, caption: str, notes: Sequence[str]) -> str:
-    def cell(x: Any) -> str:
-        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x).replace("|", "/")
+    """The short table, then each row's reasons (:mod:`esrepro.report.claims.glance`)."""
+    from esrepro.report.claims.glance import markdown
 
-    lines = [f"**{caption}**", "", "| " + " | ".join(SHORT_COLUMNS) + " |", "|" + "---|" * len(SHORT_COLUMNS)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in SHORT_COLUMNS) + " |" for _, r in df.iterrows()]
-    lines += [""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    return markdown(df.to_dict("records"), caption, notes)
 
 
 #: The LaTeX table's columns and their widths.
