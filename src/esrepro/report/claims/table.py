@@ -1,5 +1,5 @@
 """The claims table: each claim's row built from the files its rule declares, the scale gate, and the table written
-as CSV (every column), Markdown (a short sentence a cell) and LaTeX.
+as CSV (every column), Markdown (a short table read at a glance, then each row's reasons) and LaTeX.
 
 ``spec`` (the step's, from :func:`esrepro.planning.specs.claims_spec`) holds the settings the rules read and, under
 ``claims``, every row id of this configuration with its selectors (:mod:`esrepro.report.claims.evidence`), the jobs
@@ -35,9 +35,8 @@ PathLike = str | os.PathLike
 #: and below the paper's scale a rule's outcome on them, stay in this column (`esrepro compare` leaves it out: its
 #: name says seconds).
 WALL = "This run, wall seconds"
-#: The Markdown table's columns: one short sentence a cell.
-SHORT_COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Seeds", "Why", "Decided by")
-#: The CSV's columns: the short ones, then the long reasons, the rule, the interval, the cost and the target.
+#: The CSV's columns: the short ones, then the long reasons, the rule, the interval, the cost and the target (the
+#: Markdown: :mod:`esrepro.report.claims.glance`).
 COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Seeds", "Why", "Decided by",
            "Rule on this run", "Reproduced, detail", "Interval", "Reason", "Wording", "Rule", "Jobs", "GPU jobs",
            "GPU-h requested", "Target", "Id", WALL)
@@ -291,7 +290,7 @@ def _markdown(df: pd.DataFrame, caption: str, notes: Sequence[str]) -> str:
 
 #: The LaTeX table's columns and their widths.
 LATEX_COLUMNS = {"Claim": "3.4cm", "Where": "2.2cm", "Paper": "3.4cm", "This run": "3.6cm", "Reproduced": "1.6cm",
-                 "Verdict": "1.6cm", "Why": "3.4cm", "Decided by": "2.0cm"}
+                 "Verdict": "1.6cm", "Seeds": "2.0cm", "Why": "3.4cm", "Decided by": "2.0cm"}
 
 
 def claims_latex(df: pd.DataFrame, caption: str, notes: Sequence[str] = ()) -> str:
