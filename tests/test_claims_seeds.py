@@ -118,3 +118,12 @@ def test_claims_seeds_below_one_is_refused(seeds):
     with pytest.raises(ConfigError) as err:
         _paper(seeds)
     assert any("claims.seeds" in p and "at least 1" in p for p in err.value.problems), err.value.problems
+
+
+def test_claim_costs_end_with_table1s_claims_together(capsys):
+    from claims_fixture import ROOT
+    from esrepro.planning.claim_cost import main
+
+    assert main(str(ROOT / "config" / "paper.yaml")) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("Table 1's claims together (1 seed a run; each job once): ") and "GPU-h requested" in last
