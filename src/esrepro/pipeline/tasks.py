@@ -45,6 +45,17 @@ class TasksMixin:
             return []
         return st.seeds_of_method(method)
 
+    def claims_seeds(self, task: str, model: str, method: str) -> list[int]:
+        """Extra seeds ``claims.seeds`` asks for this run: Table 1's ES and RL runs get the config's seeds, then the
+        next unused ones, up to that many (empty when none)."""
+        want, have = self.cfg.claims.seeds, list(self.seeds)
+        t1 = self.cfg.report.table1.task
+        if want <= len(have) or task != t1 or model not in self.train_models(task) or \
+                method not in self.train_methods(task) or not (method == "es" or self.is_rl(task, method)):
+            return []
+        free = (s for s in range(want + len(have)) if s not in have)
+        return [next(free) for _ in range(want - len(have))]
+
     def all_models(self) -> list[str]:
         """Every model a job of this config touches: the config's, each training task's and each study's."""
         out = list(self.models)

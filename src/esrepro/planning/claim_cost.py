@@ -90,6 +90,33 @@ def claim_costs(p: Pipeline) -> list[ClaimCost]:
     return out
 
 
+#: The claims Table 1's runs decide (their rows' keys): what ``claims.seeds`` multiplies.
+TABLE1_CLAIMS = ("es_improves_base", "es_beats_rl", "es_ahead_throughout", "es_sample_efficiency_v1")
+
+
+def table1_cost(p: Pipeline) -> ClaimCost | None:
+    """Every job Table 1's claims read, each counted once (None: the config plans none of them)."""
+    plan = Plan(p)
+    claims, jobs = ClaimPlan(plan), plan_jobs(p)
+    rows = [r for r in claims.rows() if claim_of(r).key in TABLE1_CLAIMS]
+    if not rows:
+        return None
+    picked = {id(j): j for r in rows for j in row_jobs(p, claims, r, jobs)}
+    costs = [job_row(p, j) for j in picked.values()]
+    return ClaimCost("table1", len(costs), sum(c.gpu_jobs for c in costs), sum(c.requested_gpu_h for c in costs),
+                     "")
+
+
+def table1_line(p: Pipeline) -> str:
+    """Table 1's claims together, at this config's ``claims.seeds``, in one line."""
+    c = table1_cost(p)
+    if c is None:
+        return "Table 1's claims: none planned\n"
+    k = max(p.cfg.claims.seeds, len(p.seeds))
+    return (f"Table 1's claims together ({k} seed{'s' if k > 1 else ''} a run; each job once): "
+            f"{c.jobs} jobs, {c.gpu_jobs} GPU jobs, {c.gpu_hours:,.0f} GPU-h requested\n")
+
+
 def markdown(costs: list[ClaimCost], limit: int | None = None) -> str:
     """The rows' costs as a Markdown table, cheapest first (the ``limit`` cheapest, when given)."""
     lines = ["| claim | where | jobs | GPU jobs | GPU-h requested | target |", "|---|---|---:|---:|---:|---|"]
@@ -104,8 +131,10 @@ def main(config: str, markdown_out: str | None = None) -> int:
     """Print what deciding each claim of ``config``'s claims table costs, cheapest first."""
     if not Path(config).is_file():
         raise FileNotFoundError(f"{config}: no such config file")
-    text = markdown(claim_costs(load_pipeline(read_config(config), config)))
+    p = load_pipeline(read_config(config), config)
+    text = markdown(claim_costs(p))
     print(text, end="")
+    print("\n" + table1_line(p), end="")
     if markdown_out:
         write_text(markdown_out, text)
     return 0

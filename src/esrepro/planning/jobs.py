@@ -75,7 +75,7 @@ class Groups:
             if method == BASE and model in p.train_models(train):
                 return TABLE1
             if method != BASE:
-                return TABLE1 if seed in p.seeds else STABILITY
+                return TABLE1 if seed in p.seeds or seed in p.claims_seeds(train, model, method) else STABILITY
         if train == "math_train" and train in p.cfg.train:
             return MATH
         if train in ("sudoku", "arc") and train in p.cfg.train:

@@ -35,9 +35,10 @@ class Plan:
     # --- training runs -------------------------------------------------------------
     def train_runs(self, task: str) -> list[Run]:
         """(model, method, seed) of every run trained on ``task``: its models x methods x the config's seeds, then
-        the extra seeds of the ``stability`` block."""
+        the extra seeds of ``claims.seeds`` and of the ``stability`` block."""
         models, methods = self.p.train_models(task), self.p.train_methods(task)
         out = [(m, meth, s) for m in models for meth in methods for s in self.seeds]
+        out += [(m, meth, s) for m in models for meth in methods for s in self.p.claims_seeds(task, m, meth)]
         out += [(m, meth, s) for m in models for meth in methods for s in self.p.stability_seeds(task, m, meth)]
         return list(dict.fromkeys(out))
 

@@ -388,14 +388,10 @@ def readme_results(golden: str | Path) -> str:
         lines += [f"| {r['method']} | {r['task']} | {pct(r.get('val_reward_sft'))} | {pct(r.get('val_max'))} | "
                   f"{pct(r.get('test_accuracy'))} |" for _, r in es.iterrows()]
     if (tables / "claims.csv").is_file():
+        from esrepro.report.claims.glance import glance
+
         cl = pd.read_csv(tables / "claims.csv")
-
-        def cell(x: Any) -> str:
-            return "" if pd.isna(x) else str(x).replace("|", "/")
-
-        lines += ["", "| Claim | Where | Rule on this run | Verdict |", "|---|---|---|---|"]
-        lines += [f"| {cell(r['Claim'])} | {cell(r['Where'])} | {cell(r['Rule on this run'])} | {cell(r['Verdict'])} |"
-                  for _, r in cl.iterrows()]
+        lines += ["", *glance(cl.to_dict("records"))]
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from esrepro.settings.base import FORMER_BLOCK_NAMES, FORMER_NAMES, RENAMED, fields_help
 from esrepro.settings.methods import EggrollSettings, ESSASettings, ESSettings, GRPOSettings, PPOSettings
 from esrepro.settings.pipeline import (
+    Claims,
     Dataset,
     DataSource,
     Defaults,
@@ -51,6 +52,7 @@ BLOCKS: list[tuple[str, type[BaseModel], str]] = [
     ("essa-study", ESSAStudy, "studies.essa"),
     ("report", Report, "report"),
     ("stability", Stability, "stability"),
+    ("claims", Claims, "claims"),
     ("model", ModelEntry, "models.<key> in config/models.yaml"),
     ("resources", Resources, "models.<key>.resources.<rule or default>"),
     ("build", Build, "models.<key>.build"),

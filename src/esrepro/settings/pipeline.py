@@ -376,6 +376,22 @@ class Stability(Settings):
         return list(self.seeds_of.get(method, self.seeds))
 
 
+class Claims(Settings):
+    """The claims table's evidence: how many training seeds its Table 1 claims rest on."""
+
+    seeds: int = Field(1, description="training seeds of every run Table 1's claims read (ES and the RL baselines "
+                       "on Table 1's models): the config's seeds, then the next unused ones, up to this many; 1: the "
+                       "config's seeds alone. One seed certifies the checkpoints, not the run-to-run spread "
+                       "(docs/claims.md)")
+
+    @field_validator("seeds")
+    @classmethod
+    def _at_least_one(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("at least 1 training seed per run")
+        return v
+
+
 class TableRef(Settings):
     """Which task and split a table reports."""
 
@@ -502,6 +518,8 @@ class PipelineConfig(Settings):
                                    "measured (over defaults.kl); every run of the task gets one")
     studies: Studies = Field(default_factory=Studies, description="hyperparameter studies")
     stability: Stability | None = Field(None, description="cross-run stability: extra seeds of some runs")
+    claims: Claims = Field(default_factory=Claims, description="the claims table: seeds of the runs its Table 1 "
+                           "claims read")
     report: Report = Field(default_factory=Report, description="tables and figures")
     rehearsal: Rehearsal | None = Field(None, description="rehearse the run on one CPU machine: every job on CPUs, "
                                         "RL grids thinned (null: run as the registry says)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,36 @@ def pick(results: PathLike, inputs: Iterable[PathLike], selectors: Mapping[str, 
                     out[k].append(path)
         elif key in wanted[kind]:
             out[kind].append(path)
+    return out
+
+
+#: A run's seed folder (``seed<k>``) and how far above each declared file it lies.
+SEED_DIR = re.compile(r"seed(\d+)")
+SEED_DEPTH = {"metrics.json": 3, "kl.json": 2, "manifest.json": 2}
+
+
+def file_seed(path: PathLike) -> tuple[str, str, int] | None:
+    """(model, method, seed) of a declared file, from its run's seed folder (None: not a run's file)."""
+    parts = Path(path).parts
+    depth = SEED_DEPTH.get(parts[-1] if parts else "")
+    if depth is None or len(parts) < depth + 2:
+        return None
+    found = SEED_DIR.fullmatch(parts[-depth])
+    return (parts[-depth - 2], parts[-depth - 1], int(found.group(1))) if found else None
+
+
+def arm_seeds(files: Mapping[str, Sequence[PathLike]]) -> dict[str, list[int]]:
+    """The seed counts of a row's trained arms: per method, one count per model it ran on (the base model, never
+    trained, is no arm)."""
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for kind_files in files.values():
+        for path in kind_files:
+            found = file_seed(path)
+            if found is not None and found[1] != "base":
+                seeds.setdefault(found[:2], set()).add(found[2])
+    out: dict[str, list[int]] = {}
+    for (_, method), s in sorted(seeds.items()):
+        out.setdefault(method, []).append(len(s))
     return out
 
 

@@ -38,6 +38,7 @@ class ClaimRow:
     reproduced: str = NO_NUMBER
     reproduced_detail: str = ""
     wall: str = ""
+    seeds: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -51,6 +52,37 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 def label(method: str) -> str:
     return METHOD_LABELS.get(method, method)
+
+
+#: What a row decided on one training seed per arm certifies (docs/claims.md, "Seeds").
+ONE_SEED = "one seed: certifies these checkpoints, not run-to-run spread"
+NO_SEEDS = "no trained run"
+
+
+def _count(counts: Sequence[int]) -> str:
+    lo, hi = min(counts), max(counts)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def seeds_text(arms: Mapping[str, Sequence[int]]) -> str:
+    """The Seeds cell: the training seeds of each arm (:func:`esrepro.report.claims.evidence.arm_seeds`), one number
+    when every arm has as many ("3 seeds each"), else per arm ("ES 3, PPO-z 1"; more than three arms alike are
+    counted), and what a single seed means."""
+    if not arms:
+        return NO_SEEDS
+    counts = {method: _count(c) for method, c in arms.items()}
+    values = list(dict.fromkeys(counts.values()))
+    if len(values) == 1:
+        n = values[0]
+        text = f"{n} seed{'' if n == '1' else 's'}" + (" each" if len(counts) > 1 else "")
+    else:
+        groups = []
+        for n in sorted(values, key=lambda v: -int(v.split("-")[-1])):
+            names = [label(m) for m, c in counts.items() if c == n]
+            groups.append(", ".join(f"{m} {n}" for m in names) if len(names) <= 3 else f"{len(names)} arms {n} each")
+        text = ", ".join(groups)
+    single = min(min(c) for c in arms.values()) == 1
+    return f"{text} ({ONE_SEED})" if single else text
 
 
 def why_of(cases: Sequence[tuple[str, Outcome]], unit: str) -> str:

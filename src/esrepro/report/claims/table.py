@@ -1,5 +1,5 @@
 """The claims table: each claim's row built from the files its rule declares, the scale gate, and the table written
-as CSV (every column), Markdown (a short sentence a cell) and LaTeX.
+as CSV (every column), Markdown (a short table read at a glance, then each row's reasons) and LaTeX.
 
 ``spec`` (the step's, from :func:`esrepro.planning.specs.claims_spec`) holds the settings the rules read and, under
 ``claims``, every row id of this configuration with its selectors (:mod:`esrepro.report.claims.evidence`), the jobs
@@ -29,8 +29,8 @@ from esrepro.report.claims import math_puzzles as MP
 from esrepro.report.claims import rl_grid as RG
 from esrepro.report.claims import small_models as SM
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
-from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa, load_periodic, pick
-from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt
+from esrepro.report.claims.evidence import Evals, arm_seeds, load_conciseness, load_essa, load_periodic, pick
+from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt, seeds_text
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, UNTESTABLE, Outcome
 
 PathLike = str | os.PathLike
@@ -39,12 +39,11 @@ PathLike = str | os.PathLike
 #: and below the paper's scale a rule's outcome on them, stay in this column (`esrepro compare` leaves it out: its
 #: name says seconds).
 WALL = "This run, wall seconds"
-#: The Markdown table's columns: one short sentence a cell.
-SHORT_COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Why", "Decided by")
-#: The CSV's columns: the short ones, then the long reasons, the rule, the interval, the cost and the target.
-COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Why", "Decided by", "Rule on this run",
-           "Reproduced, detail", "Interval", "Reason", "Wording", "Rule", "Jobs", "GPU jobs", "GPU-h requested",
-           "Target", "Id", WALL)
+#: The CSV's columns: the short ones, then the long reasons, the rule, the interval, the cost and the target (the
+#: Markdown: :mod:`esrepro.report.claims.glance`).
+COLUMNS = ("Claim", "Where", "Paper", "This run", "Reproduced", "Verdict", "Seeds", "Why", "Decided by",
+           "Rule on this run", "Reproduced, detail", "Interval", "Reason", "Wording", "Rule", "Jobs", "GPU jobs",
+           "GPU-h requested", "Target", "Id", WALL)
 NOT_PLANNED = "not planned"
 
 
@@ -59,7 +58,15 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
               settings: Mapping[str, Any], margins: list[dict[str, Any]]) -> ClaimRow:
-    """One row from the files its selectors picked (``files`` by kind)."""
+    """One row from the files its selectors picked (``files`` by kind), with the training seeds they hold."""
+    out = _rule_row(row, files, published, display, settings, margins)
+    out.seeds = seeds_text(arm_seeds(files)) if claim_of(row).planned else NOT_RUN
+    return out
+
+
+def _rule_row(row: str, files: Mapping[str, list[str]], published: Mapping[str, Any], display: Mapping[str, str],
+              settings: Mapping[str, Any], margins: list[dict[str, Any]]) -> ClaimRow:
+    """The row its claim's rule builds."""
     claim = claim_of(row)
     key, model = claim.key, (row.split(".", 1)[1] if claim.per_model else None)
     s = settings
@@ -195,7 +202,7 @@ def claims_table(rows: Sequence[tuple[ClaimRow, Mapping[str, Any]]], scale: str)
         if scale != "paper" and reproduced not in (NOT_RUN, NO_NUMBER):
             reproduced, rep_detail = f"not compared ({scale} scale)", ""
         records.append({"Claim": r.title, "Where": r.claim.where, "Paper": r.paper, "This run": r.ours,
-                        "Reproduced": reproduced, "Verdict": final.verdict, "Why": why,
+                        "Reproduced": reproduced, "Verdict": final.verdict, "Seeds": r.seeds, "Why": why,
                         "Decided by": decided_by(entry), "Rule on this run": measured,
                         "Reproduced, detail": rep_detail, "Interval": r.interval, "Reason": final.reason,
                         "Wording": r.claim.wording, "Rule": r.claim.rule, "Jobs": entry.get("jobs", 0),
@@ -296,18 +303,15 @@ def margins_figure(margins: pd.DataFrame, out_stem: PathLike, scale: str) -> lis
 
 # --- writing --------------------------------------------------------------------------------------------------------
 def _markdown(df: pd.DataFrame, caption: str, notes: Sequence[str]) -> str:
-    def cell(x: Any) -> str:
-        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x).replace("|", "/")
+    """The short table, then each row's reasons (:mod:`esrepro.report.claims.glance`)."""
+    from esrepro.report.claims.glance import markdown
 
-    lines = [f"**{caption}**", "", "| " + " | ".join(SHORT_COLUMNS) + " |", "|" + "---|" * len(SHORT_COLUMNS)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in SHORT_COLUMNS) + " |" for _, r in df.iterrows()]
-    lines += [""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    return markdown(df.to_dict("records"), caption, notes)
 
 
 #: The LaTeX table's columns and their widths.
 LATEX_COLUMNS = {"Claim": "3.4cm", "Where": "2.2cm", "Paper": "3.4cm", "This run": "3.6cm", "Reproduced": "1.6cm",
-                 "Verdict": "1.6cm", "Why": "3.4cm", "Decided by": "2.0cm"}
+                 "Verdict": "1.6cm", "Seeds": "2.0cm", "Why": "3.4cm", "Decided by": "2.0cm"}
 
 
 def claims_latex(df: pd.DataFrame, caption: str, notes: Sequence[str] = ()) -> str:
