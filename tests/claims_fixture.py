@@ -221,3 +221,45 @@ def paper_fixture(root: Path, nested: bool = False, table1_override: dict | None
 def table(root: Path, scale: str = "paper", config: str = "paper.yaml") -> pd.DataFrame:
     rows = claim_rows(root, [str(root.parent / f) for f in inputs(config)], published(), display(), spec(config))
     return claims_table(rows, scale)
+
+
+# --- the conciseness study's KL spread and GRPO learning-rate sweep ---
+def table2_kl_fixture(root: Path, rng: np.random.Generator, es_kl_sd: float, grpo_kl_sd: float) -> list[str]:
+    """Table 2's shape on one model: two ES and two GRPO configurations, four seeds each, rewards spread by 0.01
+    and KL by ``es_kl_sd`` and ``grpo_kl_sd``; the base model."""
+    kl_run(root, "m", "base", 0, "base", {}, [(0, 0.5, 0.0)], words=True)
+    for method, algo, reward, kl, sd in (("es_a", "es", 0.89, 0.27, es_kl_sd), ("es_b", "es", 0.92, 0.81, es_kl_sd),
+                                         ("grpo_a", "grpo", 0.87, 0.86, grpo_kl_sd),
+                                         ("grpo_b", "grpo", 0.91, 1.59, grpo_kl_sd)):
+        hyper = {"sigma": 0.001} if algo == "es" else {"beta": 0.01, "learning_rate": 5e-6}
+        for s in range(4):
+            r = reward + 0.01 * rng.standard_normal()
+            k = max(0.0, kl + sd * rng.standard_normal())
+            kl_run(root, "m", method, s, algo, hyper, [(1000, r, k)], words=True)
+    return sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json"))
+
+
+SWEEP_LRS = (2e-6, 3e-6, 4e-6, 5e-6)
+
+
+def lr_sweep_fixture(root: Path, rng: np.random.Generator, reward_of, kl_of, es_reward: float = 0.92) -> list[str]:
+    """The sweep's GRPO runs (four betas x four learning rates x four seeds, normal around ``reward_of(beta,
+    lr)`` and ``kl_of(beta, lr)``), ES's study runs and the base model."""
+    kl_run(root, "m", "base", 0, "base", {}, [(0, 0.55, 0.0)], words=True)
+    for beta in (0.0, 0.01, 0.1, 1.0):
+        for lr in SWEEP_LRS:
+            for s in range(4):
+                r = float(np.clip(reward_of(beta, lr) + 0.01 * rng.standard_normal(), 0, 1))
+                k = max(0.0, kl_of(beta, lr) + 0.05 * rng.standard_normal())
+                kl_run(root, "m", f"grpo_beta{beta:g}_lr{lr:g}", s, "grpo", {"beta": beta, "learning_rate": lr},
+                       [(1000, r, k)], words=True)
+    for sigma in (0.001, 0.0015):
+        for s in range(4):
+            kl_run(root, "m", f"es_sigma{sigma:g}", s, "es", {"sigma": sigma, "alpha": sigma / 2},
+                   [(1000, es_reward + 0.005 * rng.standard_normal(), 0.5)], words=True)
+    return sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json"))
+
+
+def rising_reward(beta: float, lr: float) -> float:
+    """A reward rising with the learning rate over the sweep, less at larger beta."""
+    return 0.55 + 0.3 * (lr - 2e-6) / 3e-6 / (1 + beta)

@@ -38,15 +38,21 @@ from claims_fixture import (
     conciseness_fixture,
     display,
     essa_fixture,
+    lr_sweep_fixture,
     published,
+    rising_reward,
     spec,
+    table2_kl_fixture,
 )
 from esrepro.report import verdicts as V
 from esrepro.report.claims import conciseness as C
+from esrepro.report.claims import conciseness_sweep as CS
 from esrepro.report.claims import countdown as CD
 from esrepro.report.claims import es_variants as EV
 from esrepro.report.claims import essa as E
+from esrepro.report.claims import essa_convergence as EC
 from esrepro.report.claims import math_puzzles as MP
+from esrepro.report.claims import small_models as SM
 from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa
 
 #: ESSA's noise (wall-clock times and held-out accuracies).
@@ -257,6 +263,48 @@ def lowrank(rng: np.random.Generator) -> Verdicts:
     return {"Low-rank ES keeps full-rank ES's gain": (verdicts[0], verdicts[1])}
 
 
+#: Fig. 8's clear refutation: ESSA's resampled run ends at 0.70, GRPO at 0.81.
+ESSA_ENDS_LOW = {("gsm8k", ESSA_MODEL, "essa_resample100"): ((0.0, 0.62), (600.0, 0.66), (1440.0, 0.70))}
+
+
+def further(rng: np.random.Generator) -> Verdicts:
+    """The rows beyond the headline ones: v1's smallest model (no clear refutation: RL's 0.3% leaves no room
+    below), Table 2's KL spread (refuted: ES's KL std 0.8 over seeds, GRPO's 0.005), GRPO's reward and KL against
+    the learning rate (refuted: KL falls), ES above GRPO at small learning rates (refuted: GRPO at 0.97) and ESSA's
+    Fig. 8 accuracy (refuted: :data:`ESSA_ENDS_LOW`)."""
+    pub, names = published(), display()
+    small = "qwen2.5-0.5b-instruct"
+    row = pub["tables"]["table1_countdown"]["models"][small]
+    evals = Evals.from_outcomes({("countdown", "test", small, m): {0: _outcomes(row[m], N_COUNTDOWN, rng)}
+                                 for m in ("base", *SM.V1_RL, "es")})
+    out: Verdicts = {"ES improves the smallest model, where RL does not (v1)": (
+        SM.small_model_row(evals, pub, names, small, "countdown", "test").outcome.verdict, V.HOLDS)}
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        faithful = load_conciseness(sorted(str(p) for p in conciseness_fixture(root / "t2", rng).glob(
+            "kl/conciseness/*/*/seed*/kl.json")))
+        inverted = load_conciseness(table2_kl_fixture(root / "inv", rng, 0.8, 0.005))
+        out["ES's KL varies less over seeds than GRPO's"] = (
+            CS.kl_stability_row(faithful, pub, spec()["reward_cutoff"]).outcome.verdict,
+            CS.kl_stability_row(inverted, pub, 0.85).outcome.verdict)
+        sweep = load_conciseness(lr_sweep_fixture(root / "lr", rng, rising_reward,
+                                                  lambda b, lr: 2 * rising_reward(b, lr)))
+        falling = load_conciseness(lr_sweep_fixture(root / "fall", rng, rising_reward,
+                                                    lambda b, lr: 1.0 - 1e5 * (lr - 2e-6)))
+        above = load_conciseness(lr_sweep_fixture(root / "above", rng, lambda b, lr: 0.97, lambda b, lr: 0.3))
+        out["GRPO's reward and KL rise with its learning rate"] = (CS.lr_trend_row(sweep).outcome.verdict,
+                                                                   CS.lr_trend_row(falling).outcome.verdict)
+        out["GRPO at small learning rates stays near the base reward; ES moves it up"] = (
+            CS.near_base_row(sweep).outcome.verdict, CS.near_base_row(above).outcome.verdict)
+        verdicts = []
+        for tag, curves in (("fig8", None), ("low", ESSA_ENDS_LOW)):
+            essa_fixture(root / tag, np.random.default_rng(int(rng.integers(2**31))), ESSA_NOISE, rng, curves)
+            runs, cur = load_essa(sorted((root / tag).glob("runs/*/*/*/seed0/manifest.json")))
+            verdicts.append(EC.fig8_accuracy_row(runs, cur, names).outcome.verdict)
+        out["ESSA ends above GRPO's accuracy"] = (verdicts[0], verdicts[1])
+    return out
+
+
 #: Each claim's clear refutation (claims not named here have none: their power is not reported).
 REFUTATIONS = {
     "ES improves every base model": f"ES {DEFICIT:g} points below the base model on one model (of 7)",
@@ -270,12 +318,18 @@ REFUTATIONS = {
     "ESSA improves accuracy over training": "Llama-3.1-8B's accuracy falls 10 points over training",
     "GRPO with small beta hacks the reward; ES does not": "an ES run hacks",
     "ES's reward-KL front lies above GRPO's": "GRPO at beta 0.0464 at reward 0.98 (std 0.01), above ES's 0.919",
+    "ES's KL varies less over seeds than GRPO's": "ES's KL std 0.8 over seeds, GRPO's 0.005",
+    "GRPO's reward and KL rise with its learning rate": "KL falls by 0.3 over the sweep's learning rates",
+    "GRPO at small learning rates stays near the base reward; ES moves it up": "GRPO at reward 0.97, ES at 0.92",
+    "ESSA ends above GRPO's accuracy": "ESSA's resampled run ends at 0.70, GRPO at 0.81",
     "Low-rank ES keeps full-rank ES's gain": f"low-rank ES keeps {LOWRANK_REFUTED:.0%} of the control arm's gain "
                                              f"({LOWRANK_BASE:g}% to {LOWRANK_CONTROL:g}%; 3 seeds an arm)",
 }
 GROUPS: dict[str, Callable[[np.random.Generator], Verdicts]] = {
     "table1": table1, "puzzles": puzzles, "curves": curves, "essa": essa, "conciseness": conciseness,
-    "variants": lowrank}
+    "variants": lowrank, "further": further}
+#: Each group's stream of draws (fixed numbers, so that adding a group leaves the others' draws as they were).
+GROUP_STREAMS = {"conciseness": 0, "curves": 1, "essa": 2, "puzzles": 3, "table1": 4, "variants": 5, "further": 6}
 
 
 def refutation_of(claim: str) -> str:
@@ -291,7 +345,7 @@ def calibrate(draws: int, seed: int = 0, groups: Mapping[str, Callable[[np.rando
     defined)."""
     counts: dict[str, list[int]] = {}
     for name, group in (groups or GROUPS).items():
-        rng = np.random.default_rng([seed, sorted(GROUPS).index(name) if name in GROUPS else 99])
+        rng = np.random.default_rng([seed, GROUP_STREAMS.get(name, 99)])
         for _ in range(draws):
             for claim, (faithful, refuted) in group(rng).items():
                 c = counts.setdefault(claim, [0, 0])

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from claims_fixture import ESSA_MODEL, display, essa_run, published
-from claims_noise import calibrate, conciseness, curves, essa, lowrank, puzzles, table1
+from claims_noise import calibrate, conciseness, curves, essa, further, lowrank, puzzles, table1
 from esrepro.report import verdicts as V
 from esrepro.report.claims import countdown as CD
 from esrepro.report.claims import essa as E
@@ -156,11 +156,12 @@ def _check(df: pd.DataFrame) -> None:
 
 
 @pytest.mark.parametrize("group, draws", [("puzzles", 100), ("curves", 100), ("lowrank", 60),
+                                          pytest.param("further", 30, marks=pytest.mark.slow),
                                           pytest.param("essa", 60, marks=pytest.mark.slow)])
 def test_faithful_runs_are_rarely_refuted_and_clear_refutations_are_found(group, draws):
     """Over many draws (tests/claims_noise.py states each noise): false refutations at most 5% per claim, power at
     least 80% where a clear refutation is defined."""
-    fn = {"puzzles": puzzles, "curves": curves, "essa": essa, "lowrank": lowrank}[group]
+    fn = {"puzzles": puzzles, "curves": curves, "essa": essa, "lowrank": lowrank, "further": further}[group]
     df = calibrate(draws, seed=11, groups={group: fn})
     assert len(df) >= 1 and (df["draws"] == draws).all()
     _check(df)

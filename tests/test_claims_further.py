@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from claims_fixture import ESSA_MODEL, essa_run, kl_run
+from claims_fixture import ESSA_MODEL, essa_run, lr_sweep_fixture, rising_reward, table2_kl_fixture
 from esrepro.report import verdicts as V
 from esrepro.report.claims import conciseness_sweep as CS
 from esrepro.report.claims import essa_convergence as EC
@@ -93,62 +93,24 @@ def test_a_grid_cell_without_its_log_is_named(tmp_path):
 
 
 # --- Table 2's KL spread ---------------------------------------------------------------------------------------------
-def _table2(root: Path, rng: np.random.Generator, es_kl_sd: float, grpo_kl_sd: float) -> list[str]:
-    kl_run(root, "m", "base", 0, "base", {}, [(0, 0.5, 0.0)], words=True)
-    for method, algo, reward, kl, sd in (("es_a", "es", 0.89, 0.27, es_kl_sd), ("es_b", "es", 0.92, 0.81, es_kl_sd),
-                                         ("grpo_a", "grpo", 0.87, 0.86, grpo_kl_sd),
-                                         ("grpo_b", "grpo", 0.91, 1.59, grpo_kl_sd)):
-        hyper = {"sigma": 0.001} if algo == "es" else {"beta": 0.01, "learning_rate": 5e-6}
-        for s in range(4):
-            r = reward + 0.01 * rng.standard_normal()
-            k = max(0.0, kl + sd * rng.standard_normal())
-            kl_run(root, "m", method, s, algo, hyper, [(1000, r, k)], words=True)
-    return sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json"))
-
-
 def test_kl_spread_far_apart_holds_and_inverted_does_not(tmp_path):
     rng = np.random.default_rng(4)
-    held = CS.kl_stability_row(load_conciseness(_table2(tmp_path / "a", rng, 0.01, 0.8)), {}, 0.85)
+    held = CS.kl_stability_row(load_conciseness(table2_kl_fixture(tmp_path / "a", rng, 0.01, 0.8)), {}, 0.85)
     assert held.outcome.verdict == V.HOLDS, held.outcome.reason
-    inverted = CS.kl_stability_row(load_conciseness(_table2(tmp_path / "b", rng, 0.8, 0.005)), {}, 0.85)
+    inverted = CS.kl_stability_row(load_conciseness(table2_kl_fixture(tmp_path / "b", rng, 0.8, 0.005)), {}, 0.85)
     assert inverted.outcome.verdict == V.FAILS, inverted.outcome.reason
-    cut = CS.kl_stability_row(load_conciseness(_table2(tmp_path / "c", rng, 0.01, 0.8)), {}, 0.95)
+    cut = CS.kl_stability_row(load_conciseness(table2_kl_fixture(tmp_path / "c", rng, 0.01, 0.8)), {}, 0.95)
     assert cut.outcome.verdict == V.UNTESTABLE
 
 
 # --- GRPO's learning-rate sweep --------------------------------------------------------------------------------------
-LRS = (2e-6, 3e-6, 4e-6, 5e-6)
-
-
-def _sweep(root: Path, rng: np.random.Generator, reward_of, kl_of, es_reward: float = 0.92) -> list[str]:
-    """The sweep's GRPO runs (four betas x four learning rates x four seeds, normal around ``reward_of(beta,
-    lr)`` and ``kl_of(beta, lr)``), ES's study runs and the base model."""
-    kl_run(root, "m", "base", 0, "base", {}, [(0, 0.55, 0.0)], words=True)
-    for beta in (0.0, 0.01, 0.1, 1.0):
-        for lr in LRS:
-            for s in range(4):
-                r = float(np.clip(reward_of(beta, lr) + 0.01 * rng.standard_normal(), 0, 1))
-                k = max(0.0, kl_of(beta, lr) + 0.05 * rng.standard_normal())
-                kl_run(root, "m", f"grpo_beta{beta:g}_lr{lr:g}", s, "grpo", {"beta": beta, "learning_rate": lr},
-                       [(1000, r, k)], words=True)
-    for sigma in (0.001, 0.0015):
-        for s in range(4):
-            kl_run(root, "m", f"es_sigma{sigma:g}", s, "es", {"sigma": sigma, "alpha": sigma / 2},
-                   [(1000, es_reward + 0.005 * rng.standard_normal(), 0.5)], words=True)
-    return sorted(str(p) for p in root.glob("kl/conciseness/*/*/seed*/kl.json"))
-
-
-def _rising(beta: float, lr: float) -> float:
-    return 0.55 + 0.3 * (lr - 2e-6) / 3e-6 / (1 + beta)
-
-
 def test_reward_and_kl_rising_with_the_learning_rate_hold_and_a_falling_kl_does_not(tmp_path):
     rng = np.random.default_rng(6)
-    runs = load_conciseness(_sweep(tmp_path / "a", rng, _rising, lambda b, lr: 2 * _rising(b, lr)))
+    runs = load_conciseness(lr_sweep_fixture(tmp_path / "a", rng, rising_reward, lambda b, lr: 2 * rising_reward(b, lr)))
     row = CS.lr_trend_row(runs)
     assert row.outcome.verdict == V.HOLDS, row.outcome.reason
     assert row.interval.count("KL at beta") == 4 and "beta 0: 2e-06" in row.ours
-    falls = CS.lr_trend_row(load_conciseness(_sweep(tmp_path / "b", rng, _rising,
+    falls = CS.lr_trend_row(load_conciseness(lr_sweep_fixture(tmp_path / "b", rng, rising_reward,
                                                     lambda b, lr: 1.0 - 1e5 * (lr - 2e-6))))
     assert falls.outcome.verdict == V.FAILS and "KL at beta" in falls.outcome.reason
 
@@ -157,18 +119,18 @@ def test_flat_slopes_are_rarely_refuted(tmp_path):
     rng = np.random.default_rng(7)
     refuted = 0
     for i in range(30):
-        runs = load_conciseness(_sweep(tmp_path / f"f{i}", rng, lambda b, lr: 0.6, lambda b, lr: 0.3))
+        runs = load_conciseness(lr_sweep_fixture(tmp_path / f"f{i}", rng, lambda b, lr: 0.6, lambda b, lr: 0.3))
         refuted += CS.lr_trend_row(runs).outcome.verdict == V.FAILS
     assert refuted <= 1, refuted
 
 
 def test_es_above_grpo_at_small_learning_rates_holds_and_grpo_above_es_does_not(tmp_path):
     rng = np.random.default_rng(8)
-    runs = load_conciseness(_sweep(tmp_path / "a", rng, _rising, lambda b, lr: 0.3))
+    runs = load_conciseness(lr_sweep_fixture(tmp_path / "a", rng, rising_reward, lambda b, lr: 0.3))
     row = CS.near_base_row(runs)
     assert row.outcome.verdict == V.HOLDS, row.outcome.reason
     assert "lr 3e-06" in row.interval and "lr 4e-06" not in row.interval and "base model" in row.interval
-    above = load_conciseness(_sweep(tmp_path / "b", rng, lambda b, lr: 0.97, lambda b, lr: 0.3))
+    above = load_conciseness(lr_sweep_fixture(tmp_path / "b", rng, lambda b, lr: 0.97, lambda b, lr: 0.3))
     assert CS.near_base_row(above).outcome.verdict == V.FAILS
     no_sweep = runs[runs["algorithm"] != "grpo"]
     assert CS.near_base_row(no_sweep).outcome.verdict == V.UNTESTABLE
@@ -225,3 +187,15 @@ def test_generations_to_a_level_and_the_readings():
     assert EC.speed_case({"native": 5.0, "int8": 4.0, "int4": 5.0}, "precision")[0] is True
     assert EC.speed_case({"native": 5.0, "int8": 6.0}, "precision")[0] is False
     assert EC.speed_case({8: 1.0, 16: 2.0}, "rank")[0] is None
+
+
+def test_fig8_without_the_held_out_count_never_refutes(tmp_path):
+    """Point estimates only (no held-out problem count, so no interval): ESSA ending lower stays open."""
+    runs, curves = _essa(tmp_path, [("essa_ref", "essa", [(0.0, 0.62), (900.0, 0.66), (1800.0, 0.68)], {}),
+                                    ("essa_grpo", "verl_grpo", [(0.0, 0.62), (1500.0, 0.70), (3060.0, 0.78)], {})])
+    for manifest in tmp_path.glob("runs/*/*/*/seed0/manifest.json"):
+        m = json.loads(manifest.read_text())
+        m["settings"]["val_examples"] = 0
+        manifest.write_text(json.dumps(m))
+    out = EC.fig8_accuracy_row(runs, curves, {}).outcome
+    assert out.verdict == V.NOT_RESOLVED and "no interval" in out.reason
