@@ -30,6 +30,7 @@ from esrepro.report.claims import rl_grid as RG
 from esrepro.report.claims import small_models as SM
 from esrepro.report.claims.catalogue import CLAIMS, claim_of
 from esrepro.report.claims.evidence import Evals, arm_seeds, load_conciseness, load_essa, load_periodic, pick
+from esrepro.report.claims.glance import markdown as glance_markdown
 from esrepro.report.claims.rows import NO_NUMBER, NOT_RUN, ClaimRow, fmt, seeds_text
 from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, UNTESTABLE, Outcome
 
@@ -304,9 +305,7 @@ def margins_figure(margins: pd.DataFrame, out_stem: PathLike, scale: str) -> lis
 # --- writing --------------------------------------------------------------------------------------------------------
 def _markdown(df: pd.DataFrame, caption: str, notes: Sequence[str]) -> str:
     """The short table, then each row's reasons (:mod:`esrepro.report.claims.glance`)."""
-    from esrepro.report.claims.glance import markdown
-
-    return markdown(df.to_dict("records"), caption, notes)
+    return glance_markdown(df.to_dict("records"), caption, notes)
 
 
 #: The LaTeX table's columns and their widths.
