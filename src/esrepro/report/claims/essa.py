@@ -1,4 +1,4 @@
-"""The ESSA paper's claims (arXiv 2507.04453; its full text is v1): ESSA against its GRPO baseline in wall-clock
+"""The ESSA paper's claims (arXiv 2507.04453, read in v1's full text; v3's changes: docs/claims.md, "ESSA v3"): ESSA against its GRPO baseline in wall-clock
 time and in training problems (Sec. 5.4, Fig. 8; abstract and Sec. 1), its time to the target against GPUs
 (Sec. 5.1, Fig. 2), the population, rank and precision sweeps (Figs. 4, 7, 9), and ESSA's gain over training
 (Sec. 5.2, Fig. 6). Times, counts and best accuracies are point estimates: a rule may say holds from them, but it
