@@ -57,3 +57,15 @@ def test_shorten_cuts_at_a_phrase():
     assert shorten("a b; c d; e f", 9) == "a b …"
     assert shorten("short", 10) == "short"
     assert len(shorten("x" * 50, 10)) <= 10
+
+
+def test_a_row_of_many_arms_with_long_cells_still_fits():
+    """The tiny default's Table 1 rows: six arms with their seed counts beside long verdict and claim cells."""
+    row = {"Claim": "ES beats every RL baseline: tiny-qwen2 (1M, built locally)", "Paper": "not in the paper's "
+           "Table 1", "This run": "ES 15.3, PPO-z 15.1, GRPO-z (8) 15.5", "Verdict": "not testable",
+           "Rule on this run": "not resolved",
+           "Seeds": "ES 3, GRPO-z (8) 2, GRPO-v 2, Dr.GRPO-v 1, GRPO-z (30) 1, PPO-z 1 (one seed: certifies these "
+           "checkpoints, not run-to-run spread)"}
+    lines = glance([row])
+    assert all(len(line) <= 200 for line in lines), [len(line) for line in lines]
+    assert "not testable (rule here: not resolved)" in lines[2]

@@ -101,8 +101,15 @@ def speed_row(runs: pd.DataFrame, curves: pd.DataFrame, key: str, display: Mappi
                     outcome, why_of(cases, "models"), "generations to a common accuracy; no interval")
 
 
+def held_out_count(run_dir: str) -> int:
+    """A run's held-out problems: an ESSA run's ``val_examples`` setting, its GRPO baseline's under
+    ``essa_baseline`` (the reference run's held-out problems); 0 when neither says."""
+    m = read_json(Path(run_dir) / "manifest.json")
+    return int(m["settings"].get("val_examples") or (m.get("essa_baseline") or {}).get("val_examples") or 0)
+
+
 def _val_examples(runs: pd.DataFrame) -> int:
-    return sum(int(read_json(Path(d) / "manifest.json")["settings"].get("val_examples") or 0) for d in runs["run_dir"])
+    return sum(held_out_count(d) for d in runs["run_dir"])
 
 
 def fig8_accuracy_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping[str, str]) -> ClaimRow:
@@ -121,6 +128,7 @@ def fig8_accuracy_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping
         e, g = float(ce.iloc[-1]), float(cg.iloc[-1])
         n = min(_val_examples(essa), _val_examples(grpo))
         diff = 100 * (e - g)
+        ours.append(f"{name}: ESSA {e:.3f}, GRPO {g:.3f}")
         if not n:
             cases.append((name, Outcome(HOLDS if diff > 0 else NOT_RESOLVED,
                                         f"last accuracies {e:.3f} and {g:.3f}: held-out problems unknown, no "
@@ -131,7 +139,6 @@ def fig8_accuracy_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping
         iv = Interval(diff, diff - Z95 * se, diff + Z95 * se, f"normal interval of two proportions on {n} problems",
                       diff + V.refute_z(family) * se if family > 1 else None)
         cases.append((name, V.margin_outcome(f"ESSA - GRPO last held-out accuracy, {name}", iv)))
-        ours.append(f"{name}: ESSA {e:.3f}, GRPO {g:.3f}")
         intervals.append(f"{name}: {iv.text()}")
     outcome = V.combine(cases) if cases else V.untestable("the ESSA study's GRPO comparison not run")
     return ClaimRow(claim, None, claim.title, "curves only; ESSA plateaus higher", "; ".join(ours) or "not run",

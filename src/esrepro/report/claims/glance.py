@@ -82,8 +82,9 @@ def _fit(cells: list[str], wide: Sequence[int]) -> list[str]:
     out = list(cells)
     for i in wide:
         out[i] = shorten(out[i], each)
-    if len(_line(out)) > MAX_LINE:  # the narrow cells alone are too long: cut the claim too
-        out[0] = shorten(out[0], max(8, len(out[0]) - (len(_line(out)) - MAX_LINE)))
+    for i in (0, len(out) - 1):  # the narrow cells alone are too long: cut the claim, then the seeds
+        if len(_line(out)) > MAX_LINE:
+            out[i] = shorten(out[i], max(8, len(out[i]) - (len(_line(out)) - MAX_LINE)))
     return out
 
 
