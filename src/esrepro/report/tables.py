@@ -36,7 +36,8 @@ RL_COLUMNS: tuple[str, ...] = ("ppo", "grpo8", "grpo30", "grpov", "drgrpov")
 
 #: Labels for method keys that are not table columns (e.g. Dr.GRPO on TRL, the ESSA study's runs).
 METHOD_LABELS: dict[str, str] = {**METHOD_COLUMNS, "drgrpo": "Dr.GRPO", "grpo": "GRPO", "essa": "ESSA",
-                                  "eggroll1": "EGGROLL (rank 1)", "eggroll4": "EGGROLL (rank 4)"}
+                                  "eggroll1": "EGGROLL (rank 1)", "eggroll4": "EGGROLL (rank 4)",
+                                  "eslinear": "ES, linear projections only"}
 
 #: Fields every metrics file must have.
 REQUIRED_FIELDS: tuple[str, ...] = ("task", "split", "model", "method", "seed", "accuracy")

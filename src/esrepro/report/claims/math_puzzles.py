@@ -58,8 +58,8 @@ def math_rows(evals: Evals, published: Mapping[str, Any], display: Mapping[str, 
                                     null=-COMPETITIVE_MARGIN, family=family)
                 cases.append((f"{lab} on {b}", out))
                 intervals.append(f"{lab} on {b}: {text}" if text else "")
-            ours.append(f"{b}: ES {fmt(evals.mean(b, 'test', model, es))}, RL " +
-                        "/".join(fmt(evals.mean(b, 'test', m, meth)) for m, meth, _ in rl))
+            ours.append(f"{b}: ES {fmt(evals.mean(b, 'test', model, es))}, " +
+                        ", ".join(f"{lab} {fmt(evals.mean(b, 'test', m, meth))}" for m, meth, lab in rl))
     outcome = V.combine(cases)
     return ClaimRow(claim, None, claim.title, NO_BARS, "; ".join(ours), outcome,
                     why_of(cases, "benchmarks" if which == "es_improves_math" else "benchmark-checkpoint pairs"),
