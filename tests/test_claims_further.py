@@ -199,3 +199,23 @@ def test_fig8_without_the_held_out_count_never_refutes(tmp_path):
         manifest.write_text(json.dumps(m))
     out = EC.fig8_accuracy_row(runs, curves, {}).outcome
     assert out.verdict == V.NOT_RESOLVED and "no interval" in out.reason
+
+
+# --- v1's sample share ----------------------------------------------------------------------------------------------
+def test_v1s_share_divides_by_rls_budget_and_reads_v1s_baselines_only():
+    """PPO reaches its best (40%) at 20 of its 100 samples; ES reaches 40% at 15: 0.15 of PPO's budget (under 0.2),
+    though 0.75 of the samples PPO needed. GRPO-v (not in v1) far ahead is not read; GRPO-z (8) never rises."""
+    import pandas as pd
+
+    from esrepro.report.claims import countdown as CD
+
+    pts = [("es", 0.0, 10.0), ("es", 15.0, 40.0), ("es", 100.0, 55.0), ("ppo", 0.0, 10.0), ("ppo", 20.0, 40.0),
+           ("ppo", 100.0, 38.0), ("grpo8", 0.0, 10.0), ("grpo8", 100.0, 9.0), ("grpov", 0.0, 10.0),
+           ("grpov", 100.0, 90.0)]
+    df = pd.DataFrame(pts, columns=["method", "samples", "accuracy"]).assign(model="m", n=500.0)
+    row = CD.sample_share_v1(df, {"m": "M"})
+    assert row.outcome.verdict == V.HOLDS, row.outcome.reason
+    assert "M PPO-z: 0.15" in row.ours and "M GRPO-z (8): no gain over its start" in row.ours
+    assert "GRPO-v" not in row.ours and "not testable: M GRPO-z (8)" in row.outcome.reason
+    flat = CD.sample_share_v1(df[df["method"].isin(["es", "grpo8"])], {})
+    assert flat.outcome.verdict == V.UNTESTABLE and "rises above its start" in flat.outcome.reason

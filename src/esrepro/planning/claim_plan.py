@@ -13,7 +13,8 @@ from esrepro import paths as P
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, ESSA_SWEEPS, Pipeline
 from esrepro.planning.plan import PUZZLES, ExtrasPlan, Plan
 from esrepro.report.claims.catalogue import row_id
-from esrepro.report.claims.small_models import V1_RL, smallest
+from esrepro.report.claims.countdown import V1_RL
+from esrepro.report.claims.small_models import smallest
 
 Selectors = dict[str, list[list[str]]]
 #: The ESSA sweeps' keys by the row that reads them (with the reference run).
@@ -74,7 +75,9 @@ class ClaimPlan:
         periodic = [list(k) for k in dict.fromkeys(map(tuple, periodic))]
         if any(k[2] == "es" for k in periodic) and any(k[2] != "es" for k in periodic):
             out["es_ahead_throughout"] = {"periodic": periodic}
-            out["es_sample_efficiency_v1"] = {"periodic": periodic}
+            v1 = [k for k in periodic if k[2] in ("es", *V1_RL)]
+            if any(k[2] != "es" for k in v1):
+                out["es_sample_efficiency_v1"] = {"periodic": v1}
         return out
 
     def _es_variants(self) -> dict[str, Selectors]:

@@ -10,11 +10,9 @@ from typing import Any
 
 from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
+from esrepro.report.claims.countdown import V1_RL
 from esrepro.report.claims.evidence import Evals
 from esrepro.report.claims.rows import ClaimRow, compare, fmt, label, why_of
-
-#: v1 Table 1's RL baselines.
-V1_RL = ("ppo", "grpo8", "grpo30")
 
 
 def size_of(text: str) -> float | None:
