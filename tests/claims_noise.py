@@ -53,6 +53,7 @@ from esrepro.report.claims import essa as E
 from esrepro.report.claims import essa_convergence as EC
 from esrepro.report.claims import math_puzzles as MP
 from esrepro.report.claims import small_models as SM
+from esrepro.report.claims.catalogue import V1_RL
 from esrepro.report.claims.evidence import Evals, load_conciseness, load_essa
 
 #: ESSA's noise (wall-clock times and held-out accuracies).
@@ -276,7 +277,7 @@ def further(rng: np.random.Generator) -> Verdicts:
     small = "qwen2.5-0.5b-instruct"
     row = pub["tables"]["table1_countdown"]["models"][small]
     evals = Evals.from_outcomes({("countdown", "test", small, m): {0: _outcomes(row[m], N_COUNTDOWN, rng)}
-                                 for m in ("base", *SM.V1_RL, "es")})
+                                 for m in ("base", *V1_RL, "es")})
     out: Verdicts = {"ES improves the smallest model, where RL does not (v1)": (
         SM.small_model_row(evals, pub, names, small, "countdown", "test").outcome.verdict, V.HOLDS)}
     with tempfile.TemporaryDirectory() as d:

@@ -30,10 +30,12 @@ def _small(rng: np.random.Generator, accs: dict[str, float], n: int = 2000) -> E
 
 
 def test_the_smallest_model_is_found_by_the_registrys_sizes():
-    assert SM.size_of("0.5B") == 5e8 and SM.size_of("1M") == 1e6 and SM.size_of("") is None
+    from esrepro.planning.claim_plan import size_of, smallest
+
+    assert size_of("0.5B") == 5e8 and size_of("1M") == 1e6 and size_of("") is None
     sizes = {"qwen2.5-7b-instruct": "7B", "llama-3.2-1b-instruct": "1B", MODEL: "0.5B", "odd": ""}
-    assert SM.smallest(list(sizes), sizes) == MODEL
-    assert SM.smallest(["odd", "x"], {}) == "odd" and SM.smallest([], {}) is None
+    assert smallest(list(sizes), sizes) == MODEL
+    assert smallest(["odd", "x"], {}) == "odd" and smallest([], {}) is None
 
 
 def test_v1s_numbers_hold_and_es_below_the_base_model_does_not():

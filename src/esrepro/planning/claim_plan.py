@@ -9,12 +9,13 @@ ES. The claims themselves are listed in :mod:`esrepro.report.claims.catalogue`.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+
 from esrepro import paths as P
 from esrepro.pipeline import BASE, ESSA_GRPO, ESSA_REF, ESSA_SWEEPS, Pipeline
 from esrepro.planning.plan import PUZZLES, ExtrasPlan, Plan
-from esrepro.report.claims.catalogue import row_id
-from esrepro.report.claims.countdown import V1_RL
-from esrepro.report.claims.small_models import smallest
+from esrepro.report.claims.catalogue import V1_RL, row_id
 
 Selectors = dict[str, list[list[str]]]
 #: The ESSA sweeps' keys by the row that reads them (with the reference run).
@@ -24,6 +25,20 @@ SWEEP_PREFIX = {key: prefix for key, _, prefix in ESSA_SWEEPS}
 #: The convergence-speed row of each ESSA sweep row (the same runs).
 SPEED_OF = {"essa_moderate_population": "essa_population_speed", "essa_rank": "essa_rank_speed",
             "essa_quantised": "essa_quantised_speed"}
+
+
+def size_of(text: str) -> float | None:
+    """A registry ``size`` ("0.5B", "7B", "1M") in parameters (None: not a size)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMB])\s*", text or "", flags=re.I)
+    return float(m.group(1)) * {"K": 1e3, "M": 1e6, "B": 1e9}[m.group(2).upper()] if m else None
+
+
+def smallest(models: Sequence[str], sizes: Mapping[str, str]) -> str | None:
+    """The smallest of ``models`` by their registry sizes (models without a size last, then in order)."""
+    if not models:
+        return None
+    return min(models, key=lambda m: (size_of(sizes.get(m, "")) is None, size_of(sizes.get(m, "")) or 0.0,
+                                      list(models).index(m)))
 
 
 class ClaimPlan:

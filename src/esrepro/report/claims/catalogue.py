@@ -26,6 +26,9 @@ class Claim:
     per_model: bool = False
 
 
+#: v1 Table 1's RL baselines (v1 had no VERL variants): what v1's own claims compare ES with.
+V1_RL: tuple[str, ...] = ("ppo", "grpo8", "grpo30")
+
 ES_CLAIMS: tuple[Claim, ...] = (
     Claim("es_improves_base", "ES improves every base model", "ES v2 Table 1, Sec. 4.1",
           "ES fine-tuning raises every Table 1 model's Countdown accuracy above the original model's.",

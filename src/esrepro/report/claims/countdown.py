@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from esrepro.report import verdicts as V
-from esrepro.report.claims.catalogue import BY_KEY
+from esrepro.report.claims.catalogue import BY_KEY, V1_RL
 from esrepro.report.claims.evidence import Evals
 from esrepro.report.claims.rows import (
     Z95,
@@ -29,8 +29,6 @@ from esrepro.report.verdicts import FAILS, HOLDS, NOT_RESOLVED, Outcome
 
 #: The RL methods of v2 Table 1, in its column order.
 RL_METHODS = ("ppo", "grpo8", "grpo30", "grpov", "drgrpov")
-#: v1 Table 1's RL baselines (v1 had no VERL variants).
-V1_RL = ("ppo", "grpo8", "grpo30")
 #: v1 Sec. 4.1: ES needs under this share of RL's training samples to reach RL's level "in most cases".
 V1_SAMPLE_SHARE = 0.2
 

@@ -4,29 +4,13 @@ baselines (PPO, GRPO with groups of 8 and 30; v1 had no VERL variants)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from esrepro.report import verdicts as V
-from esrepro.report.claims.catalogue import BY_KEY
-from esrepro.report.claims.countdown import V1_RL
+from esrepro.report.claims.catalogue import BY_KEY, V1_RL
 from esrepro.report.claims.evidence import Evals
 from esrepro.report.claims.rows import ClaimRow, compare, fmt, label, why_of
-
-
-def size_of(text: str) -> float | None:
-    """A registry ``size`` ("0.5B", "7B", "1M") in parameters (None: not a size)."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMB])\s*", text or "", flags=re.I)
-    return float(m.group(1)) * {"K": 1e3, "M": 1e6, "B": 1e9}[m.group(2).upper()] if m else None
-
-
-def smallest(models: Sequence[str], sizes: Mapping[str, str]) -> str | None:
-    """The smallest of ``models`` by their registry sizes (models without a size last, then in order)."""
-    if not models:
-        return None
-    return min(models, key=lambda m: (size_of(sizes.get(m, "")) is None, size_of(sizes.get(m, "")) or 0.0,
-                                      list(models).index(m)))
 
 
 def small_model_row(evals: Evals, published: Mapping[str, Any], display: Mapping[str, str], model: str | None,
