@@ -72,6 +72,16 @@ def kl_stability_row(runs: pd.DataFrame, published: Mapping[str, Any], reward_cu
                     interval or "F interval of the KL std ratio (needs 2+ seeds)")
 
 
+def above_zero(text: str, iv: Interval, against: str) -> Outcome:
+    """Holds when ``iv``'s 95% interval lies above 0; does not hold when its refuting end (Holm's bound) lies below
+    0, saying ``against``; not resolved otherwise."""
+    if iv.lo > 0:
+        return Outcome(HOLDS, text)
+    if iv.against < 0:
+        return Outcome(FAILS, f"{text}: {against}")
+    return Outcome(NOT_RESOLVED, f"{text}: the interval includes 0")
+
+
 def slope_interval(x: np.ndarray, y: np.ndarray, family: int) -> Interval | None:
     """The least-squares slope of ``y`` on ``x`` with its 95% t interval (n - 2 degrees of freedom) and its upper end
     at level 1 - 0.05 / ``family``; None with fewer than three points or two distinct x."""
@@ -118,12 +128,7 @@ def lr_trend_row(runs: pd.DataFrame) -> ClaimRow:
                 cases.append((name, V.untestable("fewer than three runs or one learning rate")))
                 continue
             intervals.append(f"{name}: {iv.text(3)}")
-            if iv.lo > 0:
-                cases.append((name, Outcome(HOLDS, f"slope {iv.text(3)}")))
-            elif iv.against < 0:
-                cases.append((name, Outcome(FAILS, f"slope {iv.text(3)}: falls (Holm over {family} slopes)")))
-            else:
-                cases.append((name, Outcome(NOT_RESOLVED, f"slope {iv.text(3)}: the interval includes 0")))
+            cases.append((name, above_zero(f"slope {iv.text(3)}", iv, f"falls (Holm over {family} slopes)")))
         means = g.groupby(g["learning_rate"].astype(float))[["reward_norm", PAPER_KL]].mean()
         ours.append(f"beta {beta:g}: " + ", ".join(f"{lr:g} {r:.2f}/{k:.2f}" for lr, (r, k) in means.iterrows()))
     return ClaimRow(claim, None, claim.title, "Fig. 4a: curves only; both rise with the learning rate",
@@ -162,12 +167,7 @@ def near_base_row(runs: pd.DataFrame) -> ClaimRow:
             cases.append((name, V.untestable(f"{label}: fewer than two seeds")))
             continue
         intervals.append(f"{label}: {iv.text(3)}")
-        if iv.lo > 0:
-            cases.append((name, Outcome(HOLDS, f"{label}: {iv.text(3)}")))
-        elif iv.against < 0:
-            cases.append((name, Outcome(FAILS, f"{label}: {iv.text(3)}: below 0 (Holm over {family})")))
-        else:
-            cases.append((name, Outcome(NOT_RESOLVED, f"{label}: {iv.text(3)}: the interval includes 0")))
+        cases.append((name, above_zero(f"{label}: {iv.text(3)}", iv, f"below 0 (Holm over {family})")))
     ours = (f"reward: base {base_r.mean():.2f}, ES {top} {a.mean():.2f}, GRPO at lr "
             f"{', '.join(f'{x:g}' for x in small)} {min(r.mean() for _, r in configs):.2f}-"
             f"{max(r.mean() for _, r in configs):.2f}")
