@@ -32,9 +32,16 @@ FIG8_SPEEDUP = 2.0
 TIME_LOG_SD = 0.15
 
 
-def _val_n(run_dirs: pd.Series) -> int:
-    """Held-out problems behind a mean curve: each run's ``val_examples``, summed over the runs (seeds)."""
-    return sum(int(read_json(Path(d) / "manifest.json")["settings"].get("val_examples") or 0) for d in run_dirs)
+def held_out_count(run_dir: str) -> int:
+    """A run's held-out problems: an ESSA run's ``val_examples`` setting, its GRPO baseline's under
+    ``essa_baseline`` (the reference run's held-out problems); 0 when neither says."""
+    m = read_json(Path(run_dir) / "manifest.json")
+    return int(m["settings"].get("val_examples") or (m.get("essa_baseline") or {}).get("val_examples") or 0)
+
+
+def val_count(run_dirs: pd.Series) -> int:
+    """Held-out problems behind a mean curve: each run's (:func:`held_out_count`), summed over the runs (seeds)."""
+    return sum(held_out_count(d) for d in run_dirs)
 
 
 def never_reached(runs: pd.DataFrame, curves: pd.DataFrame, target: float, family: int = 1) -> Outcome:
@@ -45,7 +52,7 @@ def never_reached(runs: pd.DataFrame, curves: pd.DataFrame, target: float, famil
     if c.empty:
         return V.untestable("no held-out evaluation")
     best = float(c.groupby("iteration")["val_reward"].mean().max())
-    n = _val_n(runs["run_dir"])
+    n = val_count(runs["run_dir"])
     if not n:
         return Outcome(NOT_RESOLVED, f"ESSA's best held-out accuracy {best:.3f}, below {target:g} (held-out problems "
                                      "unknown: no interval)")
@@ -122,7 +129,7 @@ def sweep(runs: pd.DataFrame, setting: str, reference: str = "essa_ref") -> pd.D
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
-def _pairs(runs: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
+def grpo_pairs(runs: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
     """(task, model, ESSA runs, GRPO runs) of each model with a GRPO baseline: ESSA the run that draws fewest
     problems per generation (Sec. 5.4's resampled run where there is one)."""
     out = []
@@ -148,7 +155,7 @@ def faster_row(runs: pd.DataFrame, curves: pd.DataFrame, published: Mapping[str,
     """ESSA reaches ``target`` (Fig. 8: 0.80) in at most half GRPO's training seconds, or GRPO never does."""
     claim = BY_KEY["essa_faster_than_grpo"]
     cases, wall, checks = [], [], []
-    pairs = _pairs(runs) if target is not None else []
+    pairs = grpo_pairs(runs) if target is not None else []
     for task, model, essa, grpo in pairs:
         name = f"{display.get(model, model)} on {task}"
         t_e, t_g = heldout_time(essa, curves, target), heldout_time(grpo, curves, target)
@@ -182,7 +189,7 @@ def data_row(runs: pd.DataFrame, curves: pd.DataFrame, target: float | None, dis
     problems (counts, no interval) leave it not resolved."""
     claim = BY_KEY["essa_data_efficiency"]
     cases, ours = [], []
-    pairs = _pairs(runs) if target is not None else []
+    pairs = grpo_pairs(runs) if target is not None else []
     for task, model, essa, grpo in pairs:
         name = f"{display.get(model, model)} on {task}"
         n_e = [problems_to_target(d, target) for d in essa["run_dir"]]

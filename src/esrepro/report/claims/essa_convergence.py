@@ -11,14 +11,12 @@ are single counts with no interval: a rule says holds when they agree with the c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import pandas as pd
 
-from esrepro.io import read_json
 from esrepro.report import verdicts as V
 from esrepro.report.claims.catalogue import BY_KEY
-from esrepro.report.claims.essa import _pairs, sweep
+from esrepro.report.claims.essa import grpo_pairs, sweep, val_count
 from esrepro.report.claims.rows import Z95, ClaimRow, binomial_diff_se, why_of
 from esrepro.report.verdicts import HOLDS, NOT_RESOLVED, Interval, Outcome
 
@@ -101,23 +99,12 @@ def speed_row(runs: pd.DataFrame, curves: pd.DataFrame, key: str, display: Mappi
                     outcome, why_of(cases, "models"), "generations to a common accuracy; no interval")
 
 
-def held_out_count(run_dir: str) -> int:
-    """A run's held-out problems: an ESSA run's ``val_examples`` setting, its GRPO baseline's under
-    ``essa_baseline`` (the reference run's held-out problems); 0 when neither says."""
-    m = read_json(Path(run_dir) / "manifest.json")
-    return int(m["settings"].get("val_examples") or (m.get("essa_baseline") or {}).get("val_examples") or 0)
-
-
-def _val_examples(runs: pd.DataFrame) -> int:
-    return sum(held_out_count(d) for d in runs["run_dir"])
-
-
 def fig8_accuracy_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping[str, str]) -> ClaimRow:
     """Fig. 8: ESSA's last held-out accuracy (mean over seeds) above GRPO's last: the margin of two proportions on
     the held-out problems with a normal 95% interval (unpaired: per-problem outcomes are not logged), refuted at
     Holm's bound over the models."""
     claim = BY_KEY["essa_fig8_accuracy"]
-    pairs = _pairs(runs)
+    pairs = grpo_pairs(runs)
     cases, ours, intervals = [], [], []
     for task, model, essa, grpo in pairs:
         name = f"{display.get(model, model)} on {task}"
@@ -126,7 +113,7 @@ def fig8_accuracy_row(runs: pd.DataFrame, curves: pd.DataFrame, display: Mapping
             cases.append((name, V.untestable("no held-out evaluation")))
             continue
         e, g = float(ce.iloc[-1]), float(cg.iloc[-1])
-        n = min(_val_examples(essa), _val_examples(grpo))
+        n = min(val_count(essa["run_dir"]), val_count(grpo["run_dir"]))
         diff = 100 * (e - g)
         ours.append(f"{name}: ESSA {e:.3f}, GRPO {g:.3f}")
         if not n:
