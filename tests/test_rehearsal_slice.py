@@ -43,7 +43,7 @@ def test_rehearsal_slice_runs_through_slurm(tmp_path):
     env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "esrepro.cli", "rehearse", "--slice"], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=1500)
     minutes = (time.monotonic() - started) / 60
     assert out.returncode == 0, (out.stdout + out.stderr)[-8000:]
     work = repo / WORKSPACE
@@ -55,9 +55,10 @@ def test_rehearsal_slice_runs_through_slurm(tmp_path):
         assert (repo / target).exists(), target
         if target.endswith("metrics.json"):
             assert json.loads((repo / target).read_text())["n"] > 0, target
-    # about 6 min on this project's two shared cores (41 jobs, the rehearsal's own wall clock 5.0 min): twice that
-    # leaves room for a busier machine, not for a slice grown by a job it should not run
-    assert minutes < 12, f"the slice took {minutes:.1f} min"
+    # about 6 min alone on this project's two cores (41 jobs, the rehearsal's own wall clock 5.0 min), 12.9 min
+    # beside the rest of the vLLM suite on make test's second worker: 20 leaves room for a busier machine, not for
+    # a job that hangs (tests/test_rehearsal.py bounds the slice's number of jobs)
+    assert minutes < 20, f"the slice took {minutes:.1f} min"
 
     for model in SLICE_MODELS:
         base = json.loads((work / f"results/models/{model}/base/manifest.json").read_text())
